@@ -1,0 +1,191 @@
+"""A Hugging Face checkpoint directory (safetensors) into an F16 GGUF, with numpy + gguf only.
+
+Supported: llama (SmolLM/SmolLM2, Llama 3.x), qwen2/qwen2.5 and qwen3, all with byte-level BPE tokenizers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gguf
+import numpy as np
+
+from converters.gguf_stream import F16Plan, PlannedTensor, RangeStats, row_blocks, target_dtype
+from converters.hf_tokenizer import add_tokenizer, load_bpe_vocab
+from converters.safetensors_reader import SafeTensor, read_checkpoint
+from runtime.errors import UserError
+
+
+@dataclass(frozen=True)
+class ArchSpec:
+    arch: gguf.MODEL_ARCH
+    permute_qk: bool  # llama's GGUF RoPE is interleaved; HF's is rotate-half
+
+
+ARCHITECTURES = {
+    "LlamaForCausalLM": ArchSpec(gguf.MODEL_ARCH.LLAMA, permute_qk=True),
+    "Qwen2ForCausalLM": ArchSpec(gguf.MODEL_ARCH.QWEN2, permute_qk=False),
+    "Qwen3ForCausalLM": ArchSpec(gguf.MODEL_ARCH.QWEN3, permute_qk=False),
+}
+_IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+
+
+def check_hf_dir(directory: Path) -> None:
+    """Fail early, with the file at fault, on what we cannot convert."""
+    if not (directory / "config.json").is_file():
+        raise UserError(f"{directory}: not a Hugging Face model directory (config.json is missing)")
+    pickles = sorted(p.name for p in directory.glob("*.bin")) + sorted(p.name for p in directory.glob("*.pt*"))
+    if not any(directory.glob("*.safetensors")):
+        if pickles:
+            raise UserError(
+                f"{directory / pickles[0]}: pickled PyTorch checkpoints are refused (unpickling can run code); "
+                "use a safetensors checkpoint"
+            )
+        raise UserError(f"{directory}: no *.safetensors weights found")
+
+
+def read_config(directory: Path) -> dict[str, Any]:
+    path = directory / "config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise UserError(f"{path}: not valid JSON") from None
+    if not isinstance(config, dict):
+        raise UserError(f"{path}: not a JSON object")
+    return config
+
+
+def arch_spec(config: dict[str, Any], directory: Path) -> ArchSpec:
+    names = config.get("architectures") or []
+    for name in names:
+        if name in ARCHITECTURES:
+            return ARCHITECTURES[name]
+    found = ", ".join(names) or config.get("model_type") or "none"
+    raise UserError(
+        f"{directory / 'config.json'}: unsupported architecture {found}; supported: {', '.join(ARCHITECTURES)}"
+    )
+
+
+def permute_rotary(w: np.ndarray, n_head: int) -> np.ndarray:
+    """Reorder Q/K rows from HF's rotate-half layout to the interleaved pairs llama.cpp's llama RoPE uses."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def llama3_rope_factors(config: dict[str, Any], head_dim: int) -> np.ndarray | None:
+    """Llama 3.1+ frequency scaling as per-dimension factors (the `rope_freqs` tensor), else None."""
+    scaling = config.get("rope_scaling") or {}
+    if scaling.get("rope_type", scaling.get("type")) != "llama3":
+        return None
+    base = float(config.get("rope_theta", 10000.0))
+    factor = float(scaling["factor"])
+    low, high = float(scaling.get("low_freq_factor", 1.0)), float(scaling.get("high_freq_factor", 4.0))
+    old_ctx = float(scaling.get("original_max_position_embeddings", 8192))
+    freqs = 1.0 / (base ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))
+    factors = []
+    for f in freqs:
+        wavelen = 2 * math.pi / f
+        if wavelen < old_ctx / high:
+            factors.append(1.0)
+        elif wavelen > old_ctx / low:
+            factors.append(factor)
+        else:
+            smooth = (old_ctx / wavelen - low) / (high - low)
+            factors.append(1.0 / ((1 - smooth) / factor + smooth))
+    return np.asarray(factors, dtype=np.float32)
+
+
+def _add_hparams(w: gguf.GGUFWriter, config: dict[str, Any], head_dim: int, name: str) -> None:
+    n_head = int(config["num_attention_heads"])
+    w.add_name(name)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    w.add_context_length(int(config.get("max_position_embeddings", 4096)))
+    w.add_embedding_length(int(config["hidden_size"]))
+    w.add_block_count(int(config["num_hidden_layers"]))
+    w.add_feed_forward_length(int(config["intermediate_size"]))
+    w.add_head_count(n_head)
+    w.add_head_count_kv(int(config.get("num_key_value_heads", n_head)))
+    w.add_layer_norm_rms_eps(float(config.get("rms_norm_eps", 1e-6)))
+    w.add_rope_freq_base(float(config.get("rope_theta", 10000.0)))
+    w.add_rope_dimension_count(head_dim)
+    w.add_vocab_size(int(config["vocab_size"]))
+    if "head_dim" in config:
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
+    scaling = config.get("rope_scaling") or {}
+    kind = scaling.get("rope_type", scaling.get("type"))
+    if kind in ("linear", "yarn"):
+        w.add_rope_scaling_type(gguf.RopeScalingType(kind))
+        w.add_rope_scaling_factor(float(scaling["factor"]))
+        if kind == "yarn" and "original_max_position_embeddings" in scaling:
+            w.add_rope_scaling_orig_ctx_len(int(scaling["original_max_position_embeddings"]))
+    elif kind not in (None, "default", "llama3"):
+        raise UserError(f"config.json: rope_scaling type {kind!r} is not supported")
+
+
+def plan_hf(directory: Path, name: str) -> F16Plan:
+    """Check the checkpoint and plan its F16 tensors; nothing is read or written yet."""
+    check_hf_dir(directory)
+    stats = RangeStats()
+    config = read_config(directory)
+    spec = arch_spec(config, directory)
+    try:
+        n_layer = int(config["num_hidden_layers"])
+        n_head = int(config["num_attention_heads"])
+        n_head_kv = int(config.get("num_key_value_heads", n_head))
+        vocab_size = int(config["vocab_size"])
+        head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // n_head)
+    except (KeyError, TypeError, ValueError) as e:
+        raise UserError(f"{directory / 'config.json'}: missing or bad field {e}") from None
+    vocab = load_bpe_vocab(directory, vocab_size)
+    source = read_checkpoint(directory)
+    name_map = gguf.TensorNameMap(spec.arch, n_layer)
+    tied = bool(config.get("tie_word_embeddings", False)) or "lm_head.weight" not in source
+
+    planned: list[PlannedTensor] = []
+    rope = llama3_rope_factors(config, head_dim)
+    if rope is not None:
+        planned.append(PlannedTensor("rope_freqs.weight", rope.shape, np.dtype(np.float32), lambda r=rope: [r]))
+    for hf_name, t in source.items():
+        if hf_name.endswith(_IGNORED_SUFFIXES) or (tied and hf_name == "lm_head.weight"):
+            continue
+        gguf_name = name_map.get_name(hf_name, try_suffixes=(".weight", ".bias"))
+        if gguf_name is None:
+            raise UserError(f"{t.file}: unexpected tensor {hf_name!r} for {spec.arch.name.lower()}")
+        stats.source_dtypes.add(t.dtype)
+        heads = None
+        if spec.permute_qk and hf_name.endswith("q_proj.weight"):
+            heads = n_head
+        elif spec.permute_qk and hf_name.endswith("k_proj.weight"):
+            heads = n_head_kv
+        dtype = target_dtype(gguf_name, t.shape)
+        planned.append(PlannedTensor(gguf_name, t.shape, dtype, _producer(t, heads, dtype, stats)))
+
+    def make_writer(path: Path) -> gguf.GGUFWriter:
+        w = gguf.GGUFWriter(path, gguf.MODEL_ARCH_NAMES[spec.arch])
+        _add_hparams(w, config, head_dim, name)
+        add_tokenizer(w, directory, vocab)
+        return w
+
+    return F16Plan(planned, make_writer, stats)
+
+
+def _producer(
+    t: SafeTensor, heads: int | None, dtype: np.dtype, stats: RangeStats
+) -> Callable[[], Iterator[np.ndarray]]:
+    def produce() -> Iterator[np.ndarray]:
+        # Q/K permutation mixes rows across a head, so those (small) tensors are converted whole.
+        for rows in [slice(None)] if heads is not None or not t.shape else row_blocks(t.shape):
+            x = t.to_f32(rows) if t.dtype != "F16" else np.asarray(t.raw[rows])
+            if heads is not None:
+                x = permute_rotary(x, heads)
+            if dtype == np.float16:
+                yield x if x.dtype == np.float16 else stats.to_f16(x)
+            else:
+                yield x.astype(np.float32)
+
+    return produce

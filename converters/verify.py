@@ -1,0 +1,55 @@
+"""Check a written tier: its file type and tensor types are what the tier promises.
+
+K-quants need rows divisible by 256; llama.cpp then falls back to other types per tensor. Those are
+legitimate, and counted, so `specquant list` can say how much of a q4_k_m tier really is Q4_K.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from converters.gguf_to_f16 import open_gguf
+from runtime.errors import SpecQuantError
+
+# tier -> (general.file_type, intended matrix types, fallback matrix types llama.cpp may choose)
+TIER_TYPES: dict[str, tuple[int, frozenset[str], frozenset[str]]] = {
+    "f16": (1, frozenset({"F16"}), frozenset()),
+    "q8_0": (7, frozenset({"Q8_0"}), frozenset()),
+    "q4_k_m": (15, frozenset({"Q4_K", "Q5_K", "Q6_K"}), frozenset({"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"})),
+    "q3_k_m": (12, frozenset({"Q3_K", "Q4_K", "Q5_K", "Q6_K"}), frozenset({"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"})),
+    "q2_k": (10, frozenset({"Q2_K", "Q3_K", "Q4_K", "Q6_K"}), frozenset({"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"})),
+}
+
+
+@dataclass(frozen=True)
+class TierSummary:
+    tensor_types: dict[str, int]
+    fallbacks: int
+
+
+def summarize_tier(path: Path, tier: str) -> TierSummary:
+    """Histogram of tensor types; raises SpecQuantError when the file is not the tier it claims to be."""
+    ftype, intended, fallback = TIER_TYPES[tier]
+    reader = open_gguf(path)
+    field = reader.fields.get("general.file_type")
+    got_ftype = int(field.contents()) if field is not None else None
+    if got_ftype != ftype:
+        raise SpecQuantError(f"{path}: file type {got_ftype}, expected {ftype} for {tier}")
+    histogram: Counter[str] = Counter()
+    fallbacks = 0
+    for t in reader.tensors:
+        kind = t.tensor_type.name
+        histogram[kind] += 1
+        is_matrix = sum(1 for d in t.shape if d > 1) >= 2
+        if not is_matrix:
+            if kind not in ("F32", "F16"):
+                raise SpecQuantError(f"{path}: vector tensor {t.name} is {kind}, expected F32")
+        elif kind in fallback:
+            fallbacks += 1
+        elif kind not in intended:
+            raise SpecQuantError(f"{path}: tensor {t.name} is {kind}, not a {tier} type")
+    if not any(histogram[k] for k in intended):
+        raise SpecQuantError(f"{path}: no tensor of the {tier} types")
+    return TierSummary(dict(sorted(histogram.items())), fallbacks)

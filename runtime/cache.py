@@ -1,0 +1,229 @@
+"""The model cache: the one module that knows its layout and its manifest.
+
+    <root>/<name>/{f16,q8_0,q4_k_m}.gguf
+    <root>/<name>/manifest.json
+    <root>/<name>/.lock
+
+The root is ``platformdirs.user_data_dir("specquant")/models`` or ``$SPECQUANT_CACHE_DIR``. Models are
+expensive to rebuild, so they live in the data directory, not where OS cleaners purge caches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import os
+import re
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from runtime.errors import Cancelled, UserError
+
+TIERS = ("f16", "q8_0", "q4_k_m")
+MANIFEST = "manifest.json"
+MANIFEST_SCHEMA = 1
+DEMO_NAME = "smollm2-135m-instruct"
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+
+
+def cache_root() -> Path:
+    """Where models live: $SPECQUANT_CACHE_DIR, else the per-user data directory."""
+    env = os.environ.get("SPECQUANT_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    return Path(platformdirs.user_data_dir("specquant", appauthor=False)) / "models"
+
+
+def check_name(name: str) -> str:
+    """A model name is a folder name: lower-case letters, digits, '.', '_' and '-'."""
+    if not _NAME_RE.match(name) or name in (".", ".."):
+        raise UserError(f"invalid model name {name!r}: use 1-64 lower-case letters, digits, '.', '_' or '-'")
+    return name
+
+
+def ensure_dir(path: Path) -> Path:
+    """Create a directory, turning OS failures into one clear line."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise UserError(f"cannot create cache directory {path}: a file is in the way") from None
+    except OSError as e:
+        raise UserError(f"cannot create cache directory {path}: {e.strerror}") from None
+    return path
+
+
+@dataclass(frozen=True)
+class ModelDir:
+    """Paths of one model in the cache. Nobody else builds paths into it."""
+
+    root: Path
+    name: str
+
+    @property
+    def path(self) -> Path:
+        return self.root / self.name
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.path / MANIFEST
+
+    def tier_path(self, tier: str) -> Path:
+        return self.path / f"{tier}.gguf"
+
+    def partial_path(self, tier: str) -> Path:
+        return self.path / f"{tier}.gguf.partial"
+
+    def read_manifest(self) -> dict[str, Any] | None:
+        """The manifest, or None when it is missing or unreadable (the model then counts as incomplete)."""
+        try:
+            data = json.loads(self.manifest_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if not isinstance(data, dict) or data.get("schema") != MANIFEST_SCHEMA:
+            return None
+        return data
+
+    def write_manifest(self, data: dict[str, Any]) -> None:
+        atomic_write_text(self.manifest_path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+    def tier_rows(self, manifest: dict[str, Any]) -> list[dict[str, Any]]:
+        """The `tiers` list that `convert --json` and `list --json` print."""
+        rows = []
+        for tier in TIERS:
+            rec = manifest.get("tiers", {}).get(tier)
+            if rec:
+                rows.append(
+                    {"tier": tier, "path": str(self.tier_path(tier))}
+                    | {k: rec[k] for k in ("sha256", "bytes", "tensor_types", "fallbacks")}
+                )
+        return rows
+
+    def remove_partials(self) -> None:
+        """Leftovers of a killed run are never valid; remove them before writing anew."""
+        for p in self.path.glob("*.partial"):
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the model's lock file; a second converter of the same model gets a clear error.
+
+        An OS lock (not a marker file), so a killed process never leaves a stale lock behind.
+        """
+        ensure_dir(self.path)
+        lock_path = self.path / ".lock"
+        fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            if not _try_lock(fd):
+                raise UserError(f"model {self.name!r} is being converted by another process ({lock_path})")
+            yield
+        finally:
+            os.close(fd)
+
+
+def _try_lock(fd: int) -> bool:
+    if sys.platform == "win32":
+        import msvcrt
+
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        except OSError:
+            return False
+        return True
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        if e.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+            return False
+        raise
+    return True
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename durable (a no-op where directories cannot be opened)."""
+    if sys.platform == "win32":
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write to a sibling .partial, fsync, rename: readers see the old file or the new one."""
+    tmp = path.with_name(path.name + ".partial")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise disk_error(path, e) from None
+    fsync_dir(path.parent)
+
+
+def disk_error(path: Path, e: OSError) -> UserError:
+    """One line for an OS failure while writing `path`; a full disk says so."""
+    if e.errno == errno.ENOSPC:
+        return UserError(f"disk full while writing {path}")
+    return UserError(f"cannot write {path}: {e.strerror or e}")
+
+
+def sha256_file(path: Path, cancel: Callable[[], bool] | None = None) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+            if cancel is not None and cancel():
+                raise Cancelled("cancelled")
+    return h.hexdigest()
+
+
+def tier_is_intact(model: ModelDir, tier: str, record: dict[str, Any] | None) -> bool:
+    """True when the tier file exists and matches the manifest's size and sha256."""
+    path = model.tier_path(tier)
+    if not record or not path.is_file():
+        return False
+    if path.stat().st_size != record.get("bytes"):
+        return False
+    return sha256_file(path) == record.get("sha256")
+
+
+@dataclass(frozen=True)
+class CachedModel:
+    """What `specquant list` shows of one model folder."""
+
+    name: str
+    path: Path
+    manifest: dict[str, Any] | None
+    tiers_present: tuple[str, ...]
+
+    @property
+    def complete(self) -> bool:
+        m = self.manifest
+        return m is not None and all(t in m.get("tiers", {}) for t in TIERS) and self.tiers_present == TIERS
+
+
+def list_models(root: Path | None = None) -> list[CachedModel]:
+    root = cache_root() if root is None else root
+    if not root.is_dir():
+        return []
+    models = []
+    for d in sorted(p for p in root.iterdir() if p.is_dir() and _NAME_RE.match(p.name)):
+        md = ModelDir(root, d.name)
+        present = tuple(t for t in TIERS if md.tier_path(t).is_file())
+        models.append(CachedModel(d.name, d, md.read_manifest(), present))
+    return models

@@ -1,0 +1,60 @@
+"""Route llama.cpp's log into Python `logging` (logger "llama.cpp"), through `llama_log_set`.
+
+Never llama-cpp-python's `verbose=False`, which redirects the process's stdout/stderr while a model loads
+and so swallows other threads' output. The last error lines are kept, so failures can say why.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+from collections import deque
+
+logger = logging.getLogger("llama.cpp")
+
+_LEVELS = {0: logging.CRITICAL, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR, 4: logging.DEBUG}
+_CONT = 5
+
+
+class _LogSink:
+    """Joins llama.cpp's partial lines (level CONT) and forwards whole lines to `logging`."""
+
+    def __init__(self) -> None:
+        self.level = logging.INFO
+        self.buffer = ""
+        self.errors: deque[str] = deque(maxlen=8)
+
+    def feed(self, level: int, text: str) -> None:
+        if level != _CONT:
+            self.level = _LEVELS.get(level, logging.DEBUG)
+        self.buffer += text
+        while "\n" in self.buffer:
+            line, self.buffer = self.buffer.split("\n", 1)
+            line = line.strip()
+            if not line:
+                continue
+            if self.level >= logging.ERROR:
+                self.errors.append(line)
+            logger.log(self.level, "%s", line)
+
+    def last(self) -> str:
+        return self.errors[-1] if self.errors else ""
+
+
+_sink = _LogSink()
+_callback = None  # the ctypes callback must outlive every call llama.cpp makes to it
+
+
+def route_llama_log() -> _LogSink:
+    """Install the callback once per process (importing llama_cpp installs its own stderr printer)."""
+    global _callback
+    if _callback is None:
+        import llama_cpp
+
+        @llama_cpp.llama_log_callback
+        def _on_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
+            _sink.feed(level, text.decode("utf-8", errors="replace"))
+
+        _callback = _on_log
+        llama_cpp.llama_log_set(_callback, ctypes.c_void_p(0))
+    return _sink
