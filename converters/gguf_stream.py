@@ -6,6 +6,7 @@ Both F16 writers (from Hugging Face safetensors and from another GGUF) describe 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -56,9 +57,15 @@ class RangeStats:
     source_dtypes: set[str] = field(default_factory=set)
 
     def to_f16(self, x: np.ndarray) -> np.ndarray:
+        """Cast to F16, counting losses. Overflows saturate at ±65504: an inf would poison every
+        quantized block it lands in (llama.cpp refuses such rows)."""
         a = np.abs(x)
-        self.overflow += int(np.count_nonzero(np.isfinite(a) & (a > F16_MAX)))
+        over = np.isfinite(a) & (a > F16_MAX)
+        n_over = int(np.count_nonzero(over))
+        self.overflow += n_over
         self.underflow += int(np.count_nonzero((a > 0) & (a < F16_MIN_SUBNORMAL / 2)))
+        if n_over:
+            x = np.clip(x, -F16_MAX, F16_MAX)
         return x.astype(np.float16)
 
     def as_dict(self) -> dict[str, object]:
@@ -108,9 +115,18 @@ def write_gguf(
             done += written
         fout.flush()
         os.fsync(fout.fileno())
+        writer.close()
     except OSError as e:
+        _close_quietly(writer)
         raise disk_error(path, e) from None
-    finally:
+    except BaseException:
+        _close_quietly(writer)
+        raise
+
+
+def _close_quietly(writer: gguf.GGUFWriter) -> None:
+    """Close after a failure; a second error while closing (a full disk again) must not mask the first."""
+    with contextlib.suppress(OSError):
         writer.close()
 
 

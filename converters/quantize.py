@@ -16,9 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
-
 from runtime.errors import Cancelled, SpecQuantError
+from runtime.hardware import physical_cores
 
 
 @dataclass(frozen=True)
@@ -35,10 +34,6 @@ QUANT_TYPES = {
     "q3_k_m": QuantType("q3_k_m", 12, 3.9),
     "q2_k": QuantType("q2_k", 10, 3.0),
 }
-
-
-def physical_cores() -> int:
-    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
 
 
 def expected_bytes(f16_bytes: int, qtype: QuantType) -> int:

@@ -41,7 +41,7 @@ class ProgressPrinter:
         if p.stage != self.stage:
             self._end_stage()
             self.stage, self.started = p.stage, time.monotonic()
-            if not self.tty and p.stage != "done":
+            if not self.tty and p.stage not in ("done", "hash"):
                 self.stream.write(f"{p.stage}: {p.message or 'started'}\n")
         self.last = p
         now = time.monotonic()

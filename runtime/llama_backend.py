@@ -1,0 +1,164 @@
+"""The one module that touches llama-cpp-python's internals (`_internals`: model, context, batch).
+
+A custom verify loop needs what the `Llama` class hides: logits for chosen batch rows only, KV-cache
+rollback, and an abort hook. An upgrade of llama-cpp-python should touch this file alone.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from runtime.errors import Cancelled, SpecQuantError, UserError
+from runtime.hardware import physical_cores
+from runtime.llama_log import route_llama_log
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How one tier is loaded. Threads are explicit: llama-cpp-python's default is 1 on a 2-core machine."""
+
+    n_ctx: int = 4096
+    n_batch: int = 512
+    n_ubatch: int = 512
+    n_threads: int = 0  # 0: physical cores
+    n_gpu_layers: int = 0
+    op_offload: bool | None = None  # None: llama.cpp's default; False for CPU-only plans
+    seed: int = 0
+
+
+class LlamaBackend:
+    """One loaded GGUF with one KV cache (sequence 0): decode, roll back, read logits, tokenize."""
+
+    def __init__(self, path: Path, options: LoadOptions | None = None) -> None:
+        import llama_cpp
+        from llama_cpp import _internals
+
+        self._llama_cpp = llama_cpp
+        route_llama_log()
+        opts = options or LoadOptions()
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise UserError(f"model file {self.path} does not exist")
+        threads = opts.n_threads or physical_cores()
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.n_gpu_layers = opts.n_gpu_layers
+        mparams.use_mmap = True
+        cparams = llama_cpp.llama_context_default_params()
+        cparams.n_ctx = opts.n_ctx
+        cparams.n_batch = opts.n_batch
+        cparams.n_ubatch = min(opts.n_ubatch, opts.n_batch)
+        cparams.n_threads = threads
+        cparams.n_threads_batch = threads
+        cparams.embeddings = False
+        if opts.op_offload is not None:
+            cparams.op_offload = opts.op_offload
+        try:
+            # verbose=True only means "do not redirect stdout/stderr"; the log goes through llama_log_set.
+            self._model = _internals.LlamaModel(path_model=str(self.path), params=mparams, verbose=True)
+            self._ctx = _internals.LlamaContext(model=self._model, params=cparams, verbose=True)
+        except ValueError as e:
+            raise SpecQuantError(f"llama.cpp cannot load {self.path}: {route_llama_log().last() or e}") from None
+        self.n_batch = opts.n_batch
+        self._batch = _internals.LlamaBatch(n_tokens=opts.n_batch, embd=0, n_seq_max=1, verbose=True)
+        self.n_ctx = self._ctx.n_ctx()
+        self.n_vocab = self._model.n_vocab()
+        self.n_past = 0  # tokens held in the KV cache
+        self.threads = threads
+        self._abort_event: threading.Event | None = None
+        self._abort_cb = llama_cpp.ggml_abort_callback(self._should_abort)
+        llama_cpp.llama_set_abort_callback(self._ctx.ctx, self._abort_cb, None)
+
+    # --- tokens -----------------------------------------------------------------------------------
+    def tokenize(self, text: str, add_bos: bool = False, special: bool = True) -> list[int]:
+        return self._model.tokenize(text.encode("utf-8"), add_bos, special)
+
+    def token_bytes(self, token: int, special: bool = False) -> bytes:
+        buf = ctypes.create_string_buffer(256)
+        n = self._llama_cpp.llama_token_to_piece(self._model.vocab, token, buf, len(buf), 0, special)
+        return buf.raw[: max(n, 0)]
+
+    def detokenize(self, tokens: Sequence[int], special: bool = False) -> str:
+        return b"".join(self.token_bytes(t, special) for t in tokens).decode("utf-8", errors="replace")
+
+    @property
+    def eos(self) -> int:
+        return self._model.token_eos()
+
+    @property
+    def bos(self) -> int:
+        return self._model.token_bos()
+
+    def is_end_of_generation(self, token: int) -> bool:
+        return bool(self._llama_cpp.llama_vocab_is_eog(self._model.vocab, token))
+
+    def metadata(self) -> dict[str, str]:
+        return self._model.metadata()
+
+    # --- decoding ---------------------------------------------------------------------------------
+    def decode(self, tokens: Sequence[int], logit_rows: Sequence[int] = ()) -> np.ndarray:
+        """Append `tokens` to the KV cache; return logits (len(logit_rows), n_vocab) for those row indices.
+
+        Only the requested rows get logits from llama.cpp. Long inputs are split into n_batch chunks.
+        """
+        if self.n_past + len(tokens) > self.n_ctx:
+            raise SpecQuantError(f"context full: {self.n_past} + {len(tokens)} tokens > n_ctx {self.n_ctx}")
+        wanted = sorted(set(logit_rows))
+        if wanted and (wanted[0] < 0 or wanted[-1] >= len(tokens)):
+            raise ValueError(f"logit rows {wanted} outside a batch of {len(tokens)}")
+        out = np.empty((len(wanted), self.n_vocab), dtype=np.float32)
+        row_of = {r: i for i, r in enumerate(wanted)}
+        b = self._batch.batch
+        for start in range(0, len(tokens), self.n_batch):
+            chunk = tokens[start : start + self.n_batch]
+            for i, tok in enumerate(chunk):
+                b.token[i] = tok
+                b.pos[i] = self.n_past + i
+                b.n_seq_id[i] = 1
+                b.seq_id[i][0] = 0
+                b.logits[i] = (start + i) in row_of
+            b.n_tokens = len(chunk)
+            rc = self._llama_cpp.llama_decode(self._ctx.ctx, b)
+            if rc != 0:
+                # llama.cpp keeps the KV cache consistent up to the last finished ubatch; roll back to
+                # where this call started so the caller can retry cleanly.
+                self._ctx.kv_cache_seq_rm(0, self.n_past, -1)
+                if rc == 2:
+                    raise Cancelled("cancelled during decoding")
+                raise SpecQuantError(f"llama_decode failed with code {rc} ({route_llama_log().last()})")
+            self.n_past += len(chunk)
+            for i in range(len(chunk)):
+                if (start + i) in row_of:
+                    ptr = self._llama_cpp.llama_get_logits_ith(self._ctx.ctx, i)
+                    out[row_of[start + i]] = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+        return out
+
+    def truncate(self, n: int) -> None:
+        """Keep only the first `n` tokens in the KV cache."""
+        if n < self.n_past:
+            self._ctx.kv_cache_seq_rm(0, n, -1)
+            self.n_past = n
+
+    # --- cancellation -----------------------------------------------------------------------------
+    def set_abort_event(self, event: threading.Event | None) -> None:
+        """While set, llama.cpp aborts a running decode between graph nodes (prefill can be stopped)."""
+        self._abort_event = event
+
+    def _should_abort(self, _data: ctypes.c_void_p) -> bool:
+        ev = self._abort_event
+        return bool(ev is not None and ev.is_set())
+
+    def close(self) -> None:
+        for part in (self._batch, self._ctx, self._model):
+            part.close()
+
+    def __enter__(self) -> LlamaBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,68 @@
+"""Shared fixtures: the demo model, a converted demo cache, micro models and a CLI runner."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from converters.convert import convert
+from converters.sources import demo_gguf as find_demo_gguf
+from runtime.cache import DEMO_NAME, ModelDir
+from tests.micro_model import MicroSpec, write_micro_gguf
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets its own empty model cache; the user's is never touched."""
+    root = tmp_path / "cache"
+    monkeypatch.setenv("SPECQUANT_CACHE_DIR", str(root))
+    return root
+
+
+@pytest.fixture(scope="session")
+def demo_gguf() -> Path:
+    return find_demo_gguf()
+
+
+@pytest.fixture(scope="session")
+def demo_model(tmp_path_factory: pytest.TempPathFactory) -> ModelDir:
+    """The demo model converted once per test run into a session cache (three verified tiers)."""
+    root = tmp_path_factory.mktemp("demo-cache")
+    convert("demo", root=root)
+    return ModelDir(root, DEMO_NAME)
+
+
+@pytest.fixture(scope="session")
+def micro_gguf(tmp_path_factory: pytest.TempPathFactory, demo_gguf: Path) -> Path:
+    """A tiny random llama F16 GGUF (hidden 256, so Q4_K really applies) with the demo tokenizer."""
+    return write_micro_gguf(tmp_path_factory.mktemp("micro") / "micro-f16.gguf", demo_gguf, MicroSpec())
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """`specquant ARGS` in a child process, as a user would run it."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "runtime.cli", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=REPO,
+        timeout=timeout,
+    )
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> None:
+    """Exit 2, exactly one stderr line naming the problem, and no traceback."""
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])

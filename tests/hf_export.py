@@ -1,0 +1,207 @@
+"""Test helper: export a llama GGUF as a Hugging Face checkpoint directory.
+
+Written independently of the converter (its own name table, its own inverse Q/K permutation), so a round
+trip through both is not circular; tests also check llama.cpp against a numpy forward pass over the export.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import gguf
+import numpy as np
+from safetensors.numpy import save_file
+
+PRE_TOKENIZERS = {
+    "smollm": {
+        "type": "Sequence",
+        "pretokenizers": [
+            {"type": "Digits", "individual_digits": True},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+        ],
+    }
+}
+
+_LAYER_NAMES = {
+    "attn_norm": "input_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_norm": "post_attention_layernorm",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+
+
+def _field(reader: gguf.GGUFReader, key: str):
+    f = reader.fields.get(key)
+    return None if f is None else f.contents()
+
+
+def unpermute_rotary(w: np.ndarray, n_head: int) -> np.ndarray:
+    """GGUF llama Q/K rows (interleaved rotary pairs) back to HF's rotate-half order."""
+    head_dim = w.shape[0] // n_head
+    return w.reshape(n_head, head_dim // 2, 2, w.shape[1]).transpose(0, 2, 1, 3).reshape(w.shape)
+
+
+def _hf_tensors(reader: gguf.GGUFReader, n_head: int, n_head_kv: int) -> dict[str, np.ndarray]:
+    out = {}
+    for t in reader.tensors:
+        shape = tuple(int(d) for d in reversed(t.shape.tolist()))
+        x = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32).reshape(shape)
+        parts = t.name.split(".")
+        if t.name == "token_embd.weight":
+            name = "model.embed_tokens.weight"
+        elif t.name == "output_norm.weight":
+            name = "model.norm.weight"
+        elif t.name == "output.weight":
+            name = "lm_head.weight"
+        elif parts[0] == "blk":
+            kind = parts[2]
+            if kind == "attn_q":
+                x = unpermute_rotary(x, n_head)
+            elif kind == "attn_k":
+                x = unpermute_rotary(x, n_head_kv)
+            name = f"model.layers.{parts[1]}.{_LAYER_NAMES[kind]}.weight"
+        else:
+            raise ValueError(f"cannot export tensor {t.name}")
+        out[name] = x
+    return out
+
+
+def write_safetensors_bf16(path: Path, tensors: dict[str, np.ndarray]) -> None:
+    """safetensors cannot write BF16 from numpy; the layout is simple enough to write by hand here."""
+    header, blobs, offset = {}, [], 0
+    for name, x in tensors.items():
+        bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+        bf16 = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype("<u2")  # round to nearest even
+        blob = bf16.tobytes()
+        header[name] = {"dtype": "BF16", "shape": list(x.shape), "data_offsets": [offset, offset + len(blob)]}
+        blobs.append(blob)
+        offset += len(blob)
+    head = json.dumps(header).encode()
+    head += b" " * (-len(head) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(head)))
+        f.write(head)
+        for b in blobs:
+            f.write(b)
+
+
+def export_to_hf(
+    gguf_path: Path,
+    out: Path,
+    dtype: str = "F16",
+    shards: int = 1,
+    tensors_hook=None,
+) -> Path:
+    """Write config.json, tokenizer.json, tokenizer_config.json and safetensors for a llama GGUF."""
+    reader = gguf.GGUFReader(gguf_path)
+    arch = _field(reader, "general.architecture")
+    assert arch == "llama", arch
+    n_head = int(_field(reader, "llama.attention.head_count"))
+    n_head_kv = int(_field(reader, "llama.attention.head_count_kv"))
+    tensors = _hf_tensors(reader, n_head, n_head_kv)
+    if tensors_hook is not None:
+        tensors_hook(tensors)
+    tokens = _field(reader, "tokenizer.ggml.tokens")
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": int(_field(reader, "llama.embedding_length")),
+        "intermediate_size": int(_field(reader, "llama.feed_forward_length")),
+        "num_hidden_layers": int(_field(reader, "llama.block_count")),
+        "num_attention_heads": n_head,
+        "num_key_value_heads": n_head_kv,
+        "rms_norm_eps": float(_field(reader, "llama.attention.layer_norm_rms_epsilon")),
+        "rope_theta": float(_field(reader, "llama.rope.freq_base")),
+        "max_position_embeddings": int(_field(reader, "llama.context_length")),
+        "vocab_size": len(tokens),
+        "tie_word_embeddings": "lm_head.weight" not in tensors,
+        "torch_dtype": {"F16": "float16", "BF16": "bfloat16", "F32": "float32"}[dtype],
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    _write_tokenizer(reader, out, tokens)
+    _write_weights(tensors, out, dtype, shards)
+    return out
+
+
+def _write_tokenizer(reader: gguf.GGUFReader, out: Path, tokens: list[str]) -> None:
+    types = _field(reader, "tokenizer.ggml.token_type")
+    merges = _field(reader, "tokenizer.ggml.merges")
+    pre = _field(reader, "tokenizer.ggml.pre")
+    vocab = {tok: i for i, tok in enumerate(tokens)}
+    added = [
+        {
+            "id": i,
+            "content": tokens[i],
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+        for i, kind in enumerate(types)
+        if kind == gguf.TokenType.CONTROL
+    ]
+    tokenizer = {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": PRE_TOKENIZERS[pre],
+        "post_processor": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": False,
+            "vocab": vocab,
+            "merges": merges,
+        },
+    }
+    (out / "tokenizer.json").write_text(json.dumps(tokenizer, ensure_ascii=False))
+
+    def tok(key: str) -> str | None:
+        i = _field(reader, key)
+        return None if i is None else tokens[int(i)]
+
+    config = {
+        "bos_token": tok("tokenizer.ggml.bos_token_id"),
+        "eos_token": tok("tokenizer.ggml.eos_token_id"),
+        "unk_token": tok("tokenizer.ggml.unknown_token_id"),
+        "pad_token": tok("tokenizer.ggml.padding_token_id"),
+        "add_bos_token": bool(_field(reader, "tokenizer.ggml.add_bos_token")),
+        "chat_template": _field(reader, "tokenizer.chat_template"),
+        "model_max_length": 8192,
+        "tokenizer_class": "GPT2Tokenizer",
+    }
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False))
+
+
+def _write_weights(tensors: dict[str, np.ndarray], out: Path, dtype: str, shards: int) -> None:
+    names = list(tensors)
+    groups = [names[i::shards] for i in range(shards)]
+    weight_map = {}
+    for i, group in enumerate(groups):
+        fname = "model.safetensors" if shards == 1 else f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        part = {n: tensors[n] for n in group}
+        if dtype == "BF16":
+            write_safetensors_bf16(out / fname, part)
+        else:
+            np_dtype = np.float16 if dtype == "F16" else np.float32
+            save_file({n: np.ascontiguousarray(x.astype(np_dtype)) for n, x in part.items()}, str(out / fname))
+        weight_map.update(dict.fromkeys(group, fname))
+    if shards > 1:
+        (out / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))

@@ -1,0 +1,62 @@
+"""An independent numpy forward pass with Hugging Face llama semantics, for checking llama.cpp.
+
+RMSNorm, rotate-half RoPE, grouped-query attention with a causal mask, SwiGLU MLP. It reads the
+exported safetensors through the `safetensors` package, not through our converter's reader.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import load_file
+
+
+def _rms(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def _rotate_half(x: np.ndarray) -> np.ndarray:
+    half = x.shape[-1] // 2
+    return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+
+
+def hf_llama_logits(model_dir: Path, ids: list[int]) -> np.ndarray:
+    """Logits (len(ids), vocab) of a llama checkpoint in float32 (F16/F32 safetensors)."""
+    cfg = json.loads((model_dir / "config.json").read_text())
+    w = {k: v.astype(np.float32) for f in sorted(model_dir.glob("*.safetensors")) for k, v in load_file(f).items()}
+    n_head, n_kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    d = cfg["hidden_size"] // n_head
+    eps = cfg["rms_norm_eps"]
+    t = len(ids)
+
+    inv_freq = 1.0 / (cfg["rope_theta"] ** (np.arange(0, d, 2, dtype=np.float64) / d))
+    angles = np.outer(np.arange(t), inv_freq)
+    emb = np.concatenate([angles, angles], axis=-1)
+    cos, sin = np.cos(emb).astype(np.float32)[:, None, :], np.sin(emb).astype(np.float32)[:, None, :]
+    mask = np.triu(np.full((t, t), -np.inf, dtype=np.float32), k=1)
+
+    x = w["model.embed_tokens.weight"][ids]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        h = _rms(x, w[p + "input_layernorm.weight"], eps)
+        q = (h @ w[p + "self_attn.q_proj.weight"].T).reshape(t, n_head, d)
+        k = (h @ w[p + "self_attn.k_proj.weight"].T).reshape(t, n_kv, d)
+        v = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(t, n_kv, d)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        k = np.repeat(k, n_head // n_kv, axis=1)
+        v = np.repeat(v, n_head // n_kv, axis=1)
+        scores = np.einsum("thd,shd->hts", q, k) / np.sqrt(d) + mask
+        scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        scores /= scores.sum(axis=-1, keepdims=True)
+        attn = np.einsum("hts,shd->thd", scores, v).reshape(t, n_head * d)
+        x = x + attn @ w[p + "self_attn.o_proj.weight"].T
+        h = _rms(x, w[p + "post_attention_layernorm.weight"], eps)
+        gate = h @ w[p + "mlp.gate_proj.weight"].T
+        up = h @ w[p + "mlp.up_proj.weight"].T
+        x = x + (gate / (1.0 + np.exp(-gate)) * up) @ w[p + "mlp.down_proj.weight"].T
+    x = _rms(x, w["model.norm.weight"], eps)
+    head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
+    return x @ head.T
