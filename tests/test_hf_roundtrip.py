@@ -84,7 +84,7 @@ def test_llama_cpp_matches_independent_numpy_forward(converted_hf: ModelDir, dem
     # difference 0.1% of the logit range; we allow 0.5%, while a wrong Q/K permutation moves logits by >10%.
     scale = np.abs(want).max()
     assert np.abs(got - want).max() < 0.005 * scale
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         assert np.corrcoef(g, w)[0, 1] > 0.9999
     assert (got.argmax(axis=1) == want.argmax(axis=1)).mean() >= 0.9
 
