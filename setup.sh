@@ -32,6 +32,17 @@ if [ -z "$wheel" ]; then
   wheel=$(ls "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl | head -n 1)
 fi
 
+# Qt's runtime libraries and a font, for the offscreen GUI tests; only what is missing, only where apt exists.
+if [ "${1:-}" = "test" ] && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  missing=""
+  for pkg in libegl1 libgl1 libxkbcommon0 libfontconfig1 libglib2.0-0 libdbus-1-3 fonts-dejavu-core; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || missing="$missing $pkg"
+  done
+  if [ -n "$missing" ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
+  fi
+fi
+
 # --force-reinstall: an installed llama-cpp-python of the same version may be another flavour.
 "$PY" -m pip install -q --no-deps --force-reinstall "$wheel"
 extra=""

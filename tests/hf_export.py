@@ -205,3 +205,51 @@ def _write_weights(tensors: dict[str, np.ndarray], out: Path, dtype: str, shards
         weight_map.update(dict.fromkeys(group, fname))
     if shards > 1:
         (out / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+
+
+QWEN2_PRE = {
+    "type": "Sequence",
+    "pretokenizers": [
+        {
+            "type": "Split",
+            "pattern": {
+                "Regex": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+            },
+            "behavior": "Isolated",
+            "invert": False,
+        },
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+    ],
+}
+
+
+def llama_to_qwen(src: Path, out: Path, arch: str, seed: int = 7) -> Path:
+    """Turn an exported llama checkpoint into a qwen2 (q/k/v biases) or qwen3 (q/k norms, head_dim)
+    checkpoint with the same tokens, adding those extra tensors with random values."""
+    from safetensors.numpy import load_file
+
+    rng = np.random.default_rng(seed)
+    out.mkdir(parents=True)
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["architectures"] = [arch]
+    cfg["model_type"] = {"Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}[arch]
+    tensors = {k: v for f in sorted(src.glob("*.safetensors")) for k, v in load_file(f).items()}
+    head_dim = cfg["hidden_size"] // cfg["num_attention_heads"]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}.self_attn."
+        if arch == "Qwen2ForCausalLM":
+            for proj in ("q_proj", "k_proj", "v_proj"):
+                rows = tensors[p + proj + ".weight"].shape[0]
+                tensors[p + proj + ".bias"] = (0.1 * rng.standard_normal(rows)).astype(np.float16)
+        else:
+            cfg["head_dim"] = head_dim
+            for norm in ("q_norm", "k_norm"):
+                tensors[p + norm + ".weight"] = (1 + 0.1 * rng.standard_normal(head_dim)).astype(np.float16)
+    (out / "config.json").write_text(json.dumps(cfg))
+    tok = json.loads((src / "tokenizer.json").read_text())
+    tok["pre_tokenizer"] = QWEN2_PRE
+    (out / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False))
+    (out / "tokenizer_config.json").write_text((src / "tokenizer_config.json").read_text())
+    save_file(tensors, str(out / "model.safetensors"))
+    return out

@@ -1,4 +1,4 @@
-"""An independent numpy forward pass with Hugging Face llama semantics, for checking llama.cpp.
+"""An independent numpy forward pass with Hugging Face llama/qwen2/qwen3 semantics, for checking llama.cpp.
 
 RMSNorm, rotate-half RoPE, grouped-query attention with a causal mask, SwiGLU MLP. It reads the
 exported safetensors through the `safetensors` package, not through our converter's reader.
@@ -27,7 +27,8 @@ def hf_llama_logits(model_dir: Path, ids: list[int]) -> np.ndarray:
     cfg = json.loads((model_dir / "config.json").read_text())
     w = {k: v.astype(np.float32) for f in sorted(model_dir.glob("*.safetensors")) for k, v in load_file(f).items()}
     n_head, n_kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    d = cfg["hidden_size"] // n_head
+    d = cfg.get("head_dim") or cfg["hidden_size"] // n_head
+    zero = np.float32(0.0)
     eps = cfg["rms_norm_eps"]
     t = len(ids)
 
@@ -41,9 +42,13 @@ def hf_llama_logits(model_dir: Path, ids: list[int]) -> np.ndarray:
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         h = _rms(x, w[p + "input_layernorm.weight"], eps)
-        q = (h @ w[p + "self_attn.q_proj.weight"].T).reshape(t, n_head, d)
-        k = (h @ w[p + "self_attn.k_proj.weight"].T).reshape(t, n_kv, d)
-        v = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(t, n_kv, d)
+        # qwen2 adds q/k/v biases; qwen3 normalises each head of q and k before RoPE.
+        q = (h @ w[p + "self_attn.q_proj.weight"].T + w.get(p + "self_attn.q_proj.bias", zero)).reshape(t, n_head, d)
+        k = (h @ w[p + "self_attn.k_proj.weight"].T + w.get(p + "self_attn.k_proj.bias", zero)).reshape(t, n_kv, d)
+        v = (h @ w[p + "self_attn.v_proj.weight"].T + w.get(p + "self_attn.v_proj.bias", zero)).reshape(t, n_kv, d)
+        if p + "self_attn.q_norm.weight" in w:
+            q = _rms(q, w[p + "self_attn.q_norm.weight"], eps)
+            k = _rms(k, w[p + "self_attn.k_norm.weight"], eps)
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
         k = np.repeat(k, n_head // n_kv, axis=1)

@@ -17,7 +17,7 @@ import pytest
 from converters.convert import convert
 from runtime.cache import ModelDir
 from runtime.llama_backend import LlamaBackend, LoadOptions
-from tests.hf_export import export_to_hf
+from tests.hf_export import export_to_hf, llama_to_qwen
 from tests.numpy_reference import hf_llama_logits
 
 PROMPTS = [
@@ -124,3 +124,22 @@ def test_bf16_sharded_checkpoint_counts_f16_range_losses(micro_gguf: Path, tmp_p
         a = np.asarray(orig[name].data, dtype=np.float32)
         b = np.asarray(conv[name].data, dtype=np.float32)
         np.testing.assert_allclose(b, a, rtol=1e-2, atol=1e-3)
+
+
+@pytest.mark.parametrize("arch", ["Qwen2ForCausalLM", "Qwen3ForCausalLM"])
+def test_qwen_architectures_match_numpy_forward(arch: str, micro_gguf: Path, tmp_path: Path) -> None:
+    """qwen2 (biases, NEOX RoPE, no permutation) and qwen3 (per-head q/k norms) on a micro checkpoint."""
+    llama = export_to_hf(micro_gguf, tmp_path / "micro-llama")
+    src = llama_to_qwen(llama, tmp_path / f"micro-{arch.lower()}", arch)
+    manifest = convert(str(src), root=tmp_path / "cache")
+    assert manifest["complete"]
+    path = ModelDir(tmp_path / "cache", manifest["name"]).tier_path("f16")
+    meta = gguf.GGUFReader(path).fields
+    assert meta["general.architecture"].contents() == arch[:5].lower()
+    assert meta["tokenizer.ggml.pre"].contents() == "qwen2"
+    with LlamaBackend(path, LoadOptions(n_ctx=64)) as b:
+        ids = b.tokenize(PROMPTS[0] + " Paris, and the capital of Italy is")
+    got = all_logits(path, ids)
+    want = hf_llama_logits(src, ids)
+    assert np.abs(got - want).max() < 0.005 * np.abs(want).max()
+    assert (got.argmax(axis=1) == want.argmax(axis=1)).mean() >= 0.9
