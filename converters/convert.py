@@ -144,6 +144,11 @@ def _convert_locked(
     old_tiers = (old or {}).get("tiers", {})
     intact = {t: old_tiers[t] for t in TIERS if tier_is_intact(model, t, old_tiers.get(t))}
     if old and old.get("complete") and len(intact) == len(TIERS):
+        if any("hparams" not in rec for rec in intact.values()):
+            # A manifest from before placement facts were recorded: add them (headers only, no rewrite).
+            for tier, rec in intact.items():
+                rec["hparams"] = summarize_tier(model.tier_path(tier), tier).hparams
+            model.write_manifest(old)
         for tier in TIERS:
             report(Progress(tier, intact[tier]["bytes"], intact[tier]["bytes"], "verified, kept"))
         report(Progress("done", 1, 1))
@@ -190,6 +195,7 @@ def _finish_tier(model: ModelDir, tier: str, cancelled: Callable[[], bool] | Non
     except SpecQuantError as e:
         raise SpecQuantError(f"the {tier} tier failed its check: {e}") from None
     record = {
+        "hparams": summary.hparams,
         "file": model.tier_path(tier).name,
         "sha256": sha256_file(partial, cancelled),
         "bytes": partial.stat().st_size,

@@ -10,6 +10,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+import gguf
+
 from converters.gguf_to_f16 import open_gguf
 from runtime.errors import SpecQuantError
 
@@ -27,6 +29,34 @@ TIER_TYPES: dict[str, tuple[int, frozenset[str], frozenset[str]]] = {
 class TierSummary:
     tensor_types: dict[str, int]
     fallbacks: int
+    hparams: dict[str, int]
+
+
+def read_hparams(reader: gguf.GGUFReader) -> dict[str, int]:
+    """The shape facts placement needs, from GGUF metadata."""
+    f = reader.fields
+    arch = str(f["general.architecture"].contents())
+
+    def get(key: str, default: int | None = None) -> int:
+        field = f.get(f"{arch}.{key}")
+        if field is None:
+            if default is None:
+                raise SpecQuantError(f"GGUF metadata lacks {arch}.{key}")
+            return default
+        return int(field.contents())
+
+    n_head = get("attention.head_count")
+    n_embd = get("embedding_length")
+    tokens = f.get("tokenizer.ggml.tokens")
+    return {
+        "n_layer": get("block_count"),
+        "n_embd": n_embd,
+        "n_head": n_head,
+        "n_head_kv": get("attention.head_count_kv", n_head),
+        "head_dim": get("attention.key_length", n_embd // n_head),
+        "n_vocab": get("vocab_size", len(tokens.data) if tokens is not None else 0),
+        "n_ctx_train": get("context_length", 4096),
+    }
 
 
 def summarize_tier(path: Path, tier: str) -> TierSummary:
@@ -52,4 +82,4 @@ def summarize_tier(path: Path, tier: str) -> TierSummary:
             raise SpecQuantError(f"{path}: tensor {t.name} is {kind}, not a {tier} type")
     if not any(histogram[k] for k in intended):
         raise SpecQuantError(f"{path}: no tensor of the {tier} types")
-    return TierSummary(dict(sorted(histogram.items())), fallbacks)
+    return TierSummary(dict(sorted(histogram.items())), fallbacks, read_hparams(reader))

@@ -8,12 +8,14 @@ import logging
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
-from runtime.cache import ModelDir, cache_root, list_models
+from runtime.cache import TIERS, ModelDir, cache_root, list_models
 from runtime.errors import Cancelled, SpecQuantError, UserError
 
 log = logging.getLogger("specquant")
+TIER_CHOICES = TIERS
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -123,6 +125,180 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_prompt(args: argparse.Namespace) -> str | None:
+    if getattr(args, "prompt", None) is not None:
+        return args.prompt
+    if getattr(args, "prompt_file", None):
+        if args.prompt_file == "-":
+            return sys.stdin.read()
+        try:
+            return Path(args.prompt_file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise UserError(
+                f"cannot read prompt file {args.prompt_file}: {getattr(e, 'strerror', None) or e}"
+            ) from None
+    return None
+
+
+def cmd_route(args: argparse.Namespace) -> int:
+    from runtime.router import route
+
+    text = args.text if args.text is not None else _read_prompt(args)
+    if text is None:
+        raise UserError("give the text to route, or --prompt-file FILE")
+    r = route(text)
+    if args.json:
+        print(json.dumps(r.as_dict(), indent=2))
+    else:
+        print(f"{r.level} (score {r.score:.3f}): {r.reason}")
+    return 0
+
+
+def _chat_options(args: argparse.Namespace) -> Any:
+    from runtime.engine import ChatOptions
+    from runtime.sampling import SamplingParams
+
+    sampling = SamplingParams(
+        temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, seed=args.seed
+    )
+    return ChatOptions(
+        level=args.level,
+        preset=args.preset,
+        allow_lossy=args.allow_lossy,
+        parent=args.parent,
+        draft=args.draft,
+        no_spec=args.no_spec,
+        k=args.k,
+        max_tokens=args.max_tokens,
+        sampling=sampling,
+    )
+
+
+def _engine(args: argparse.Namespace) -> Any:
+    from runtime.engine import Engine, EngineSettings
+    from runtime.placement import PlacementSettings
+
+    if args.ctx < 256:
+        raise UserError(f"--ctx {args.ctx} is too small (at least 256)")
+    settings = EngineSettings(n_ctx=args.ctx, n_threads=args.threads, placement=PlacementSettings(mode=args.placement))
+    return Engine(args.model, settings)
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    options = _chat_options(args)  # bad values fail before any model loads
+    prompt = _read_prompt(args)
+    engine = _engine(args)
+    try:
+        if prompt is None:
+            return _repl(engine, options)
+        messages = [{"role": "user", "content": prompt}]
+        if args.json:
+            text, last = _collect(engine, messages, options, stream=None)
+            out = {
+                "text": text,
+                "route": last.route.as_dict(),
+                "parent": last.choice.parent,
+                "draft": last.choice.draft,
+                "placement": last.placement.as_dict(),
+                "stats": last.stats.as_dict(),
+            }
+            print(json.dumps(out, indent=2, ensure_ascii=False))
+        else:
+            _, last = _collect(engine, messages, options, stream=sys.stdout)
+            print(file=sys.stdout)
+            print(_stats_line(last), file=sys.stderr)
+    finally:
+        engine.close()
+    return 0
+
+
+def _collect(engine: Any, messages: list[dict[str, str]], options: Any, stream: TextIO | None) -> tuple[str, Any]:
+    parts = []
+    last = None
+    for chunk in engine.stream_chat(messages, options):
+        parts.append(chunk.text)
+        if stream is not None and chunk.text:
+            stream.write(chunk.text)
+            stream.flush()
+        last = chunk
+    return "".join(parts), last
+
+
+def _stats_line(chunk: Any) -> str:
+    s = chunk.stats
+    acc = f", acceptance {s.acceptance:.0%}" if s.acceptance is not None else ""
+    return (
+        f"[{chunk.route.level} · {chunk.choice.label} · {s.tokens} tokens · {s.tok_per_s:.1f} tok/s{acc} · "
+        f"{chunk.placement.label}]"
+    )
+
+
+def _repl(engine: Any, options: Any) -> int:
+    """Interactive chat with streaming; /reset clears the conversation, /quit or Ctrl-D leaves."""
+    messages: list[dict[str, str]] = []
+    print(f"SpecQuant chat with {engine.model.name}. /reset clears the conversation; /quit or Ctrl-D leaves.")
+    while True:
+        try:
+            line = input("> ")
+        except EOFError:
+            print()
+            return 0
+        if not line.strip():
+            continue
+        if line.strip() in ("/quit", "/exit"):
+            return 0
+        if line.strip() == "/reset":
+            messages.clear()
+            continue
+        messages.append({"role": "user", "content": line})
+        try:
+            text, last = _collect(engine, messages, options, stream=sys.stdout)
+        except KeyboardInterrupt:
+            print("\n[stopped]")
+            messages.pop()
+            continue
+        messages.append({"role": "assistant", "content": text})
+        print()
+        print(_stats_line(last), file=sys.stderr)
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from runtime.policy import PRESETS
+
+    engine = _engine(args)
+    try:
+        from runtime.policy import Choice
+
+        plans = {}
+        for level, (parent, draft) in PRESETS["exact"].items():
+            plans[level] = engine.plan(Choice(parent, draft, None, "exact preset")).as_dict()
+        out = {
+            "model": engine.model.name,
+            "path": str(engine.model.path),
+            "reconstructed": engine.manifest.get("reconstructed"),
+            "tiers": ModelDir(engine.model.root, engine.model.name).tier_rows(engine.manifest),
+            "hardware": engine.hardware.as_dict(),
+            "placement": plans,
+            "n_ctx": engine.settings.n_ctx,
+        }
+        if args.json:
+            print(json.dumps(out, indent=2))
+        else:
+            print(f"model   {out['model']} ({out['path']})" + ("  [reconstructed f16]" if out["reconstructed"] else ""))
+            for r in out["tiers"]:
+                print(f"  {r['tier']:<7} {_gb(r['bytes']):>9}")
+            hw = out["hardware"]
+            gpus = ", ".join(g["name"] for g in hw["gpus"]) or "none"
+            print(
+                f"machine {hw['cpu']}, {hw['physical_cores']} cores, {hw['ram_available_gb']} GB RAM free, GPUs: {gpus}"
+            )
+            for level, p in plans.items():
+                print(f"  {level:<6} {p['reason']}")
+    finally:
+        engine.close()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _OneLineParser(prog="specquant", description="Routed speculative decoding over GGUF precision tiers.")
     parser.add_argument("-v", "--verbose", action="store_true", help="show detailed logs, llama.cpp's included")
@@ -138,6 +314,42 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("list", help="list cached models and their tiers")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("route", help="show a prompt's complexity level")
+    p.add_argument("text", nargs="?", help="the prompt")
+    p.add_argument("--prompt-file", help="read the prompt from FILE (- for stdin)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_route)
+
+    for name, func, text in (
+        ("info", cmd_info, "show the model, the hardware and the placement plan"),
+        ("chat", cmd_chat, "chat: one prompt, or an interactive session"),
+    ):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("--model", help="model name in the cache (default: the only one, else the demo)")
+        p.add_argument("--ctx", type=int, default=4096, help="context size in tokens (default 4096)")
+        p.add_argument("--threads", type=int, default=0, help="threads (default: physical cores)")
+        p.add_argument("--placement", default="auto", choices=("auto", "cpu", "gpu"), help="where tiers run")
+        p.add_argument("--json", action="store_true", help="print one JSON object")
+        p.set_defaults(func=func)
+        if name == "info":
+            continue
+        src = p.add_mutually_exclusive_group()
+        src.add_argument("--prompt", help="the prompt (without it: an interactive chat)")
+        src.add_argument("--prompt-file", help="read the prompt from FILE (- for stdin)")
+        p.add_argument("--level", default="auto", choices=("auto", "low", "medium", "high"))
+        p.add_argument("--preset", default="exact", choices=("exact", "paper", "auto"))
+        p.add_argument("--allow-lossy", action="store_true", help="auto preset: accept lower precision where faster")
+        p.add_argument("--parent", choices=TIER_CHOICES, help="answer with this tier")
+        p.add_argument("--draft", choices=(*TIER_CHOICES, "none"), help="draft with this tier, or none")
+        p.add_argument("--no-spec", action="store_true", help="no speculation (same as --draft none)")
+        p.add_argument("--k", type=int, help="fixed draft length (default: adaptive)")
+        p.add_argument("--max-tokens", type=int, default=512)
+        p.add_argument("--temp", type=float, default=0.0, help="temperature; 0 is greedy (default)")
+        p.add_argument("--top-k", type=int, default=40)
+        p.add_argument("--top-p", type=float, default=0.95)
+        p.add_argument("--min-p", type=float, default=0.05)
+        p.add_argument("--seed", type=int, default=0)
     return parser
 
 

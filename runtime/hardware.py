@@ -1,12 +1,115 @@
-"""What this machine offers: cores and memory (psutil)."""
+"""What this machine offers: physical cores and RAM (psutil), and GPUs through ggml's device API.
+
+llama-cpp-python 0.3.36 does not bind ggml's backend device functions, so they are declared here with
+ctypes on the libggml it loaded, and only asked when `llama_supports_gpu_offload()` says a GPU build.
+"""
 
 from __future__ import annotations
 
+import ctypes
 import os
+import platform
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import psutil
+
+_GPU_TYPES = {1: "gpu", 2: "igpu"}  # enum ggml_backend_dev_type: CPU 0, GPU 1, IGPU 2, ACCEL 3, META 4
 
 
 def physical_cores() -> int:
     """Physical cores: llama.cpp runs best with one thread per core, not per hyper-thread."""
     return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    kind: str  # "gpu" (dedicated memory) or "igpu" (shares host memory)
+    free_bytes: int
+    total_bytes: int
+
+
+@dataclass(frozen=True)
+class Inventory:
+    cpu: str
+    physical_cores: int
+    ram_total_bytes: int
+    ram_available_bytes: int
+    gpus: tuple[Gpu, ...] = field(default_factory=tuple)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "cpu": self.cpu,
+            "physical_cores": self.physical_cores,
+            "ram_total_gb": round(self.ram_total_bytes / 1e9, 2),
+            "ram_available_gb": round(self.ram_available_bytes / 1e9, 2),
+            "gpus": [
+                {
+                    "name": g.name,
+                    "kind": g.kind,
+                    "free_gb": round(g.free_bytes / 1e9, 2),
+                    "total_gb": round(g.total_bytes / 1e9, 2),
+                }
+                for g in self.gpus
+            ],
+        }
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _libggml() -> ctypes.CDLL | None:
+    import llama_cpp
+
+    lib_dir = Path(llama_cpp.__file__).parent / "lib"
+    for name in ("libggml.so", "libggml.dylib", "ggml.dll"):
+        if (lib_dir / name).exists():
+            return ctypes.CDLL(str(lib_dir / name))
+    return None
+
+
+def gpus() -> tuple[Gpu, ...]:
+    """GPUs with their free and total memory, or none on a CPU-only build."""
+    import llama_cpp
+
+    if not llama_cpp.llama_supports_gpu_offload():
+        return ()
+    lib = _libggml()
+    if lib is None:
+        return ()
+    lib.ggml_backend_dev_count.restype = ctypes.c_size_t
+    lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+    lib.ggml_backend_dev_get.restype = ctypes.c_void_p
+    lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
+    lib.ggml_backend_dev_type.restype = ctypes.c_int
+    lib.ggml_backend_dev_description.argtypes = [ctypes.c_void_p]
+    lib.ggml_backend_dev_description.restype = ctypes.c_char_p
+    lib.ggml_backend_dev_memory.argtypes = [
+        ctypes.c_void_p,
+        ctypes.POINTER(ctypes.c_size_t),
+        ctypes.POINTER(ctypes.c_size_t),
+    ]
+    found = []
+    for i in range(lib.ggml_backend_dev_count()):
+        dev = lib.ggml_backend_dev_get(i)
+        kind = _GPU_TYPES.get(lib.ggml_backend_dev_type(dev))
+        if kind is None:
+            continue
+        free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+        lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+        name = (lib.ggml_backend_dev_description(dev) or b"GPU").decode(errors="replace")
+        found.append(Gpu(name, kind, free.value, total.value))
+    return tuple(found)
+
+
+def inventory() -> Inventory:
+    mem = psutil.virtual_memory()
+    return Inventory(cpu_name(), physical_cores(), mem.total, mem.available, gpus())

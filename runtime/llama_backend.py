@@ -42,6 +42,7 @@ class LlamaBackend:
         self._llama_cpp = llama_cpp
         route_llama_log()
         opts = options or LoadOptions()
+        self.options = opts
         self.path = Path(path)
         if not self.path.is_file():
             raise UserError(f"model file {self.path} does not exist")
@@ -68,7 +69,7 @@ class LlamaBackend:
         self._batch = _internals.LlamaBatch(n_tokens=opts.n_batch, embd=0, n_seq_max=1, verbose=True)
         self.n_ctx = self._ctx.n_ctx()
         self.n_vocab = self._model.n_vocab()
-        self.n_past = 0  # tokens held in the KV cache
+        self.tokens: list[int] = []  # exactly the tokens held in the KV cache, in order
         self.threads = threads
         self._abort_event: threading.Event | None = None
         self._abort_cb = llama_cpp.ggml_abort_callback(self._should_abort)
@@ -101,6 +102,19 @@ class LlamaBackend:
         return self._model.metadata()
 
     # --- decoding ---------------------------------------------------------------------------------
+    @property
+    def n_past(self) -> int:
+        return len(self.tokens)
+
+    def common_prefix(self, tokens: Sequence[int]) -> int:
+        """How many leading `tokens` the KV cache already holds."""
+        n = 0
+        for a, b in zip(self.tokens, tokens, strict=False):
+            if a != b:
+                break
+            n += 1
+        return n
+
     def decode(self, tokens: Sequence[int], logit_rows: Sequence[int] = ()) -> np.ndarray:
         """Append `tokens` to the KV cache; return logits (len(logit_rows), n_vocab) for those row indices.
 
@@ -131,18 +145,20 @@ class LlamaBackend:
                 if rc == 2:
                     raise Cancelled("cancelled during decoding")
                 raise SpecQuantError(f"llama_decode failed with code {rc} ({route_llama_log().last()})")
-            self.n_past += len(chunk)
-            for i in range(len(chunk)):
-                if (start + i) in row_of:
-                    ptr = self._llama_cpp.llama_get_logits_ith(self._ctx.ctx, i)
-                    out[row_of[start + i]] = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+            self.tokens.extend(int(t) for t in chunk)
+            # Rows that asked for logits are stored contiguously, in batch order.
+            rows_here = [row_of[start + i] for i in range(len(chunk)) if (start + i) in row_of]
+            if rows_here:
+                ptr = self._llama_cpp.llama_get_logits(self._ctx.ctx)
+                out[rows_here] = np.ctypeslib.as_array(ptr, shape=(len(rows_here), self.n_vocab))
         return out
 
     def truncate(self, n: int) -> None:
-        """Keep only the first `n` tokens in the KV cache."""
+        """Keep only the first `n` tokens in the KV cache (llama_memory_seq_rm)."""
         if n < self.n_past:
-            self._ctx.kv_cache_seq_rm(0, n, -1)
-            self.n_past = n
+            if not self._ctx.kv_cache_seq_rm(0, n, -1):
+                raise SpecQuantError(f"llama.cpp could not roll the KV cache back to {n} tokens")
+            del self.tokens[n:]
 
     # --- cancellation -----------------------------------------------------------------------------
     def set_abort_event(self, event: threading.Event | None) -> None:

@@ -1,0 +1,380 @@
+"""`Engine`: route a chat, pick its parent and draft, place and load the tiers, stream `Chunk`s.
+
+The speculative loop yields `Step`s; `stream_chat` turns them into Chunks, detokenizing incrementally so a
+multi-byte character is never split, and stopping at EOS, max tokens or a stop string. The CLI and the app
+only consume Chunks.
+"""
+
+from __future__ import annotations
+
+import codecs
+import logging
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from runtime import router
+from runtime.cache import DEMO_NAME, ModelDir, cache_root, check_name, list_models
+from runtime.errors import SpecQuantError, UserError
+from runtime.hardware import Inventory, inventory
+from runtime.llama_backend import LlamaBackend, LoadOptions
+from runtime.placement import PlacementSettings, Plan, TierFacts, plan, tier_facts
+from runtime.policy import Choice, choose
+from runtime.router import Route, RouterSettings
+from runtime.sampling import SamplingParams
+from runtime.speculative import SpecConfig, Step, generate_steps
+
+log = logging.getLogger("specquant.engine")
+Message = dict[str, str]
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    n_ctx: int = 4096
+    n_threads: int = 0  # 0: physical cores
+    placement: PlacementSettings = field(default_factory=PlacementSettings)
+    router: RouterSettings = field(default_factory=RouterSettings)
+    spec: SpecConfig = field(default_factory=SpecConfig)
+
+
+@dataclass(frozen=True)
+class ChatOptions:
+    """One request's choices; the CLI flags, the app's settings and the benchmark all build this."""
+
+    level: str = "auto"  # auto | low | medium | high
+    preset: str = "exact"
+    allow_lossy: bool = False
+    parent: str | None = None
+    draft: str | None = None  # a tier, "none", or None for the preset's
+    no_spec: bool = False
+    k: int | None = None  # fixed draft length; None = adaptive
+    max_tokens: int = 512
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    stop: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.level not in ("auto", *router.LEVELS):
+            raise UserError(f"unknown level {self.level!r}: choose auto, low, medium or high")
+        if self.max_tokens < 1:
+            raise UserError(f"max tokens {self.max_tokens} must be at least 1")
+
+
+@dataclass(frozen=True)
+class Stats:
+    tokens: int = 0
+    prompt_tokens: int = 0
+    reused_tokens: int = 0  # prompt tokens whose KV cache was kept from the previous turn
+    dropped_turns: int = 0  # oldest turns dropped to fit the context
+    ttft_s: float = 0.0
+    first_tokens: int = 0  # tokens of the first cycle, which also paid for the prefill
+    decode_s: float = 0.0  # time after the first cycle
+    drafted: int = 0
+    accepted: int = 0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    cycles: int = 0
+    stop_reason: str | None = None  # eos | max_tokens | stop | length | cancelled
+
+    @property
+    def tok_per_s(self) -> float:
+        """Decode speed: tokens after the first cycle over the time after it (prefill excluded)."""
+        n = self.tokens - self.first_tokens
+        return n / self.decode_s if n > 0 and self.decode_s > 0 else 0.0
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "tokens": self.tokens,
+            "tok_per_s": round(self.tok_per_s, 3),
+            "ttft_s": round(self.ttft_s, 4),
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "acceptance": None if self.acceptance is None else round(self.acceptance, 4),
+            "draft_s": round(self.draft_s, 4),
+            "verify_s": round(self.verify_s, 4),
+            "cycles": self.cycles,
+            "prompt_tokens": self.prompt_tokens,
+            "reused_tokens": self.reused_tokens,
+            "dropped_turns": self.dropped_turns,
+            "stop_reason": self.stop_reason,
+        }
+
+
+@dataclass(frozen=True)
+class Chunk:
+    text: str  # new text since the previous chunk
+    tokens: tuple[int, ...]
+    from_draft: tuple[bool, ...]
+    route: Route
+    choice: Choice
+    placement: Plan
+    stats: Stats  # cumulative for this answer
+    done: bool = False
+
+
+def resolve_model(name: str | None, root: Path | None = None) -> ModelDir:
+    """`--model NAME`, else the only model in the cache, else the demo (converted on first use)."""
+    root = cache_root() if root is None else root
+    if name:
+        model = ModelDir(root, check_name(name))
+        if model.read_manifest() is None:
+            known = ", ".join(m.name for m in list_models(root)) or "none"
+            raise UserError(f"no model {name!r} in {root} (cached: {known}); add it with `specquant convert`")
+        return model
+    complete = [m for m in list_models(root) if m.complete]
+    if len(complete) == 1:
+        return ModelDir(root, complete[0].name)
+    demo = ModelDir(root, DEMO_NAME)
+    if demo.read_manifest() is None or not any(m.name == DEMO_NAME and m.complete for m in complete):
+        from converters.convert import convert
+
+        log.warning("setting up the demo model (one time)")
+        convert("demo", root=root)
+    return demo
+
+
+class Engine:
+    """Owns the loaded tiers of one model and answers chats with them."""
+
+    def __init__(
+        self,
+        model: str | None = None,
+        settings: EngineSettings | None = None,
+        root: Path | None = None,
+        hardware: Inventory | None = None,
+    ) -> None:
+        self.settings = settings or EngineSettings()
+        self.model = resolve_model(model, root)
+        manifest = self.model.read_manifest()
+        if manifest is None or not manifest.get("complete"):
+            raise UserError(f"model {self.model.name!r} is incomplete: run `specquant convert` again")
+        self.manifest = manifest
+        self.hardware = hardware or inventory()
+        self._backends: dict[str, LlamaBackend] = {}
+        self._tokenizer: LlamaBackend | None = None
+        self._calibration: dict[str, Any] | None = None
+        router.warm_up()
+
+    # --- decisions ---------------------------------------------------------------------------------
+    def route(self, text: str) -> Route:
+        return router.route(text, self.settings.router)
+
+    def choose(self, route: Route, options: ChatOptions) -> Choice:
+        level = route.level if options.level == "auto" else options.level
+        calibration = self.calibration() if options.preset == "auto" else None
+        return choose(
+            level,
+            options.preset,
+            allow_lossy=options.allow_lossy,
+            calibration=calibration,
+            parent=options.parent,
+            draft=options.draft,
+            no_spec=options.no_spec,
+            k=options.k,
+        )
+
+    def facts(self, tier: str) -> TierFacts:
+        rec = self.manifest["tiers"][tier]
+        hparams = rec.get("hparams")
+        if hparams is None:
+            raise UserError(f"model {self.model.name!r} predates placement facts: run `specquant convert` again")
+        return tier_facts(tier, rec["bytes"], hparams, self.settings.n_ctx)
+
+    def plan(self, choice: Choice) -> Plan:
+        draft = self.facts(choice.draft) if choice.draft else None
+        return plan(self.hardware, self.facts(choice.parent), draft, self.settings.placement)
+
+    def calibration(self) -> dict[str, Any]:
+        if self._calibration is None:
+            from runtime.calibrate import load_or_calibrate
+
+            self._calibration = load_or_calibrate(self)
+        return self._calibration
+
+    # --- models ------------------------------------------------------------------------------------
+    def backend(self, tier: str, n_gpu_layers: int = 0, op_offload: bool | None = False) -> LlamaBackend:
+        """The loaded tier (memory-mapped), reloaded only when its placement changes."""
+        b = self._backends.get(tier)
+        if b is not None and b.options.n_gpu_layers == n_gpu_layers:
+            return b
+        if b is not None:
+            b.close()
+        self.model_file_check(tier)
+        opts = LoadOptions(
+            n_ctx=self.settings.n_ctx,
+            n_threads=self.settings.n_threads,
+            n_gpu_layers=n_gpu_layers,
+            op_offload=op_offload,
+        )
+        self._backends[tier] = LlamaBackend(self.model.tier_path(tier), opts)
+        return self._backends[tier]
+
+    def model_file_check(self, tier: str) -> None:
+        """A cheap guard against a damaged tier: size must match the manifest (convert checks sha256)."""
+        path = self.model.tier_path(tier)
+        want = self.manifest["tiers"][tier]["bytes"]
+        if not path.is_file() or path.stat().st_size != want:
+            raise UserError(f"{path} is missing or damaged: run `specquant convert` to repair {self.model.name}")
+
+    def pair(self, choice: Choice, placement: Plan) -> tuple[LlamaBackend, LlamaBackend | None]:
+        parent = self.backend(choice.parent, placement.parent.n_gpu_layers, placement.parent.op_offload)
+        draft = None
+        if choice.draft and placement.draft is not None:
+            draft = self.backend(choice.draft, placement.draft.n_gpu_layers, placement.draft.op_offload)
+        return parent, draft
+
+    def close(self) -> None:
+        for b in self._backends.values():
+            b.close()
+        self._backends.clear()
+
+    # --- chat --------------------------------------------------------------------------------------
+    def render(self, parent: LlamaBackend, messages: Sequence[Message]) -> list[int]:
+        """The chat as prompt tokens, through the GGUF's own chat template (llama-cpp-python's Jinja)."""
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        template = parent.metadata().get("tokenizer.chat_template")
+        if not template:
+            text = "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "
+        else:
+            bos = parent.detokenize([parent.bos], special=True) if parent.bos >= 0 else ""
+            eos = parent.detokenize([parent.eos], special=True) if parent.eos >= 0 else ""
+            try:
+                text = Jinja2ChatFormatter(template, eos, bos)(messages=list(messages)).prompt
+            except Exception as e:  # a template's own raise_exception, or a Jinja error
+                raise UserError(f"the model's chat template rejected this chat: {e}") from None
+        return parent.tokenize(text, add_bos=False, special=True)
+
+    def fit_context(self, parent: LlamaBackend, messages: list[Message], reserve: int) -> tuple[list[int], int]:
+        """Drop the oldest turns (never the system prompt, never the last message) until the prompt fits."""
+        dropped = 0
+        msgs = list(messages)
+        while True:
+            tokens = self.render(parent, msgs)
+            if len(tokens) + reserve <= parent.n_ctx:
+                return tokens, dropped
+            first = 1 if msgs and msgs[0]["role"] == "system" else 0
+            if len(msgs) - first <= 1:
+                raise UserError(
+                    f"the prompt is {len(tokens)} tokens; the context holds {parent.n_ctx} "
+                    f"with {reserve} kept for the answer: shorten it or raise the context size"
+                )
+            del msgs[first]
+            dropped += 1
+
+    def stream_chat(
+        self, messages: Sequence[Message], options: ChatOptions | None = None, cancel: threading.Event | None = None
+    ) -> Iterator[Chunk]:
+        """Answer the last user message of `messages`, streaming Chunks; the last has done=True."""
+        options = options or ChatOptions()
+        if not messages or messages[-1].get("role") != "user":
+            raise UserError("the chat must end with a user message")
+        route = self.route(messages[-1]["content"])
+        choice = self.choose(route, options)
+        placement = self.plan(choice)
+        parent, draft = self.pair(choice, placement)
+        if draft is None and choice.draft is not None:
+            choice = Choice(choice.parent, None, None, choice.why + "; draft dropped for memory")
+        reserve = min(options.max_tokens, parent.n_ctx // 4)
+        prompt, dropped = self.fit_context(parent, list(messages), reserve)
+        reused = min(parent.common_prefix(prompt), len(prompt) - 1)
+        spec = self.settings.spec
+        if options.k is not None or choice.k is not None:
+            spec = SpecConfig(k=options.k or choice.k or spec.k, k_max=spec.k_max, adaptive=False, p_min=spec.p_min)
+
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        stats = Stats(prompt_tokens=len(prompt), reused_tokens=reused, dropped_turns=dropped)
+        text_so_far = ""
+        held = ""  # text that might be the start of a stop string
+        t_start = time.perf_counter()
+        t_first: float | None = None
+        steps = generate_steps(parent, draft, prompt, options.sampling, spec, cancel)
+        reason = "length"
+        try:
+            for step in steps:
+                now = time.perf_counter()
+                if t_first is None:
+                    t_first = now
+                out_tokens, out_flags, reason = self._take(parent, step, stats.tokens, options.max_tokens)
+                piece = decoder.decode(b"".join(parent.token_bytes(t) for t in out_tokens))
+                held += piece
+                emit, held, hit = _split_stop(held, options.stop)
+                text_so_far += emit
+                stats = _add_step(stats, step, len(out_tokens), now - t_start, now - t_first)
+                if hit:
+                    reason = "stop"
+                yield Chunk(emit, out_tokens, out_flags, route, choice, placement, stats)
+                if reason is not None or hit:
+                    break
+            else:
+                reason = "cancelled" if cancel is not None and cancel.is_set() else "length"
+        finally:
+            steps.close()
+        tail = "" if reason == "stop" else held + decoder.decode(b"", final=True)
+        stats = replace(stats, stop_reason=reason)
+        yield Chunk(tail, (), (), route, choice, placement, stats, done=True)
+
+    @staticmethod
+    def _take(
+        parent: LlamaBackend, step: Step, produced: int, max_tokens: int
+    ) -> tuple[tuple[int, ...], tuple[bool, ...], str | None]:
+        """The step's tokens up to an end-of-generation token or the token budget, and why it stopped."""
+        tokens, flags = [], []
+        for tok, flag in zip(step.tokens, step.from_draft, strict=True):
+            if parent.is_end_of_generation(tok):
+                return tuple(tokens), tuple(flags), "eos"
+            tokens.append(tok)
+            flags.append(flag)
+            if produced + len(tokens) >= max_tokens:
+                return tuple(tokens), tuple(flags), "max_tokens"
+        return tuple(tokens), tuple(flags), None
+
+
+def _split_stop(text: str, stops: Sequence[str]) -> tuple[str, str, bool]:
+    """(text safe to emit, text held back, whether a stop string was found)."""
+    if not stops:
+        return text, "", False
+    for s in stops:
+        i = text.find(s)
+        if i >= 0:
+            return text[:i], "", True
+    keep = max((len(s) - 1 for s in stops), default=0)
+    # Hold back only a suffix that could still grow into a stop string.
+    for n in range(min(keep, len(text)), 0, -1):
+        if any(s.startswith(text[-n:]) for s in stops):
+            return text[:-n], text[-n:], False
+    return text, "", False
+
+
+def _add_step(stats: Stats, step: Step, n_out: int, elapsed: float, decode_s: float) -> Stats:
+    first = stats.cycles == 0
+    return replace(
+        stats,
+        tokens=stats.tokens + n_out,
+        ttft_s=elapsed if first else stats.ttft_s,
+        first_tokens=n_out if first else stats.first_tokens,
+        decode_s=decode_s,
+        drafted=stats.drafted + step.drafted,
+        accepted=stats.accepted + step.accepted,
+        draft_s=stats.draft_s + step.draft_s,
+        verify_s=stats.verify_s + step.verify_s,
+        cycles=stats.cycles + 1,
+    )
+
+
+def answer(engine: Engine, prompt: str, options: ChatOptions | None = None) -> tuple[str, Chunk]:
+    """A whole answer to one user prompt: (text, final chunk)."""
+    parts = []
+    last = None
+    for chunk in engine.stream_chat([{"role": "user", "content": prompt}], options):
+        parts.append(chunk.text)
+        last = chunk
+    if last is None:
+        raise SpecQuantError("no answer was produced")
+    return "".join(parts), last

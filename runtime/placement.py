@@ -1,0 +1,200 @@
+"""Where each loaded tier runs: `n_gpu_layers` per tier, as a pure function of hardware, models and settings.
+
+Candidates: all on the GPU; the draft on the GPU with as many parent layers as fit; the parent on the GPU
+with the draft on the CPU (the paper's split); CPU only. Each is scored with the cost model of DESIGN.md §6:
+a draft runs k times per cycle, so a small draft on the GPU often beats the paper's split. Decode is
+memory-bound, so a tier's step time is the bytes it reads per token over the bandwidth where they live.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from runtime.errors import UserError
+from runtime.hardware import Inventory
+
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class TierFacts:
+    """What placement needs to know of one tier (from the manifest and the GGUF header)."""
+
+    tier: str
+    file_bytes: int
+    n_layer: int
+    kv_bytes: int  # KV cache at the planned n_ctx
+    compute_bytes: int  # llama.cpp's compute buffer, about n_ubatch x (n_vocab + 4 n_embd) x 4 bytes
+
+    @property
+    def anonymous_on_cpu(self) -> bool:
+        """q4_k_m is repacked for AVX2 into anonymous memory on load: not shared, its full size in RAM."""
+        return self.tier == "q4_k_m"
+
+    def layer_bytes(self) -> float:
+        return self.file_bytes / max(self.n_layer, 1)
+
+
+def tier_facts(tier: str, file_bytes: int, hparams: dict[str, Any], n_ctx: int, n_ubatch: int = 512) -> TierFacts:
+    n_layer = int(hparams["n_layer"])
+    kv_dim = int(hparams["n_head_kv"]) * int(hparams["head_dim"])
+    kv = 2 * n_layer * kv_dim * n_ctx * 2  # K and V, F16
+    compute = n_ubatch * (int(hparams["n_vocab"]) + 4 * int(hparams["n_embd"])) * 4
+    return TierFacts(tier, file_bytes, n_layer, kv, compute)
+
+
+@dataclass(frozen=True)
+class PlacementSettings:
+    mode: str = "auto"  # auto | cpu | gpu
+    cpu_bandwidth: float = 30 * GB  # bytes/s; measured on the 2-core machine (DESIGN.md §6)
+    gpu_bandwidth: float = 300 * GB
+    k: int = 4
+    acceptance: float = 0.8  # assumed when ranking candidates before anything is measured
+    batch_cost: float = 1.3  # v(k+1): a (k+1)-token verify costs about 1.3 single steps on a CPU
+    margin_bytes: int = 512 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("auto", "cpu", "gpu"):
+            raise UserError(f"unknown placement {self.mode!r}: choose auto, cpu or gpu")
+
+
+@dataclass(frozen=True)
+class TierPlacement:
+    tier: str
+    n_gpu_layers: int
+    op_offload: bool
+
+    def as_dict(self) -> dict[str, object]:
+        return {"tier": self.tier, "n_gpu_layers": self.n_gpu_layers, "op_offload": self.op_offload}
+
+
+@dataclass(frozen=True)
+class Plan:
+    mode: str  # cpu | gpu | hybrid
+    candidate: str
+    parent: TierPlacement
+    draft: TierPlacement | None
+    threads: int
+    ram_bytes: int
+    vram_bytes: int
+    predicted_token_s: float
+    reason: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.mode.upper()} · {self.threads} threads"
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "mode": self.mode,
+            "candidate": self.candidate,
+            "parent": self.parent.as_dict(),
+            "draft": self.draft.as_dict() if self.draft else None,
+            "threads": self.threads,
+            "ram_gb": round(self.ram_bytes / GB, 2),
+            "vram_gb": round(self.vram_bytes / GB, 2),
+            "predicted_ms_per_token": round(self.predicted_token_s * 1000, 2),
+            "reason": self.reason,
+        }
+
+
+def _split(t: TierFacts, gpu_layers: int) -> tuple[float, float]:
+    """(bytes on GPU, bytes on CPU) of a tier with `gpu_layers` of its layers offloaded."""
+    frac = min(gpu_layers, t.n_layer) / t.n_layer
+    on_gpu = t.file_bytes * frac + (t.kv_bytes * frac) + (t.compute_bytes if gpu_layers else 0)
+    on_cpu = t.file_bytes * (1 - frac) + t.kv_bytes * (1 - frac) + t.compute_bytes
+    return on_gpu, on_cpu
+
+
+def _step_s(t: TierFacts, gpu_layers: int, s: PlacementSettings) -> float:
+    frac = min(gpu_layers, t.n_layer) / t.n_layer
+    return t.file_bytes * frac / s.gpu_bandwidth + t.file_bytes * (1 - frac) / s.cpu_bandwidth
+
+
+def _per_token_s(parent: TierFacts, draft: TierFacts | None, layers: tuple[int, int], s: PlacementSettings) -> float:
+    tp = _step_s(parent, layers[0], s)
+    if draft is None:
+        return tp
+    td = _step_s(draft, layers[1], s)
+    a, k = s.acceptance, s.k
+    tokens_per_cycle = (1 - a ** (k + 1)) / (1 - a)
+    return (k * td + s.batch_cost * tp) / tokens_per_cycle
+
+
+def _layers_fitting(t: TierFacts, budget: float) -> int:
+    fixed = t.compute_bytes
+    if budget <= fixed:
+        return 0
+    per_layer = (t.file_bytes + t.kv_bytes) / t.n_layer
+    return max(0, min(t.n_layer + 1, int((budget - fixed) // per_layer)))
+
+
+def _ram_need(t: TierFacts | None, gpu_layers: int) -> float:
+    if t is None:
+        return 0.0
+    _, on_cpu = _split(t, gpu_layers)
+    return on_cpu
+
+
+def plan(inv: Inventory, parent: TierFacts, draft: TierFacts | None, settings: PlacementSettings | None = None) -> Plan:
+    """Pick the fastest candidate that fits; drop the draft first when memory is short; explain why."""
+    s = settings or PlacementSettings()
+    notes: list[str] = []
+    ram = inv.ram_available_bytes - s.margin_bytes
+    gpu = max((g for g in inv.gpus if g.kind == "gpu"), key=lambda g: g.free_bytes, default=None)
+    if s.mode == "gpu" and gpu is None:
+        raise UserError("placement 'gpu' asked for, but llama.cpp sees no GPU (a CPU-only build, or no device)")
+    vram = (gpu.free_bytes - s.margin_bytes) if gpu is not None and s.mode != "cpu" else 0
+
+    def candidates(d: TierFacts | None) -> list[tuple[str, int, int]]:
+        full_p, full_d = parent.n_layer + 1, (d.n_layer + 1 if d else 0)
+        out = [("cpu-only", 0, 0)]
+        if vram > 0:
+            p_gpu, _ = _split(parent, full_p)
+            d_gpu = _split(d, full_d)[0] if d else 0.0
+            if p_gpu + d_gpu <= vram:
+                out.append(("all-gpu", full_p, full_d))
+            if d is not None and d_gpu <= vram:
+                out.append(("draft-on-gpu", _layers_fitting(parent, vram - d_gpu), full_d))
+            out.append(("parent-on-gpu", _layers_fitting(parent, vram), 0))
+        if s.mode == "cpu":
+            out = out[:1]
+        elif s.mode == "gpu":
+            out = [c for c in out if c[0] != "cpu-only"] or out
+        return out
+
+    chosen = None
+    for d in [draft, None] if draft is not None else [None]:
+        fitting = [c for c in candidates(d) if _ram_need(parent, c[1]) + _ram_need(d, c[2]) <= ram]
+        if fitting:
+            chosen = (d, min(fitting, key=lambda c: _per_token_s(parent, d, (c[1], c[2]), s)))
+            break
+        if d is not None:
+            need = _ram_need(parent, 0) + _ram_need(d, 0)
+            notes.append(
+                f"the {d.tier} draft was dropped: {parent.tier} and {d.tier} need {need / GB:.1f} GB of RAM, "
+                f"{inv.ram_available_bytes / GB:.1f} GB available"
+            )
+    if chosen is None:
+        need = _ram_need(parent, 0) + s.margin_bytes
+        raise UserError(
+            f"not enough memory for the {parent.tier} tier: it needs {need / GB:.1f} GB, "
+            f"{inv.ram_available_bytes / GB:.1f} GB available; choose a smaller parent (e.g. --parent q8_0)"
+        )
+    d, (name, p_layers, d_layers) = chosen
+    on_gpu = (p_layers > 0) or (d_layers > 0)
+    full = p_layers >= parent.n_layer + 1 and (d is None or d_layers >= d.n_layer + 1)
+    mode = "cpu" if not on_gpu else "gpu" if full else "hybrid"
+    p_place = TierPlacement(parent.tier, p_layers, op_offload=on_gpu)
+    d_place = TierPlacement(d.tier, d_layers, op_offload=on_gpu) if d is not None else None
+    vram_used = _split(parent, p_layers)[0] * (p_layers > 0) + (_split(d, d_layers)[0] if d and d_layers else 0)
+    ram_used = _ram_need(parent, p_layers) + _ram_need(d, d_layers)
+    per_token = _per_token_s(parent, d, (p_layers, d_layers), s)
+    where = "no GPU is available" if gpu is None else f"{gpu.name} has {gpu.free_bytes / GB:.1f} GB free"
+    if s.mode != "auto":
+        where = f"placement pinned to {s.mode}"
+    reason = f"{name}: {where}; predicted {per_token * 1000:.1f} ms per token"
+    if notes:
+        reason += "; " + "; ".join(notes)
+    return Plan(mode, name, p_place, d_place, inv.physical_cores, int(ram_used), int(vram_used), per_token, reason)

@@ -1,0 +1,91 @@
+"""Presets: which parent and which draft answer each complexity level (DESIGN.md §4).
+
+`exact` and `paper` are fixed tables. `auto` reads a calibration (runtime/calibrate.py) measured once per
+model and machine: per level, the fastest configuration whose output precision meets the level's floor.
+A user can always pin a level, a parent/draft pair, or no speculation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from runtime.cache import TIERS
+from runtime.errors import UserError
+
+PRESETS: dict[str, dict[str, tuple[str, str | None]]] = {
+    "exact": {"low": ("f16", "q4_k_m"), "medium": ("f16", "q8_0"), "high": ("f16", None)},
+    "paper": {"low": ("q8_0", "q4_k_m"), "medium": ("f16", "q8_0"), "high": ("f16", None)},
+}
+PRESET_NAMES = ("exact", "paper", "auto")
+PRECISION = {"q4_k_m": 0, "q8_0": 1, "f16": 2}  # higher is more precise
+STRICT_FLOORS = {"low": "f16", "medium": "f16", "high": "f16"}
+LOSSY_FLOORS = {"low": "q4_k_m", "medium": "q8_0", "high": "f16"}
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The pair that answers one prompt, and why."""
+
+    parent: str
+    draft: str | None
+    k: int | None  # fixed draft length, or None for adaptive k from the default start
+    why: str
+
+    @property
+    def label(self) -> str:
+        """As the window shows it: "F16 ← Q4_K_M", or "F16" alone."""
+        return self.parent.upper() if self.draft is None else f"{self.parent.upper()} ← {self.draft.upper()}"
+
+
+def check_tier(tier: str, what: str) -> str:
+    if tier not in TIERS:
+        raise UserError(f"unknown {what} tier {tier!r}: choose from {', '.join(TIERS)}")
+    return tier
+
+
+def choose(
+    level: str,
+    preset: str = "exact",
+    *,
+    allow_lossy: bool = False,
+    calibration: dict[str, Any] | None = None,
+    parent: str | None = None,
+    draft: str | None = None,
+    no_spec: bool = False,
+    k: int | None = None,
+) -> Choice:
+    """The (parent, draft) for `level` under `preset`, with the user's pins applied last.
+
+    `draft` is a tier, "none", or None (= the preset's). A draft equal to or more precise than its parent
+    is refused: it could never pay.
+    """
+    if preset not in PRESET_NAMES:
+        raise UserError(f"unknown preset {preset!r}: choose from {', '.join(PRESET_NAMES)}")
+    if preset == "auto":
+        if calibration is None:
+            raise UserError("the auto preset needs a calibration; run it through the Engine, which calibrates")
+        floors = LOSSY_FLOORS if allow_lossy else STRICT_FLOORS
+        best = calibration["choices"]["lossy" if allow_lossy else "strict"][level]
+        base_parent, base_draft, base_k = best["parent"], best["draft"], best.get("k")
+        why = f"auto: fastest measured configuration with at least {floors[level]} precision"
+    else:
+        base_parent, base_draft = PRESETS[preset][level]
+        base_k = None
+        why = f"{preset} preset, {level} level"
+    chosen_parent = check_tier(parent, "parent") if parent else base_parent
+    if no_spec or draft == "none":
+        chosen_draft = None
+    elif draft:
+        chosen_draft = check_tier(draft, "draft")
+    else:
+        chosen_draft = base_draft
+    if parent or draft or no_spec:
+        why += "; pinned by the user"
+    if chosen_draft is not None and PRECISION[chosen_draft] >= PRECISION[chosen_parent]:
+        if draft:  # the user asked for it explicitly
+            raise UserError(f"draft {chosen_draft} is not cheaper than parent {chosen_parent}")
+        chosen_draft = None  # a preset's draft for a pinned cheaper parent: speculation cannot pay
+    if k is not None and k < 1:
+        raise UserError(f"--k {k} must be at least 1")
+    return Choice(chosen_parent, chosen_draft, k if k is not None else base_k, why)
