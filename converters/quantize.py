@@ -53,6 +53,7 @@ def _child_main(task: str, src: str, dst: str, ftype: int, nthread: int, ppid: i
 
     import llama_cpp
 
+    from runtime.hardware import ensure_backends
     from runtime.llama_log import route_llama_log
 
     errors = route_llama_log()
@@ -66,6 +67,7 @@ def _child_main(task: str, src: str, dst: str, ftype: int, nthread: int, ppid: i
             if llama_cpp.llama_model_quantize(src.encode(), dst.encode(), params) != 0:
                 conn.send(f"llama.cpp could not quantize {src}: {errors.last() or 'unknown error'}")
                 return
+        ensure_backends()
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = 0
         model = llama_cpp.llama_model_load_from_file(dst.encode(), mparams)

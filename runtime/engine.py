@@ -18,7 +18,7 @@ from typing import Any
 
 from runtime import router
 from runtime.cache import DEMO_NAME, ModelDir, cache_root, check_name, list_models
-from runtime.errors import SpecQuantError, UserError
+from runtime.errors import Cancelled, SpecQuantError, UserError
 from runtime.hardware import Inventory, inventory
 from runtime.llama_backend import LlamaBackend, LoadOptions
 from runtime.placement import PlacementSettings, Plan, TierFacts, plan, tier_facts
@@ -295,7 +295,7 @@ class Engine:
         t_start = time.perf_counter()
         t_first: float | None = None
         steps = generate_steps(parent, draft, prompt, options.sampling, spec, cancel)
-        reason = "length"
+        reason: str | None = "length"
         try:
             for step in steps:
                 now = time.perf_counter()
@@ -314,6 +314,8 @@ class Engine:
                     break
             else:
                 reason = "cancelled" if cancel is not None and cancel.is_set() else "length"
+        except Cancelled:  # the abort hook stopped a decode (a long prefill); the caches are consistent
+            reason = "cancelled"
         finally:
             steps.close()
         tail = "" if reason == "stop" else held + decoder.decode(b"", final=True)

@@ -9,10 +9,13 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+
+from runtime.errors import UserError
 
 _GPU_TYPES = {1: "gpu", 2: "igpu"}  # enum ggml_backend_dev_type: CPU 0, GPU 1, IGPU 2, ACCEL 3, META 4
 
@@ -70,10 +73,48 @@ def _libggml() -> ctypes.CDLL | None:
     import llama_cpp
 
     lib_dir = Path(llama_cpp.__file__).parent / "lib"
-    for name in ("libggml.so", "libggml.dylib", "ggml.dll"):
+    # The file libllama links against (its soname), not a same-named copy: wheels store copies rather than
+    # symlinks, and a second copy would be a second ggml with its own, empty, device registry.
+    for name in ("libggml.so.0", "libggml.0.dylib", "libggml.dylib", "ggml.dll", "libggml.so"):
         if (lib_dir / name).exists():
             return ctypes.CDLL(str(lib_dir / name))
     return None
+
+
+_backends_ready = False
+
+
+def ensure_backends() -> None:
+    """Make sure ggml has a CPU device before the first model loads.
+
+    A build with GGML_BACKEND_DL (the portable `cpu-all-variants` flavour and the installers) keeps its CPU
+    kernels in separate libraries that ggml looks for only in its compile-time folder, the executable's
+    folder and the current one; inside a Python package or a bundle they sit elsewhere. Load them from
+    where the wheel or the bundle put them, and fail with a clear message if none fits this CPU.
+    """
+    global _backends_ready
+    if _backends_ready:
+        return
+    import llama_cpp
+
+    lib = _libggml()
+    if lib is None:
+        _backends_ready = True
+        return
+    lib.ggml_backend_dev_count.restype = ctypes.c_size_t
+    lib.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
+    package = Path(llama_cpp.__file__).parent
+    if lib.ggml_backend_dev_count() == 0:
+        for folder in (package / "lib", package.parent / "bin", Path(sys.executable).parent):
+            if folder.is_dir() and any(folder.glob("*ggml-cpu*")):
+                lib.ggml_backend_load_all_from_path(str(folder).encode())
+                if lib.ggml_backend_dev_count() > 0:
+                    break
+    if lib.ggml_backend_dev_count() == 0:
+        raise UserError(
+            f"llama.cpp found no CPU backend that runs on this processor ({cpu_name()}); this build does not support it"
+        )
+    _backends_ready = True
 
 
 def gpus() -> tuple[Gpu, ...]:

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from runtime.errors import Cancelled, SpecQuantError, UserError
-from runtime.hardware import physical_cores
+from runtime.hardware import ensure_backends, physical_cores
 from runtime.llama_log import route_llama_log
 
 
@@ -41,6 +41,7 @@ class LlamaBackend:
 
         self._llama_cpp = llama_cpp
         route_llama_log()
+        ensure_backends()
         opts = options or LoadOptions()
         self.options = opts
         self.path = Path(path)

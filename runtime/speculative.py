@@ -148,8 +148,10 @@ def _propose(
     qs: list[np.ndarray] = []
     if k <= 0:
         return drafts, qs
-    sync_prefix(draft, seq, keep_last=1)
-    logits = draft.decode([seq[-1]], [0])[0]
+    # Catch up on everything the draft has not seen, the last token included, in one batch.
+    n = min(draft.common_prefix(seq), len(seq) - 1)
+    draft.truncate(n)
+    logits = draft.decode(seq[n:], [len(seq) - n - 1])[0]
     for i in range(k):
         history = seq + drafts
         if params.greedy:

@@ -66,3 +66,11 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: st
     assert "Traceback" not in result.stderr
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])
+
+
+@pytest.fixture(scope="session")
+def micro_model(tmp_path_factory: pytest.TempPathFactory, micro_gguf: Path) -> ModelDir:
+    """The micro model's three tiers: its f16 and q4_k_m disagree often, so rejections really happen."""
+    root = tmp_path_factory.mktemp("micro-cache")
+    manifest = convert(str(micro_gguf), name="micro", root=root)
+    return ModelDir(root, manifest["name"])

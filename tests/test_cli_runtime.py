@@ -1,0 +1,110 @@
+"""`specquant chat | route | info` as a user runs them: JSON shapes, exit codes, the REPL."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runtime.cache import ModelDir
+from tests.conftest import REPO, assert_one_line_error, run_cli
+
+
+@pytest.fixture
+def demo_cache(demo_model: ModelDir, isolated_cache: Path) -> Path:
+    """The user's cache holds the converted demo model (copied, so tests cannot disturb each other)."""
+    shutil.copytree(demo_model.path, isolated_cache / demo_model.name)
+    return isolated_cache
+
+
+def test_chat_json(demo_cache: Path) -> None:
+    result = run_cli("chat", "--prompt", "Name three primary colors.", "--json", "--max-tokens", "32")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["text"].strip()
+    assert set(out["route"]) == {"level", "score", "features", "reason"}
+    assert out["route"]["level"] in ("low", "medium", "high")
+    assert out["parent"] == "f16" and out["draft"] in ("q4_k_m", "q8_0", None)
+    assert out["placement"]["mode"] == "cpu" and out["placement"]["threads"] >= 1
+    for key in ("tokens", "tok_per_s", "ttft_s", "drafted", "accepted", "acceptance", "draft_s", "verify_s"):
+        assert key in out["stats"], key
+    assert out["stats"]["tokens"] > 0
+
+
+def test_chat_flags_pin_the_pair(demo_cache: Path) -> None:
+    out = json.loads(
+        run_cli(
+            "chat", "--prompt", "Hi", "--json", "--parent", "q8_0", "--draft", "q4_k_m", "--k", "2", "--max-tokens", "8"
+        ).stdout
+    )
+    assert (out["parent"], out["draft"]) == ("q8_0", "q4_k_m")
+    out = json.loads(run_cli("chat", "--prompt", "Hi", "--json", "--no-spec", "--max-tokens", "8").stdout)
+    assert out["draft"] is None and out["stats"]["drafted"] == 0
+
+
+def test_chat_prompt_from_stdin(demo_cache: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "runtime.cli", "chat", "--prompt-file", "-", "--json", "--max-tokens", "8"],
+        input="What is AI?",
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["route"]["level"] == "low"
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--temp", "-1"], "temperature -1.0 must be >= 0"),
+        (["--top-p", "2"], "top-p 2.0"),
+        (["--k", "0"], "--k 0"),
+        (["--max-tokens", "0"], "max tokens 0"),
+        (["--model", "nope"], "no model 'nope'"),
+        (["--parent", "q2_k"], "invalid choice: 'q2_k'"),
+        (["--draft", "f16"], "draft f16 is not cheaper than parent f16"),
+        (["--prompt-file", "/no/such/file"], "cannot read prompt file /no/such/file"),
+    ],
+)
+def test_chat_bad_input_is_one_line(demo_cache: Path, args: list[str], needle: str) -> None:
+    argv = ["chat", *args] if "--prompt-file" in args else ["chat", "--prompt", "hi", *args]
+    assert_one_line_error(run_cli(*argv), needle)
+
+
+def test_repl_streams_and_keeps_the_conversation(demo_cache: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "runtime.cli", "chat", "--max-tokens", "16"],
+        input="Hello\nWhat did I say?\n/quit\n",
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("> ") >= 2
+    assert proc.stderr.count("tok/s") == 2
+
+
+def test_route_without_a_model(tmp_path: Path) -> None:
+    out = json.loads(run_cli("route", "What is AI?", "--json").stdout)
+    assert out["level"] == "low" and set(out) == {"level", "score", "features", "reason"}
+    f = tmp_path / "p.txt"
+    f.write_text("Analyze the impact of climate change on global agriculture and suggest mitigation strategies.")
+    assert json.loads(run_cli("route", "--prompt-file", str(f), "--json").stdout)["level"] == "high"
+    assert_one_line_error(run_cli("route"), "give the text to route")
+
+
+def test_info_json(demo_cache: Path) -> None:
+    result = run_cli("info", "--json")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["model"] == "smollm2-135m-instruct"
+    assert [t["tier"] for t in out["tiers"]] == ["f16", "q8_0", "q4_k_m"]
+    assert out["hardware"]["physical_cores"] >= 1
+    assert set(out["placement"]) == {"low", "medium", "high"}
+    assert "cpu-only" in out["placement"]["low"]["reason"]

@@ -1,0 +1,145 @@
+"""The Engine on the demo model: presets, multi-turn reuse, cancel, overflow, unicode, damaged tiers."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from runtime.cache import DEMO_NAME, ModelDir
+from runtime.engine import ChatOptions, Engine, EngineSettings, _split_stop
+from runtime.errors import UserError
+
+LOW = "What is AI?"
+HIGH = "Analyze the impact of climate change on global agriculture and suggest mitigation strategies."
+
+
+@pytest.fixture(scope="module")
+def engine(demo_model: ModelDir):
+    e = Engine(DEMO_NAME, EngineSettings(n_ctx=2048), root=demo_model.root)
+    yield e
+    e.close()
+
+
+def collect(engine: Engine, messages, options=None, cancel=None):
+    chunks = list(engine.stream_chat(messages, options or ChatOptions(max_tokens=48), cancel))
+    return "".join(c.text for c in chunks), chunks
+
+
+def user(text: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]
+
+
+def test_choice_follows_router_and_preset(engine: Engine) -> None:
+    _, low = collect(engine, user(LOW), ChatOptions(max_tokens=4))
+    assert low[-1].route.level == "low" and low[-1].choice.label == "F16 ← Q4_K_M"
+    _, high = collect(engine, user(HIGH), ChatOptions(max_tokens=4))
+    assert high[-1].route.level == "high" and high[-1].choice.label == "F16"
+    _, paper = collect(engine, user(LOW), ChatOptions(max_tokens=4, preset="paper"))
+    assert paper[-1].choice.label == "Q8_0 ← Q4_K_M"
+    _, pinned = collect(engine, user(HIGH), ChatOptions(max_tokens=4, level="low", no_spec=True))
+    assert pinned[-1].choice.label == "F16" and "pinned" in pinned[-1].choice.why
+
+
+def test_stream_then_stats(engine: Engine) -> None:
+    text, chunks = collect(engine, user("Name three primary colors."))
+    assert len(chunks) >= 3 and chunks[-1].done and not any(c.done for c in chunks[:-1])
+    stats = chunks[-1].stats
+    assert stats.tokens > 0 and text.strip()
+    assert stats.stop_reason in ("eos", "max_tokens")
+    assert stats.drafted > 0 and 0 <= stats.acceptance <= 1
+
+
+def test_multi_turn_reuses_the_prefix(engine: Engine) -> None:
+    first_text, first = collect(engine, user("My name is Ada. Say hello."))
+    history = [
+        *user("My name is Ada. Say hello."),
+        {"role": "assistant", "content": first_text},
+        *user("What is my name?"),
+    ]
+    _, second = collect(engine, history)
+    s = second[-1].stats
+    assert s.reused_tokens >= first[-1].stats.prompt_tokens
+    assert s.prompt_tokens - s.reused_tokens < s.prompt_tokens / 2  # far fewer tokens decoded on turn two
+
+
+def test_cancel_mid_answer_then_next_turn_is_normal(engine: Engine) -> None:
+    cancel = threading.Event()
+    chunks = []
+    for chunk in engine.stream_chat(user("Tell me a long story about dragons."), ChatOptions(max_tokens=200), cancel):
+        chunks.append(chunk)
+        if len(chunks) == 2:
+            cancel.set()
+    assert chunks[-1].done and chunks[-1].stats.stop_reason == "cancelled"
+    assert chunks[-1].stats.tokens < 200
+    again, _ = collect(engine, user("Name three primary colors."), ChatOptions(max_tokens=24, no_spec=True))
+    fresh = Engine(DEMO_NAME, EngineSettings(n_ctx=2048), root=engine.model.root)
+    want, _ = collect(fresh, user("Name three primary colors."), ChatOptions(max_tokens=24, no_spec=True))
+    fresh.close()
+    assert again == want
+
+
+def test_cancel_during_a_long_prefill(engine: Engine) -> None:
+    long_prompt = "Summarize this: " + "The quick brown fox jumps over the lazy dog. " * 150
+    cancel = threading.Event()
+    timer = threading.Timer(0.05, cancel.set)
+    timer.start()
+    _, chunks = collect(engine, user(long_prompt), ChatOptions(max_tokens=8, no_spec=True), cancel)
+    timer.join()
+    assert chunks[-1].stats.stop_reason == "cancelled" and chunks[-1].stats.tokens == 0
+    # Stopped inside the prefill (llama.cpp's abort hook), not after it: the prompt is not all cached.
+    assert engine.backend("f16").n_past < chunks[-1].stats.prompt_tokens - 1
+    text, after = collect(engine, user("Say yes."), ChatOptions(max_tokens=8))
+    assert after[-1].stats.tokens > 0 and text.strip()
+
+
+def test_context_overflow_drops_oldest_turns_but_keeps_system(demo_model: ModelDir) -> None:
+    small = Engine(DEMO_NAME, EngineSettings(n_ctx=512), root=demo_model.root)
+    try:
+        filler = "This is a long earlier message about many unrelated things. " * 12
+        messages = [{"role": "system", "content": "You are terse."}]
+        for i in range(6):
+            messages += [{"role": "user", "content": f"{i}: {filler}"}, {"role": "assistant", "content": "Noted."}]
+        messages += user("Reply with OK.")
+        _, chunks = collect(small, messages, ChatOptions(max_tokens=16))
+        assert chunks[-1].stats.dropped_turns > 0
+        assert chunks[-1].stats.prompt_tokens + 16 <= 512
+        with pytest.raises(UserError, match="the context holds 512"):
+            collect(small, user("word " * 1000), ChatOptions(max_tokens=16))
+    finally:
+        small.close()
+
+
+def test_unicode_is_never_split(engine: Engine) -> None:
+    prompt = "Repeat exactly: 日本語のテキスト 👍🏽 Grüße ✨"
+    for options in (ChatOptions(max_tokens=40), ChatOptions(max_tokens=40, no_spec=True)):
+        text, chunks = collect(engine, user(prompt), options)
+        assert all("\ufffd" not in c.text for c in chunks)
+        tokens = [t for c in chunks for t in c.tokens]
+        parent = engine.backend(chunks[-1].choice.parent)
+        assert text == parent.detokenize(tokens)
+
+
+def test_stop_strings_are_held_back_and_cut() -> None:
+    assert _split_stop("hello wor", ["world"]) == ("hello ", "wor", False)
+    assert _split_stop("hello world!", ["world"]) == ("hello ", "", True)
+    assert _split_stop("plain", []) == ("plain", "", False)
+
+
+def test_damaged_tier_is_a_clear_error(demo_model: ModelDir, tmp_path: Path) -> None:
+    shutil.copytree(demo_model.path, tmp_path / DEMO_NAME)
+    with open(tmp_path / DEMO_NAME / "q8_0.gguf", "r+b") as f:
+        f.truncate(1000)
+    damaged = Engine(DEMO_NAME, root=tmp_path)
+    with pytest.raises(UserError, match="missing or damaged"):
+        collect(damaged, user("Explain the process of photosynthesis."))
+    text, _ = collect(damaged, user(HIGH), ChatOptions(max_tokens=4))  # other tiers still answer
+    assert text is not None
+    damaged.close()
+
+
+def test_unknown_model_is_a_clear_error(demo_model: ModelDir) -> None:
+    with pytest.raises(UserError, match="no model 'nope'"):
+        Engine("nope", root=demo_model.root)
