@@ -44,7 +44,10 @@ def greedy_plain(parent: LlamaBackend, prompt: list[int], n: int) -> tuple[list[
     return out, rows
 
 
-def run(parent, draft, prompt, n, params=SamplingParams(), spec=None):
+GREEDY = SamplingParams()
+
+
+def run(parent, draft, prompt, n, params=GREEDY, spec=None):
     out, steps = [], []
     for step in generate_steps(parent, draft, prompt, params, spec):
         out.extend(step.tokens)
@@ -60,7 +63,7 @@ def test_greedy_is_exact(which: str, draft_tier: str, micro_model: ModelDir, dem
     parent, draft = load(model, "f16"), load(model, draft_tier)
     prompt = parent.tokenize(PROMPT)
     calls = record_verifies(parent)
-    spec_out, steps = run(parent, draft, prompt, 64, spec=SpecConfig(k=4, k_max=6))
+    _, steps = run(parent, draft, prompt, 64, spec=SpecConfig(k=4, k_max=6))
     drafted = sum(s.drafted for s in steps)
     accepted = sum(s.accepted for s in steps)
     assert drafted > 0
@@ -70,7 +73,7 @@ def test_greedy_is_exact(which: str, draft_tier: str, micro_model: ModelDir, dem
     verifies = [(batch, rows) for batch, rows in calls if len(batch) == rows.shape[0]]
     emitted = [t for s in steps for t in s.tokens]
     pos = 0
-    for (batch, rows), step in zip(verifies, steps, strict=False):
+    for (_batch, rows), step in zip(verifies, steps, strict=False):
         for j, tok in enumerate(step.tokens):
             assert tok == int(np.argmax(rows[j])), f"token {pos + j} is not the parent's argmax"
         pos += len(step.tokens)
@@ -119,7 +122,7 @@ def test_rollback_matches_a_fresh_context(micro_model: ModelDir) -> None:
 def test_generation_stops_when_the_context_is_full(micro_model: ModelDir) -> None:
     parent, draft = load(micro_model, "f16", n_ctx=256), load(micro_model, "q4_k_m", n_ctx=256)
     prompt = parent.tokenize(PROMPT)
-    out, steps = run(parent, draft, prompt, 10_000)
+    out, _ = run(parent, draft, prompt, 10_000)
     assert len(prompt) + len(out) <= 256 + 1
     assert parent.n_past <= 256
 
