@@ -299,6 +299,23 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from runtime.bench import main_bench
+    from runtime.engine import EngineSettings
+
+    main_bench(
+        args.model,
+        args.configs,
+        args.prompts,
+        args.max_tokens,
+        args.repeats,
+        args.quick,
+        args.out,
+        EngineSettings(n_ctx=args.ctx, n_threads=args.threads),
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _OneLineParser(prog="specquant", description="Routed speculative decoding over GGUF precision tiers.")
     parser.add_argument("-v", "--verbose", action="store_true", help="show detailed logs, llama.cpp's included")
@@ -350,6 +367,18 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--top-p", type=float, default=0.95)
         p.add_argument("--min-p", type=float, default=0.05)
         p.add_argument("--seed", type=int, default=0)
+
+    p = sub.add_parser("bench", help="measure configurations side by side (interleaved, medians, ratios)")
+    p.add_argument("--model", help="model name in the cache")
+    p.add_argument("--prompts", nargs="+", help="prompt sets (JSON lines with a 'prompt'); default: assets/prompts")
+    p.add_argument("--configs", nargs="+", help="tiers, PARENT<-DRAFT[:kN], presets or llama-cpp-python")
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--quick", action="store_true", help="two prompts per set")
+    p.add_argument("--ctx", type=int, default=4096)
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--out", help="write results.json into this folder")
+    p.set_defaults(func=cmd_bench)
     return parser
 
 

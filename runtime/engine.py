@@ -131,7 +131,7 @@ def resolve_model(name: str | None, root: Path | None = None) -> ModelDir:
     if len(complete) == 1:
         return ModelDir(root, complete[0].name)
     demo = ModelDir(root, DEMO_NAME)
-    if demo.read_manifest() is None or not any(m.name == DEMO_NAME and m.complete for m in complete):
+    if not any(m.name == DEMO_NAME for m in complete):
         from converters.convert import convert
 
         log.warning("setting up the demo model (one time)")
@@ -228,6 +228,15 @@ class Engine:
         if choice.draft and placement.draft is not None:
             draft = self.backend(choice.draft, placement.draft.n_gpu_layers, placement.draft.op_offload)
         return parent, draft
+
+    def reset_caches(self) -> None:
+        """Forget every KV cache (benchmarks: each run pays the same prefill)."""
+        for b in self._backends.values():
+            b.truncate(0)
+
+    def llama_seconds(self) -> float:
+        """Time spent inside llama_decode across the loaded tiers."""
+        return sum(b.llama_seconds for b in self._backends.values())
 
     def close(self) -> None:
         for b in self._backends.values():

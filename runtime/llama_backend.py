@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +72,7 @@ class LlamaBackend:
         self.n_ctx = self._ctx.n_ctx()
         self.n_vocab = self._model.n_vocab()
         self.tokens: list[int] = []  # exactly the tokens held in the KV cache, in order
+        self.llama_seconds = 0.0  # time spent inside llama_decode, to measure our own overhead
         self.threads = threads
         self._abort_event: threading.Event | None = None
         self._abort_cb = llama_cpp.ggml_abort_callback(self._should_abort)
@@ -138,7 +140,9 @@ class LlamaBackend:
                 b.seq_id[i][0] = 0
                 b.logits[i] = (start + i) in row_of
             b.n_tokens = len(chunk)
+            t0 = time.perf_counter()
             rc = self._llama_cpp.llama_decode(self._ctx.ctx, b)
+            self.llama_seconds += time.perf_counter() - t0
             if rc != 0:
                 # llama.cpp keeps the KV cache consistent up to the last finished ubatch; roll back to
                 # where this call started so the caller can retry cleanly.

@@ -1,0 +1,354 @@
+"""`specquant bench`: measure configurations side by side on this machine, honestly.
+
+Configurations run interleaved, prompt by prompt (A B C, A B C, ...), in rotating order, after a warm-up;
+every run starts from an empty KV cache; medians with min and max are reported; speed-ups are ratios to
+the baseline within the same run. Next to every speculative figure stands the cost model's prediction
+from the acceptance, draft cost c and batch cost v(n) measured in the same run (DESIGN.md §6).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import time
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from runtime.engine import ChatOptions, Engine
+from runtime.errors import UserError
+from runtime.policy import PRESET_NAMES
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets" / "prompts"
+DEFAULT_SETS = ("code", "prose")
+STOCK = "llama-cpp-python"
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    name: str
+    parent: str | None = None
+    draft: str | None = None
+    k: int | None = None  # fixed draft length; None = adaptive
+    preset: str | None = None  # routed preset instead of a pinned pair
+    stock: bool = False  # llama-cpp-python's own greedy decoding of the parent file, as a peer
+
+    def options(self, max_tokens: int) -> ChatOptions:
+        if self.preset:
+            return ChatOptions(preset=self.preset, max_tokens=max_tokens)
+        return ChatOptions(parent=self.parent, draft=self.draft or "none", k=self.k, max_tokens=max_tokens)
+
+
+def parse_config(name: str) -> BenchConfig:
+    """`f16`, `f16<-q4_k_m`, `f16<-q4_k_m:k4`, a preset name, or `llama-cpp-python`."""
+    if name == STOCK:
+        return BenchConfig(name, parent="f16", stock=True)
+    if name in PRESET_NAMES:
+        return BenchConfig(name, preset=name)
+    pair, _, k = name.partition(":k")
+    parent, _, draft = pair.partition("<-")
+    tiers = ("f16", "q8_0", "q4_k_m")
+    if parent not in tiers or (draft and draft not in tiers) or (k and not k.isdigit()):
+        raise UserError(f"unknown bench config {name!r}: use a tier, PARENT<-DRAFT[:kN], a preset or {STOCK}")
+    return BenchConfig(name, parent=parent, draft=draft or None, k=int(k) if k else None)
+
+
+DEFAULT_CONFIGS = (
+    "f16",
+    "q8_0",
+    "q4_k_m",
+    "f16<-q4_k_m",
+    "f16<-q4_k_m:k4",
+    "f16<-q8_0",
+    "q8_0<-q4_k_m",
+    "exact",
+    STOCK,
+)
+
+
+def load_prompts(files: list[str] | None, quick: bool) -> list[dict[str, str]]:
+    paths = [Path(f) for f in files] if files else [ASSETS / f"{s}.jsonl" for s in DEFAULT_SETS]
+    prompts = []
+    for path in paths:
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except OSError as e:
+            raise UserError(f"cannot read prompt set {path}: {e.strerror}") from None
+        items = []
+        for n, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+                items.append({"workload": path.stem, "id": str(item.get("id", n)), "prompt": str(item["prompt"])})
+            except (ValueError, KeyError, TypeError):
+                raise UserError(f"{path}:{n}: expected a JSON object with a 'prompt'") from None
+        prompts += items[:2] if quick else items
+    if not prompts:
+        raise UserError("no prompts to run")
+    return prompts
+
+
+class StockRunner:
+    """llama-cpp-python's `Llama.generate`, greedy, on the same tokens: the honest peer for plain decoding."""
+
+    def __init__(self, engine: Engine, tier: str) -> None:
+        import llama_cpp
+
+        from runtime.hardware import ensure_backends
+        from runtime.llama_log import route_llama_log
+
+        route_llama_log()
+        ensure_backends()
+        threads = engine.backend(tier).threads
+        self.llm = llama_cpp.Llama(
+            str(engine.model.tier_path(tier)),
+            n_ctx=engine.settings.n_ctx,
+            n_threads=threads,
+            n_threads_batch=threads,
+            verbose=True,  # no stdout/stderr redirection; the log is routed through `logging`
+        )
+        self.engine = engine
+        self.tier = tier
+
+    def run(self, prompt: str, max_tokens: int) -> dict[str, Any]:
+        parent = self.engine.backend(self.tier)
+        tokens = self.engine.render(parent, [{"role": "user", "content": prompt}])
+        self.llm.reset()
+        t0 = time.perf_counter()
+        t_first = None
+        out: list[int] = []
+        for tok in self.llm.generate(tokens, temp=0.0, top_k=1, reset=True):
+            now = time.perf_counter()
+            t_first = t_first or now
+            if parent.is_end_of_generation(tok):
+                break
+            out.append(tok)
+            if len(out) >= max_tokens:
+                break
+        end = time.perf_counter()
+        decode_s = end - (t_first or end)
+        return {
+            "tokens": len(out),
+            "ttft_s": (t_first or end) - t0,
+            "tok_per_s": (len(out) - 1) / decode_s if len(out) > 1 and decode_s > 0 else 0.0,
+            "latency_s": end - t0,
+            "drafted": 0,
+            "accepted": 0,
+            "acceptance": None,
+            "level": None,
+            "text": parent.detokenize(out),
+            "overhead": None,
+        }
+
+
+def run_engine(engine: Engine, config: BenchConfig, prompt: str, max_tokens: int) -> dict[str, Any]:
+    engine.reset_caches()
+    llama0 = engine.llama_seconds()
+    t0 = time.perf_counter()
+    parts, last = [], None
+    for chunk in engine.stream_chat([{"role": "user", "content": prompt}], config.options(max_tokens)):
+        parts.append(chunk.text)
+        last = chunk
+    wall = time.perf_counter() - t0
+    assert last is not None
+    s = last.stats
+    return {
+        "tokens": s.tokens,
+        "ttft_s": s.ttft_s,
+        "tok_per_s": s.tok_per_s,
+        "latency_s": wall,
+        "drafted": s.drafted,
+        "accepted": s.accepted,
+        "acceptance": s.acceptance,
+        "cycles": s.cycles,
+        "level": last.route.level,
+        "parent": last.choice.parent,
+        "draft": last.choice.draft,
+        "text": "".join(parts),
+        # Python time outside llama_decode, as a share of the whole answer (prefill included).
+        "overhead": max(0.0, 1.0 - (engine.llama_seconds() - llama0) / wall) if wall > 0 else None,
+    }
+
+
+def batch_costs(engine: Engine, tiers: list[str], n_max: int, rounds: int = 5) -> dict[str, dict[int, float]]:
+    """Milliseconds per decode of n tokens (logits for all n rows), per tier, for v(n) and c.
+
+    Interleaved: each round times every tier at every n once, so drifts in memory speed (page-cache
+    huge pages settle over minutes here) hit all sizes alike; medians over rounds.
+    """
+    bases = {}
+    for tier in tiers:
+        b = engine.backend(tier)
+        b.truncate(0)
+        bases[tier] = b.tokenize(
+            "def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n" * 3
+        )
+        b.decode(bases[tier])
+    samples: dict[str, dict[int, list[float]]] = {t: {n: [] for n in range(1, n_max + 1)} for t in tiers}
+    for _ in range(rounds):
+        for tier in tiers:
+            b, base = engine.backend(tier), bases[tier]
+            for n in range(1, n_max + 1):
+                t = time.perf_counter()
+                b.decode(base[:n], range(n))
+                samples[tier][n].append(time.perf_counter() - t)
+                b.truncate(len(base))
+    for tier in tiers:
+        engine.backend(tier).truncate(0)
+    return {t: {n: statistics.median(xs) * 1000 for n, xs in row.items()} for t, row in samples.items()}
+
+
+def predicted_speedup(acceptance: float, k: float, c: float, v: dict[int, float]) -> float:
+    """DESIGN.md §6: [(1 - a^(k+1)) / (1 - a)] / (k c + v(k+1)), k rounded to the nearest measured batch."""
+    kk = max(1, min(round(k), max(v) - 1))
+    a = min(acceptance, 0.999999)
+    return ((1 - a ** (kk + 1)) / (1 - a)) / (kk * c + v[kk + 1])
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for dist in ("specquant", "llama-cpp-python", "gguf", "numpy"):
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            out[dist] = "unknown"
+    return out
+
+
+def _spread(xs: list[float]) -> dict[str, float] | None:
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return None
+    return {"median": round(statistics.median(xs), 4), "min": round(min(xs), 4), "max": round(max(xs), 4)}
+
+
+def bench(
+    engine: Engine,
+    configs: list[BenchConfig],
+    prompts: list[dict[str, str]],
+    max_tokens: int = 128,
+    repeats: int = 1,
+    log=print,
+) -> dict[str, Any]:
+    baseline = configs[0].name
+    stock = {c.parent: StockRunner(engine, c.parent) for c in configs if c.stock}
+
+    def run(cfg: BenchConfig, prompt: str, n: int) -> dict[str, Any]:
+        return stock[cfg.parent].run(prompt, n) if cfg.stock else run_engine(engine, cfg, prompt, n)
+
+    for cfg in configs:  # warm-up: load every tier, touch its pages
+        run(cfg, prompts[0]["prompt"], 8)
+    runs = []
+    for r in range(repeats):
+        for i, p in enumerate(prompts):
+            shift = (r * len(prompts) + i) % len(configs)
+            for cfg in configs[shift:] + configs[:shift]:
+                rec = run(cfg, p["prompt"], max_tokens)
+                rec.update({"workload": p["workload"], "prompt_id": p["id"], "config": cfg.name, "repeat": r})
+                runs.append(rec)
+                acc = f" acc {rec['acceptance']:.2f}" if rec["acceptance"] is not None else ""
+                log(f"{p['workload']}/{p['id']} {cfg.name:<18} {rec['tok_per_s']:6.1f} tok/s{acc}")
+    base_text = {(x["workload"], x["prompt_id"], x["repeat"]): x["text"] for x in runs if x["config"] == baseline}
+    for x in runs:
+        x["matches_baseline"] = x["text"] == base_text.get((x["workload"], x["prompt_id"], x["repeat"]))
+
+    tiers = sorted({t for c in configs for t in (c.parent, c.draft) if t} | {"f16"})
+    n_max = 1 + max([c.k or engine.settings.spec.k_max for c in configs if c.draft or c.preset], default=4)
+    costs = batch_costs(engine, tiers, n_max)
+    summary: dict[str, dict[str, Any]] = {}
+    for workload in sorted({x["workload"] for x in runs}):
+        summary[workload] = {}
+        for cfg in configs:
+            mine = [x for x in runs if x["workload"] == workload and x["config"] == cfg.name]
+            base = [x for x in runs if x["workload"] == workload and x["config"] == baseline]
+            ratios = [a["tok_per_s"] / b["tok_per_s"] for a, b in zip(mine, base, strict=True) if b["tok_per_s"]]
+            drafted = sum(x["drafted"] for x in mine)
+            accepted = sum(x["accepted"] for x in mine)
+            entry: dict[str, Any] = {
+                "tok_per_s": _spread([x["tok_per_s"] for x in mine]),
+                "latency_s": _spread([x["latency_s"] for x in mine]),
+                "ttft_s": _spread([x["ttft_s"] for x in mine]),
+                "speedup_vs_baseline": round(statistics.median(ratios), 4) if ratios else None,
+                "acceptance": round(accepted / drafted, 4) if drafted else None,
+                "overhead": _spread([x["overhead"] for x in mine]),
+                "fidelity": {"exact_match_rate": round(sum(x["matches_baseline"] for x in mine) / len(mine), 4)},
+                "predicted_speedup": None,
+            }
+            if cfg.draft and drafted and cfg.parent in costs and cfg.draft in costs:
+                cycles = sum(x.get("cycles", 0) for x in mine)
+                v = {n: t / costs[cfg.parent][1] for n, t in costs[cfg.parent].items()}
+                c = costs[cfg.draft][1] / costs[cfg.parent][1]
+                entry["predicted_speedup"] = round(predicted_speedup(accepted / drafted, drafted / cycles, c, v), 4)
+            summary[workload][cfg.name] = entry
+    from runtime.hardware import inventory
+
+    return {
+        "machine": inventory().as_dict() | {"platform": platform.platform()},
+        "versions": _versions(),
+        "model": engine.manifest,
+        "baseline": baseline,
+        "configs": [
+            {"name": c.name, "parent": c.parent, "draft": c.draft, "k": c.k, "preset": c.preset} for c in configs
+        ],
+        "max_tokens": max_tokens,
+        "batch_cost_ms": costs,
+        "runs": runs,
+        "summary": summary,
+    }
+
+
+def format_table(result: dict[str, Any]) -> str:
+    lines = []
+    for workload, rows in result["summary"].items():
+        lines.append(f"\n{workload}  (baseline {result['baseline']}; medians, min-max)")
+        lines.append(
+            f"{'config':<18} {'tok/s':>7} {'range':>13} {'speed-up':>9} {'predicted':>9} {'accept':>7} "
+            f"{'overhead':>8} {'same text':>9}"
+        )
+        for name, e in rows.items():
+            t = e["tok_per_s"]
+            pred = f"{e['predicted_speedup']:.2f}x" if e["predicted_speedup"] else "-"
+            acc = f"{e['acceptance']:.0%}" if e["acceptance"] is not None else "-"
+            ovh = f"{e['overhead']['median']:.1%}" if e["overhead"] else "-"
+            lines.append(
+                f"{name:<18} {t['median']:7.2f} {t['min']:6.1f}-{t['max']:<6.1f} {e['speedup_vs_baseline']:8.2f}x "
+                f"{pred:>9} {acc:>7} {ovh:>8} {e['fidelity']['exact_match_rate']:9.0%}"
+            )
+    costs = result["batch_cost_ms"]
+    f16 = costs.get("f16", {})
+    if f16:
+        lines.append("\nbatch cost v(n) of f16: " + ", ".join(f"v({n})={t / f16[1]:.2f}" for n, t in f16.items()))
+        for tier, row in costs.items():
+            if tier != "f16":
+                lines.append(f"draft cost c of {tier}: {row[1] / f16[1]:.2f}")
+    return "\n".join(lines)
+
+
+def main_bench(
+    model: str | None,
+    config_names: list[str] | None,
+    prompt_files: list[str] | None,
+    max_tokens: int,
+    repeats: int,
+    quick: bool,
+    out_dir: str | None,
+    engine_settings=None,
+) -> dict[str, Any]:
+    configs = [parse_config(n) for n in (config_names or DEFAULT_CONFIGS)]
+    prompts = load_prompts(prompt_files, quick)
+    if max_tokens < 1 or repeats < 1:
+        raise UserError("--max-tokens and --repeats must be at least 1")
+    engine = Engine(model, engine_settings)
+    try:
+        result = bench(engine, configs, prompts, max_tokens, repeats, log=lambda m: print(m, flush=True))
+    finally:
+        engine.close()
+    if out_dir:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "results.json").write_text(json.dumps(result, indent=2, default=str))
+    print(format_table(result))
+    return result

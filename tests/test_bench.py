@@ -1,0 +1,75 @@
+"""`specquant bench` on the demo model: interleaved runs, ratios to the baseline, results.json shape."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from runtime.bench import parse_config, predicted_speedup
+from runtime.errors import UserError
+from tests.conftest import assert_one_line_error, run_cli
+
+
+def test_bench_writes_results(demo_model, isolated_cache: Path, tmp_path: Path) -> None:
+    import shutil
+
+    shutil.copytree(demo_model.path, isolated_cache / demo_model.name)
+    out = tmp_path / "bench"
+    result = run_cli(
+        "bench",
+        "--quick",
+        "--max-tokens",
+        "8",
+        "--configs",
+        "f16",
+        "f16<-q4_k_m:k2",
+        "llama-cpp-python",
+        "--out",
+        str(out),
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads((out / "results.json").read_text())
+    assert data["baseline"] == "f16"
+    assert {"machine", "versions", "model", "configs", "runs", "summary", "batch_cost_ms"} <= set(data)
+    assert [c["name"] for c in data["configs"]] == ["f16", "f16<-q4_k_m:k2", "llama-cpp-python"]
+    assert len(data["runs"]) == 2 * 2 * 3  # two sets, two prompts each, three configs
+    run = data["runs"][0]
+    for key in (
+        "ttft_s",
+        "tok_per_s",
+        "latency_s",
+        "tokens",
+        "drafted",
+        "accepted",
+        "acceptance",
+        "level",
+        "text",
+        "matches_baseline",
+    ):
+        assert key in run
+    code = data["summary"]["code"]
+    assert code["f16"]["speedup_vs_baseline"] == 1.0
+    assert code["f16<-q4_k_m:k2"]["predicted_speedup"] is not None
+    assert code["f16<-q4_k_m:k2"]["fidelity"]["exact_match_rate"] == 1.0  # exact mode: the f16's own text
+    assert "speed-up" in result.stdout
+
+
+def test_cost_model_matches_the_design_table() -> None:
+    v = {1: 1.0, 2: 1.26, 3: 1.28, 4: 1.3, 5: 1.37, 6: 1.43, 7: 1.69, 8: 1.95}
+    assert predicted_speedup(0.99, 5, 0.33, v) == pytest.approx(1.90, abs=0.01)
+    assert predicted_speedup(0.85, 3, 0.33, v) == pytest.approx(1.39, abs=0.01)
+    assert predicted_speedup(0.60, 2, 0.33, v) == pytest.approx(1.01, abs=0.01)
+
+
+@pytest.mark.parametrize("name", ["f17", "f16<-q9", "f16<-q4_k_m:kx"])
+def test_bad_config_names(name: str) -> None:
+    with pytest.raises(UserError, match="unknown bench config"):
+        parse_config(name)
+
+
+def test_bad_prompt_file_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("not json\n")
+    assert_one_line_error(run_cli("bench", "--prompts", str(bad)), "bad.jsonl:1")
