@@ -159,6 +159,7 @@ class Engine:
         self._backends: dict[str, LlamaBackend] = {}
         self._tokenizer: LlamaBackend | None = None
         self._calibration: dict[str, Any] | None = None
+        self._formatters: dict[str, Any] = {}
         router.warm_up()
 
     # --- decisions ---------------------------------------------------------------------------------
@@ -252,10 +253,13 @@ class Engine:
         if not template:
             text = "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "
         else:
-            bos = parent.detokenize([parent.bos], special=True) if parent.bos >= 0 else ""
-            eos = parent.detokenize([parent.eos], special=True) if parent.eos >= 0 else ""
+            formatter = self._formatters.get(template)
+            if formatter is None:  # compiling a template takes milliseconds: once per model
+                bos = parent.detokenize([parent.bos], special=True) if parent.bos >= 0 else ""
+                eos = parent.detokenize([parent.eos], special=True) if parent.eos >= 0 else ""
+                formatter = self._formatters[template] = Jinja2ChatFormatter(template, eos, bos)
             try:
-                text = Jinja2ChatFormatter(template, eos, bos)(messages=list(messages)).prompt
+                text = formatter(messages=list(messages)).prompt
             except Exception as e:  # a template's own raise_exception, or a Jinja error
                 raise UserError(f"the model's chat template rejected this chat: {e}") from None
         return parent.tokenize(text, add_bos=False, special=True)

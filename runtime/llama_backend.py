@@ -72,6 +72,7 @@ class LlamaBackend:
         self.n_ctx = self._ctx.n_ctx()
         self.n_vocab = self._model.n_vocab()
         self.tokens: list[int] = []  # exactly the tokens held in the KV cache, in order
+        self._metadata: dict[str, str] | None = None
         self.llama_seconds = 0.0  # time spent inside llama_decode, to measure our own overhead
         self.threads = threads
         self._abort_event: threading.Event | None = None
@@ -102,7 +103,10 @@ class LlamaBackend:
         return bool(self._llama_cpp.llama_vocab_is_eog(self._model.vocab, token))
 
     def metadata(self) -> dict[str, str]:
-        return self._model.metadata()
+        """GGUF metadata as strings (read once: the chat template is asked for every turn)."""
+        if self._metadata is None:
+            self._metadata = self._model.metadata()
+        return self._metadata
 
     # --- decoding ---------------------------------------------------------------------------------
     @property
