@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import platform
+import re
+import resource
 import statistics
 import time
 from dataclasses import dataclass
@@ -17,12 +19,14 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from runtime.engine import ChatOptions, Engine
 from runtime.errors import UserError
 from runtime.policy import PRESET_NAMES
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "prompts"
-DEFAULT_SETS = ("code", "prose")
+DEFAULT_SETS = ("mmlu", "alpaca", "gsm8k", "code")
 STOCK = "llama-cpp-python"
 
 
@@ -68,7 +72,27 @@ DEFAULT_CONFIGS = (
 )
 
 
-def load_prompts(files: list[str] | None, quick: bool) -> list[dict[str, str]]:
+_LETTER = re.compile(r"\b([A-D])\b")
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def score(item: dict[str, Any], text: str) -> bool | None:
+    """Correctness where the prompt set has a key: a multiple-choice letter or a final number; else None."""
+    if item.get("kind") == "choice":
+        m = _LETTER.search(text)
+        return m is not None and m.group(1) == item["answer"]
+    if item.get("kind") == "number":
+        numbers = _NUMBER.findall(text)
+        if not numbers:
+            return False
+        try:
+            return abs(float(numbers[-1].replace(",", "")) - float(item["answer"])) < 1e-6
+        except ValueError:
+            return False
+    return None
+
+
+def load_prompts(files: list[str] | None, quick: bool) -> list[dict[str, Any]]:
     paths = [Path(f) for f in files] if files else [ASSETS / f"{s}.jsonl" for s in DEFAULT_SETS]
     prompts = []
     for path in paths:
@@ -82,7 +106,15 @@ def load_prompts(files: list[str] | None, quick: bool) -> list[dict[str, str]]:
                 continue
             try:
                 item = json.loads(line)
-                items.append({"workload": path.stem, "id": str(item.get("id", n)), "prompt": str(item["prompt"])})
+                items.append(
+                    {
+                        "workload": path.stem,
+                        "id": str(item.get("id", n)),
+                        "prompt": str(item["prompt"]),
+                        "kind": item.get("kind"),
+                        "answer": item.get("answer"),
+                    }
+                )
             except (ValueError, KeyError, TypeError):
                 raise UserError(f"{path}:{n}: expected a JSON object with a 'prompt'") from None
         prompts += items[:2] if quick else items
@@ -125,7 +157,7 @@ class StockRunner:
             t_first = t_first or now
             if parent.is_end_of_generation(tok):
                 break
-            out.append(tok)
+            out.append(int(tok))
             if len(out) >= max_tokens:
                 break
         end = time.perf_counter()
@@ -133,13 +165,14 @@ class StockRunner:
         return {
             "tokens": len(out),
             "ttft_s": (t_first or end) - t0,
-            "tok_per_s": (len(out) - 1) / decode_s if len(out) > 1 and decode_s > 0 else 0.0,
+            "tok_per_s": (len(out) - 1) / decode_s if len(out) > 1 and decode_s > 0 else None,
             "latency_s": end - t0,
             "drafted": 0,
             "accepted": 0,
             "acceptance": None,
             "level": None,
             "text": parent.detokenize(out),
+            "token_ids": out,
             "overhead": None,
         }
 
@@ -148,9 +181,10 @@ def run_engine(engine: Engine, config: BenchConfig, prompt: str, max_tokens: int
     engine.reset_caches()
     llama0 = engine.llama_seconds()
     t0 = time.perf_counter()
-    parts, last = [], None
+    parts, ids, last = [], [], None
     for chunk in engine.stream_chat([{"role": "user", "content": prompt}], config.options(max_tokens)):
         parts.append(chunk.text)
+        ids.extend(chunk.tokens)
         last = chunk
     wall = time.perf_counter() - t0
     assert last is not None
@@ -158,7 +192,8 @@ def run_engine(engine: Engine, config: BenchConfig, prompt: str, max_tokens: int
     return {
         "tokens": s.tokens,
         "ttft_s": s.ttft_s,
-        "tok_per_s": s.tok_per_s,
+        # Undefined when the whole answer came in the first cycle (which also paid for the prefill).
+        "tok_per_s": s.tok_per_s if s.tokens > s.first_tokens else None,
         "latency_s": wall,
         "drafted": s.drafted,
         "accepted": s.accepted,
@@ -168,6 +203,7 @@ def run_engine(engine: Engine, config: BenchConfig, prompt: str, max_tokens: int
         "parent": last.choice.parent,
         "draft": last.choice.draft,
         "text": "".join(parts),
+        "token_ids": ids,
         # Python time outside llama_decode, as a share of the whole answer (prefill included).
         "overhead": max(0.0, 1.0 - (engine.llama_seconds() - llama0) / wall) if wall > 0 else None,
     }
@@ -201,6 +237,16 @@ def batch_costs(engine: Engine, tiers: list[str], n_max: int, rounds: int = 5) -
     return {t: {n: statistics.median(xs) * 1000 for n, xs in row.items()} for t, row in samples.items()}
 
 
+def agreement(tokens: list[int], reference: list[int]) -> float:
+    """Share of the reference's tokens reproduced before the first divergence."""
+    n = 0
+    for a, b in zip(tokens, reference, strict=False):
+        if a != b:
+            break
+        n += 1
+    return n / len(reference) if reference else 1.0
+
+
 def predicted_speedup(acceptance: float, k: float, c: float, v: dict[int, float]) -> float:
     """DESIGN.md §6: [(1 - a^(k+1)) / (1 - a)] / (k c + v(k+1)), k rounded to the nearest measured batch."""
     kk = max(1, min(round(k), max(v) - 1))
@@ -215,6 +261,20 @@ def _versions() -> dict[str, str]:
             out[dist] = version(dist)
         except PackageNotFoundError:
             out[dist] = "unknown"
+    return out
+
+
+def _accuracy(runs: list[dict[str, Any]]) -> float | None:
+    graded = [x["correct"] for x in runs if x["correct"] is not None]
+    return round(sum(graded) / len(graded), 4) if graded else None
+
+
+def routing(engine: Engine, prompts: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per workload, the share of prompts the router sends to each level."""
+    out: dict[str, dict[str, float]] = {}
+    for workload in sorted({p["workload"] for p in prompts}):
+        levels = [engine.route(p["prompt"]).level for p in prompts if p["workload"] == workload]
+        out[workload] = {lvl: round(levels.count(lvl) / len(levels), 4) for lvl in ("low", "medium", "high")}
     return out
 
 
@@ -248,12 +308,17 @@ def bench(
             for cfg in configs[shift:] + configs[:shift]:
                 rec = run(cfg, p["prompt"], max_tokens)
                 rec.update({"workload": p["workload"], "prompt_id": p["id"], "config": cfg.name, "repeat": r})
+                rec["correct"] = score(p, rec["text"])
+                rec["rss_mb"] = round(psutil.Process().memory_info().rss / 1e6, 1)
                 runs.append(rec)
                 acc = f" acc {rec['acceptance']:.2f}" if rec["acceptance"] is not None else ""
-                log(f"{p['workload']}/{p['id']} {cfg.name:<18} {rec['tok_per_s']:6.1f} tok/s{acc}")
-    base_text = {(x["workload"], x["prompt_id"], x["repeat"]): x["text"] for x in runs if x["config"] == baseline}
+                tps = f"{rec['tok_per_s']:6.1f}" if rec["tok_per_s"] is not None else "     -"
+                log(f"{p['workload']}/{p['id']} {cfg.name:<18} {tps} tok/s{acc}")
+    base = {(x["workload"], x["prompt_id"], x["repeat"]): x for x in runs if x["config"] == baseline}
     for x in runs:
-        x["matches_baseline"] = x["text"] == base_text.get((x["workload"], x["prompt_id"], x["repeat"]))
+        ref = base[(x["workload"], x["prompt_id"], x["repeat"])]
+        x["matches_baseline"] = x["text"] == ref["text"]
+        x["token_agreement"] = agreement(x["token_ids"], ref["token_ids"])
 
     tiers = sorted({t for c in configs for t in (c.parent, c.draft) if t} | {"f16"})
     n_max = 1 + max([c.k or engine.settings.spec.k_max for c in configs if c.draft or c.preset], default=4)
@@ -264,7 +329,11 @@ def bench(
         for cfg in configs:
             mine = [x for x in runs if x["workload"] == workload and x["config"] == cfg.name]
             base = [x for x in runs if x["workload"] == workload and x["config"] == baseline]
-            ratios = [a["tok_per_s"] / b["tok_per_s"] for a, b in zip(mine, base, strict=True) if b["tok_per_s"]]
+            ratios = [
+                a["tok_per_s"] / b["tok_per_s"]
+                for a, b in zip(mine, base, strict=True)
+                if a["tok_per_s"] and b["tok_per_s"]
+            ]
             drafted = sum(x["drafted"] for x in mine)
             accepted = sum(x["accepted"] for x in mine)
             entry: dict[str, Any] = {
@@ -274,7 +343,12 @@ def bench(
                 "speedup_vs_baseline": round(statistics.median(ratios), 4) if ratios else None,
                 "acceptance": round(accepted / drafted, 4) if drafted else None,
                 "overhead": _spread([x["overhead"] for x in mine]),
-                "fidelity": {"exact_match_rate": round(sum(x["matches_baseline"] for x in mine) / len(mine), 4)},
+                "fidelity": {
+                    "exact_match_rate": round(sum(x["matches_baseline"] for x in mine) / len(mine), 4),
+                    "token_agreement": round(statistics.mean(x["token_agreement"] for x in mine), 4),
+                },
+                "accuracy": _accuracy(mine),
+                "rss_mb": _spread([x["rss_mb"] for x in mine]),
                 "predicted_speedup": None,
             }
             if cfg.draft and drafted and cfg.parent in costs and cfg.draft in costs:
@@ -297,7 +371,18 @@ def bench(
         "batch_cost_ms": costs,
         "runs": runs,
         "summary": summary,
+        "routing": routing(engine, prompts),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3, 1),
     }
+
+
+def _num(x: float | None, width: int, digits: int) -> str:
+    text = "-" if x is None else f"{x:.{digits}f}"
+    return text.ljust(-width) if width < 0 else text.rjust(width)
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0%}"
 
 
 def format_table(result: dict[str, Any]) -> str:
@@ -306,7 +391,7 @@ def format_table(result: dict[str, Any]) -> str:
         lines.append(f"\n{workload}  (baseline {result['baseline']}; medians, min-max)")
         lines.append(
             f"{'config':<18} {'tok/s':>7} {'range':>13} {'speed-up':>9} {'predicted':>9} {'accept':>7} "
-            f"{'overhead':>8} {'same text':>9}"
+            f"{'overhead':>8} {'same text':>9} {'agree':>6} {'accuracy':>8}"
         )
         for name, e in rows.items():
             t = e["tok_per_s"]
@@ -314,9 +399,14 @@ def format_table(result: dict[str, Any]) -> str:
             acc = f"{e['acceptance']:.0%}" if e["acceptance"] is not None else "-"
             ovh = f"{e['overhead']['median']:.1%}" if e["overhead"] else "-"
             lines.append(
-                f"{name:<18} {t['median']:7.2f} {t['min']:6.1f}-{t['max']:<6.1f} {e['speedup_vs_baseline']:8.2f}x "
-                f"{pred:>9} {acc:>7} {ovh:>8} {e['fidelity']['exact_match_rate']:9.0%}"
+                f"{name:<18} {_num(t and t['median'], 7, 2)} "
+                f"{_num(t and t['min'], 6, 1)}-{_num(t and t['max'], -6, 1)} "
+                f"{_num(e['speedup_vs_baseline'], 8, 2)}x "
+                f"{pred:>9} {acc:>7} {ovh:>8} {e['fidelity']['exact_match_rate']:9.0%} "
+                f"{e['fidelity']['token_agreement']:6.0%} {_pct(e['accuracy']):>8}"
             )
+        share = result["routing"].get(workload, {})
+        lines.append("routing: " + ", ".join(f"{lvl} {share.get(lvl, 0):.0%}" for lvl in ("low", "medium", "high")))
     costs = result["batch_cost_ms"]
     f16 = costs.get("f16", {})
     if f16:
@@ -324,6 +414,7 @@ def format_table(result: dict[str, Any]) -> str:
         for tier, row in costs.items():
             if tier != "f16":
                 lines.append(f"draft cost c of {tier}: {row[1] / f16[1]:.2f}")
+    lines.append(f"peak RSS {result['peak_rss_mb']:.0f} MB")
     return "\n".join(lines)
 
 

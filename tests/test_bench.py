@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.bench import parse_config, predicted_speedup
+from runtime.bench import parse_config, predicted_speedup, score
 from runtime.errors import UserError
 from tests.conftest import assert_one_line_error, run_cli
 
@@ -34,7 +34,7 @@ def test_bench_writes_results(demo_model, isolated_cache: Path, tmp_path: Path) 
     assert data["baseline"] == "f16"
     assert {"machine", "versions", "model", "configs", "runs", "summary", "batch_cost_ms"} <= set(data)
     assert [c["name"] for c in data["configs"]] == ["f16", "f16<-q4_k_m:k2", "llama-cpp-python"]
-    assert len(data["runs"]) == 2 * 2 * 3  # two sets, two prompts each, three configs
+    assert len(data["runs"]) == 4 * 2 * 3  # four sets, two prompts each, three configs
     run = data["runs"][0]
     for key in (
         "ttft_s",
@@ -53,7 +53,29 @@ def test_bench_writes_results(demo_model, isolated_cache: Path, tmp_path: Path) 
     assert code["f16"]["speedup_vs_baseline"] == 1.0
     assert code["f16<-q4_k_m:k2"]["predicted_speedup"] is not None
     assert code["f16<-q4_k_m:k2"]["fidelity"]["exact_match_rate"] == 1.0  # exact mode: the f16's own text
-    assert "speed-up" in result.stdout
+    assert code["f16<-q4_k_m:k2"]["fidelity"]["token_agreement"] == 1.0
+    assert code["f16"]["accuracy"] is None  # no key for open code tasks
+    assert data["summary"]["mmlu"]["f16"]["accuracy"] is not None  # keyed: a letter
+    assert data["summary"]["gsm8k"]["f16"]["accuracy"] is not None  # keyed: a number
+    assert set(data["routing"]) == {"mmlu", "alpaca", "gsm8k", "code"}
+    assert all(abs(sum(r.values()) - 1) < 1e-6 for r in data["routing"].values())
+    assert data["peak_rss_mb"] > 100
+    assert "speed-up" in result.stdout and "routing:" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("item", "text", "want"),
+    [
+        ({"kind": "choice", "answer": "B"}, "The answer is B. Au is gold.", True),
+        ({"kind": "choice", "answer": "B"}, "C", False),
+        ({"kind": "number", "answer": 26}, "3 x 12 = 36, minus 10 gives 26.", True),
+        ({"kind": "number", "answer": 1200}, "It costs 1,200 dollars", True),
+        ({"kind": "number", "answer": 26}, "no idea", False),
+        ({"kind": None, "answer": None}, "anything", None),
+    ],
+)
+def test_scoring(item, text, want) -> None:
+    assert score(item, text) is want
 
 
 def test_cost_model_matches_the_design_table() -> None:
