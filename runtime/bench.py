@@ -23,11 +23,15 @@ import psutil
 
 from runtime.engine import ChatOptions, Engine
 from runtime.errors import UserError
+from runtime.llama_backend import LlamaBackend, LoadOptions
 from runtime.policy import PRESET_NAMES
+from runtime.sampling import SamplingParams
+from runtime.speculative import SpecConfig, generate_steps
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "prompts"
 DEFAULT_SETS = ("mmlu", "alpaca", "gsm8k", "code")
 STOCK = "llama-cpp-python"
+LOOKUP = "prompt-lookup"  # llama-cpp-python's LlamaPromptLookupDecoding, the only speculation it ships
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,7 @@ class BenchConfig:
     k: int | None = None  # fixed draft length; None = adaptive
     preset: str | None = None  # routed preset instead of a pinned pair
     stock: bool = False  # llama-cpp-python's own greedy decoding of the parent file, as a peer
+    lookup: bool = False  # ... with its prompt-lookup draft (it needs logits_all=True by design)
 
     def options(self, max_tokens: int) -> ChatOptions:
         if self.preset:
@@ -49,13 +54,15 @@ def parse_config(name: str) -> BenchConfig:
     """`f16`, `f16<-q4_k_m`, `f16<-q4_k_m:k4`, a preset name, or `llama-cpp-python`."""
     if name == STOCK:
         return BenchConfig(name, parent="f16", stock=True)
+    if name == LOOKUP:
+        return BenchConfig(name, parent="f16", stock=True, lookup=True)
     if name in PRESET_NAMES:
         return BenchConfig(name, preset=name)
     pair, _, k = name.partition(":k")
     parent, _, draft = pair.partition("<-")
     tiers = ("f16", "q8_0", "q4_k_m")
     if parent not in tiers or (draft and draft not in tiers) or (k and not k.isdigit()):
-        raise UserError(f"unknown bench config {name!r}: use a tier, PARENT<-DRAFT[:kN], a preset or {STOCK}")
+        raise UserError(f"unknown bench config {name!r}: use a tier, PARENT<-DRAFT[:kN], a preset, {STOCK} or {LOOKUP}")
     return BenchConfig(name, parent=parent, draft=draft or None, k=int(k) if k else None)
 
 
@@ -126,8 +133,9 @@ def load_prompts(files: list[str] | None, quick: bool) -> list[dict[str, Any]]:
 class StockRunner:
     """llama-cpp-python's `Llama.generate`, greedy, on the same tokens: the honest peer for plain decoding."""
 
-    def __init__(self, engine: Engine, tier: str) -> None:
+    def __init__(self, engine: Engine, tier: str, lookup: bool = False) -> None:
         import llama_cpp
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
         from runtime.hardware import ensure_backends
         from runtime.llama_log import route_llama_log
@@ -141,6 +149,8 @@ class StockRunner:
             n_threads=threads,
             n_threads_batch=threads,
             verbose=True,  # no stdout/stderr redirection; the log is routed through `logging`
+            draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10) if lookup else None,
+            logits_all=lookup,  # the library's speculation requires all logits; ours never does
         )
         self.engine = engine
         self.tier = tier
@@ -209,15 +219,15 @@ def run_engine(engine: Engine, config: BenchConfig, prompt: str, max_tokens: int
     }
 
 
-def batch_costs(engine: Engine, tiers: list[str], n_max: int, rounds: int = 5) -> dict[str, dict[int, float]]:
+def batch_costs(backends: dict[str, LlamaBackend], n_max: int, rounds: int = 5) -> dict[str, dict[int, float]]:
     """Milliseconds per decode of n tokens (logits for all n rows), per tier, for v(n) and c.
 
     Interleaved: each round times every tier at every n once, so drifts in memory speed (page-cache
     huge pages settle over minutes here) hit all sizes alike; medians over rounds.
     """
     bases = {}
-    for tier in tiers:
-        b = engine.backend(tier)
+    tiers = list(backends)
+    for tier, b in backends.items():
         b.truncate(0)
         bases[tier] = b.tokenize(
             "def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n" * 3
@@ -226,14 +236,14 @@ def batch_costs(engine: Engine, tiers: list[str], n_max: int, rounds: int = 5) -
     samples: dict[str, dict[int, list[float]]] = {t: {n: [] for n in range(1, n_max + 1)} for t in tiers}
     for _ in range(rounds):
         for tier in tiers:
-            b, base = engine.backend(tier), bases[tier]
+            b, base = backends[tier], bases[tier]
             for n in range(1, n_max + 1):
                 t = time.perf_counter()
                 b.decode(base[:n], range(n))
                 samples[tier][n].append(time.perf_counter() - t)
                 b.truncate(len(base))
-    for tier in tiers:
-        engine.backend(tier).truncate(0)
+    for b in backends.values():
+        b.truncate(0)
     return {t: {n: statistics.median(xs) * 1000 for n, xs in row.items()} for t, row in samples.items()}
 
 
@@ -252,6 +262,139 @@ def predicted_speedup(acceptance: float, k: float, c: float, v: dict[int, float]
     kk = max(1, min(round(k), max(v) - 1))
     a = min(acceptance, 0.999999)
     return ((1 - a ** (kk + 1)) / (1 - a)) / (kk * c + v[kk + 1])
+
+
+SWEEP_DRAFTS = ("q4_k_m", "q3_k_m", "q2_k")
+SWEEP_TEMPERATURES = (0.0, 1.0)
+
+
+def time_steps(
+    parent: LlamaBackend,
+    draft: LlamaBackend | None,
+    prompt: list[int],
+    params: SamplingParams,
+    spec: SpecConfig,
+    max_tokens: int,
+) -> dict[str, Any]:
+    """One answer straight through the loop, from empty caches; decode speed excludes the first cycle."""
+    parent.truncate(0)
+    if draft is not None:
+        draft.truncate(0)
+    tokens = drafted = accepted = cycles = first = 0
+    t_first = t_last = 0.0
+    steps = generate_steps(parent, draft, prompt, params, spec)
+    try:
+        for step in steps:
+            t_last = time.perf_counter()
+            cycles += 1
+            drafted += step.drafted
+            accepted += step.accepted
+            done = False
+            for tok in step.tokens:
+                if parent.is_end_of_generation(tok) or tokens >= max_tokens:
+                    done = True
+                    break
+                tokens += 1
+            if cycles == 1:
+                t_first, first = t_last, tokens
+            if done or tokens >= max_tokens:
+                break
+    finally:
+        steps.close()
+    decode_s = t_last - t_first
+    return {
+        "tok_per_s": (tokens - first) / decode_s if tokens > first and decode_s > 0 else None,
+        "tokens": tokens,
+        "drafted": drafted,
+        "accepted": accepted,
+        "cycles": cycles,
+    }
+
+
+def sweep(engine: Engine, prompts: list[dict[str, Any]], max_tokens: int, log=print) -> dict[str, Any]:
+    """Speed-up against acceptance: f16 with q4_k_m, q3_k_m and q2_k drafts, at temperature 0 and 1.
+
+    The q3_k_m and q2_k drafts are quantized by our quantizer for this experiment only, into a temporary
+    folder beside the model, and deleted afterwards. Each row sets the measured speed-up beside the cost
+    model's prediction from the acceptance, c and v(n) measured in the same run.
+    """
+    import tempfile
+
+    from converters.quantize import quantize
+
+    parent = engine.backend("f16")
+    opts = LoadOptions(n_ctx=engine.settings.n_ctx, n_threads=engine.settings.n_threads)
+    rows = []
+    with tempfile.TemporaryDirectory(dir=engine.model.path, prefix="sweep-") as tmp:
+        drafts: dict[str, LlamaBackend] = {"q4_k_m": engine.backend("q4_k_m")}
+        extra = []
+        try:
+            for tier in SWEEP_DRAFTS[1:]:
+                path = Path(tmp) / f"{tier}.gguf"
+                log(f"sweep: quantizing a {tier} draft for this experiment only")
+                quantize(engine.model.tier_path("f16"), path, tier)
+                drafts[tier] = LlamaBackend(path, opts)
+                extra.append(drafts[tier])
+            spec = engine.settings.spec
+            costs = batch_costs({"f16": parent, **drafts}, spec.k_max + 1)
+            v = {n: t / costs["f16"][1] for n, t in costs["f16"].items()}
+            names = ["f16", *drafts]
+            for temperature in SWEEP_TEMPERATURES:
+                params = SamplingParams(temperature=temperature, top_k=40, top_p=0.95, min_p=0.05)
+                samples: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
+                for i, p in enumerate(prompts):
+                    tokens = engine.render(parent, [{"role": "user", "content": p["prompt"]}])
+                    for name in names[i % len(names) :] + names[: i % len(names)]:
+                        rec = time_steps(parent, drafts.get(name), tokens, params, spec, max_tokens)
+                        samples[name].append(rec)
+                        log(
+                            f"sweep T={temperature:g} {p['id']} f16<-{name if name != 'f16' else 'none'}: "
+                            f"{rec['tok_per_s'] or 0:.1f} tok/s"
+                        )
+                for name in drafts:
+                    mine, base = samples[name], samples["f16"]
+                    ratios = [
+                        a["tok_per_s"] / b["tok_per_s"]
+                        for a, b in zip(mine, base, strict=True)
+                        if a["tok_per_s"] and b["tok_per_s"]
+                    ]
+                    drafted = sum(x["drafted"] for x in mine)
+                    accepted = sum(x["accepted"] for x in mine)
+                    cycles = sum(x["cycles"] for x in mine)
+                    a = accepted / drafted if drafted else 0.0
+                    c = costs[name][1] / costs["f16"][1]
+                    predicted = predicted_speedup(a, drafted / cycles, c, v) if drafted else None
+                    measured = statistics.median(ratios) if ratios else None
+                    rows.append(
+                        {
+                            "draft": name,
+                            "temperature": temperature,
+                            "acceptance": round(a, 4),
+                            "mean_k": round(drafted / cycles, 2) if cycles else None,
+                            "c": round(c, 3),
+                            "measured_speedup": None if measured is None else round(measured, 4),
+                            "predicted_speedup": None if predicted is None else round(predicted, 4),
+                            "efficiency": round(measured / predicted, 4) if measured and predicted else None,
+                        }
+                    )
+        finally:
+            for b in extra:
+                b.close()
+    return {"rows": rows, "batch_cost_ms": costs}
+
+
+def format_sweep(result: dict[str, Any]) -> str:
+    lines = [
+        "\nacceptance sweep (f16 parent; speed-up vs plain f16 at the same temperature)",
+        f"{'draft':<8} {'T':>3} {'accept':>7} {'mean k':>6} {'c':>5} {'measured':>9} {'predicted':>9} "
+        f"{'efficiency':>10}",
+    ]
+    for r in result["rows"]:
+        lines.append(
+            f"{r['draft']:<8} {r['temperature']:>3g} {r['acceptance']:7.0%} {_num(r['mean_k'], 6, 2)} {r['c']:5.2f} "
+            f"{_num(r['measured_speedup'], 8, 2)}x {_num(r['predicted_speedup'], 8, 2)}x {_num(r['efficiency'], 10, 2)}"
+        )
+    return "\n".join(lines)
 
 
 def _versions() -> dict[str, str]:
@@ -294,10 +437,10 @@ def bench(
     log=print,
 ) -> dict[str, Any]:
     baseline = configs[0].name
-    stock = {c.parent: StockRunner(engine, c.parent) for c in configs if c.stock}
+    stock = {c.name: StockRunner(engine, c.parent, c.lookup) for c in configs if c.stock}
 
     def run(cfg: BenchConfig, prompt: str, n: int) -> dict[str, Any]:
-        return stock[cfg.parent].run(prompt, n) if cfg.stock else run_engine(engine, cfg, prompt, n)
+        return stock[cfg.name].run(prompt, n) if cfg.stock else run_engine(engine, cfg, prompt, n)
 
     for cfg in configs:  # warm-up: load every tier, touch its pages
         run(cfg, prompts[0]["prompt"], 8)
@@ -322,7 +465,7 @@ def bench(
 
     tiers = sorted({t for c in configs for t in (c.parent, c.draft) if t} | {"f16"})
     n_max = 1 + max([c.k or engine.settings.spec.k_max for c in configs if c.draft or c.preset], default=4)
-    costs = batch_costs(engine, tiers, n_max)
+    costs = batch_costs({t: engine.backend(t) for t in tiers}, n_max)
     summary: dict[str, dict[str, Any]] = {}
     for workload in sorted({x["workload"] for x in runs}):
         summary[workload] = {}
@@ -427,6 +570,7 @@ def main_bench(
     quick: bool,
     out_dir: str | None,
     engine_settings=None,
+    with_sweep: bool = False,
 ) -> dict[str, Any]:
     configs = [parse_config(n) for n in (config_names or DEFAULT_CONFIGS)]
     prompts = load_prompts(prompt_files, quick)
@@ -435,6 +579,8 @@ def main_bench(
     engine = Engine(model, engine_settings)
     try:
         result = bench(engine, configs, prompts, max_tokens, repeats, log=lambda m: print(m, flush=True))
+        if with_sweep:
+            result["sweep"] = sweep(engine, prompts, max_tokens, log=lambda m: print(m, flush=True))
     finally:
         engine.close()
     if out_dir:
@@ -442,4 +588,6 @@ def main_bench(
         out.mkdir(parents=True, exist_ok=True)
         (out / "results.json").write_text(json.dumps(result, indent=2, default=str))
     print(format_table(result))
+    if with_sweep:
+        print(format_sweep(result["sweep"]))
     return result

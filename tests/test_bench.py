@@ -95,3 +95,42 @@ def test_bad_prompt_file_is_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text("not json\n")
     assert_one_line_error(run_cli("bench", "--prompts", str(bad)), "bad.jsonl:1")
+
+
+def test_sweep_and_prompt_lookup_peer(demo_model, isolated_cache: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from runtime.bench import SWEEP_DRAFTS, SWEEP_TEMPERATURES
+
+    shutil.copytree(demo_model.path, isolated_cache / demo_model.name)
+    out = tmp_path / "sweep"
+    result = run_cli(
+        "bench",
+        "--quick",
+        "--max-tokens",
+        "8",
+        "--prompts",
+        "assets/prompts/alpaca.jsonl",
+        "--configs",
+        "f16",
+        "prompt-lookup",
+        "--sweep",
+        "--out",
+        str(out),
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads((out / "results.json").read_text())
+    assert data["summary"]["alpaca"]["prompt-lookup"]["fidelity"]["exact_match_rate"] is not None
+    rows = data["sweep"]["rows"]
+    assert {(r["draft"], r["temperature"]) for r in rows} == {(d, t) for d in SWEEP_DRAFTS for t in SWEEP_TEMPERATURES}
+    for r in rows:
+        assert 0 <= r["acceptance"] <= 1 and r["c"] > 0 and r["predicted_speedup"] is not None
+    # The extra drafts were for this experiment only: nothing is left beside the model.
+    assert sorted(p.name for p in (isolated_cache / demo_model.name).iterdir()) == [
+        ".lock",
+        "f16.gguf",
+        "manifest.json",
+        "q4_k_m.gguf",
+        "q8_0.gguf",
+    ]
+    assert "acceptance sweep" in result.stdout
