@@ -298,12 +298,11 @@ class Engine:
         prompt, dropped = self.fit_context(parent, list(messages), reserve)
         reused = min(parent.common_prefix(prompt), len(prompt) - 1)
         spec = self.settings.spec
-        if options.k is not None or choice.k is not None:
-            spec = SpecConfig(k=options.k or choice.k or spec.k, k_max=spec.k_max, adaptive=False, p_min=spec.p_min)
+        if choice.k is not None:  # a fixed draft length (pinned by the user or calibrated)
+            spec = replace(spec, k=choice.k, adaptive=False)
 
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         stats = Stats(prompt_tokens=len(prompt), reused_tokens=reused, dropped_turns=dropped)
-        text_so_far = ""
         held = ""  # text that might be the start of a stop string
         t_start = time.perf_counter()
         t_first: float | None = None
@@ -318,7 +317,6 @@ class Engine:
                 piece = decoder.decode(b"".join(parent.token_bytes(t) for t in out_tokens))
                 held += piece
                 emit, held, hit = _split_stop(held, options.stop)
-                text_so_far += emit
                 stats = _add_step(stats, step, len(out_tokens), now - t_start, now - t_first)
                 if hit:
                     reason = "stop"
