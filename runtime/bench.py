@@ -73,9 +73,14 @@ DEFAULT_CONFIGS = (
     "f16<-q4_k_m",
     "f16<-q4_k_m:k4",
     "f16<-q8_0",
+    "f16<-q8_0:k4",
     "q8_0<-q4_k_m",
+    "q8_0<-q4_k_m:k4",
     "exact",
+    "paper",
+    "auto",
     STOCK,
+    LOOKUP,
 )
 
 
@@ -497,6 +502,52 @@ def _spread(xs: list[float]) -> dict[str, float] | None:
     return {"median": round(statistics.median(xs), 4), "min": round(min(xs), 4), "max": round(max(xs), 4)}
 
 
+def summarize(
+    runs: list[dict[str, Any]], configs: list[BenchConfig], baseline: str, costs: dict[str, dict[int, float]]
+) -> dict[str, dict[str, Any]]:
+    """`summary[workload][config]` from the raw runs; speed-ups pair each run with the baseline's run of the
+    same prompt and repeat."""
+    summary: dict[str, dict[str, Any]] = {}
+    base = {(x["workload"], x["prompt_id"], x["repeat"]): x for x in runs if x["config"] == baseline}
+    for workload in sorted({x["workload"] for x in runs}):
+        summary[workload] = {}
+        for cfg in configs:
+            mine = [x for x in runs if x["workload"] == workload and x["config"] == cfg.name]
+            if not mine:
+                continue
+            pairs = [(x, base.get((x["workload"], x["prompt_id"], x["repeat"]))) for x in mine]
+            ratios = [a["tok_per_s"] / b["tok_per_s"] for a, b in pairs if b and a["tok_per_s"] and b["tok_per_s"]]
+            compared = [x for x in mine if x["matches_baseline"] is not None]
+            drafted = sum(x["drafted"] for x in mine)
+            accepted = sum(x["accepted"] for x in mine)
+            entry: dict[str, Any] = {
+                "tok_per_s": _spread([x["tok_per_s"] for x in mine]),
+                "latency_s": _spread([x["latency_s"] for x in mine]),
+                "ttft_s": _spread([x["ttft_s"] for x in mine]),
+                "speedup_vs_baseline": round(statistics.median(ratios), 4) if ratios else None,
+                "acceptance": round(accepted / drafted, 4) if drafted else None,
+                "overhead": _spread([x["overhead"] for x in mine]),
+                "fidelity": {
+                    "exact_match_rate": round(sum(x["matches_baseline"] for x in compared) / len(compared), 4)
+                    if compared
+                    else None,
+                    "token_agreement": round(statistics.mean(x["token_agreement"] for x in compared), 4)
+                    if compared
+                    else None,
+                },
+                "accuracy": _accuracy(mine),
+                "rss_mb": _spread([x["rss_mb"] for x in mine]),
+                "predicted_speedup": None,
+            }
+            if cfg.draft and drafted and cfg.parent in costs and cfg.draft in costs:
+                cycles = sum(x.get("cycles", 0) for x in mine)
+                v = {n: t / costs[cfg.parent][1] for n, t in costs[cfg.parent].items()}
+                c = costs[cfg.draft][1] / costs[cfg.parent][1]
+                entry["predicted_speedup"] = round(predicted_speedup(accepted / drafted, drafted / cycles, c, v), 4)
+            summary[workload][cfg.name] = entry
+    return summary
+
+
 def bench(
     engine: Engine,
     configs: list[BenchConfig],
@@ -513,62 +564,41 @@ def bench(
 
     for cfg in configs:  # warm-up: load every tier, touch its pages
         run(cfg, prompts[0]["prompt"], 8)
-    runs = []
-    for r in range(repeats):
-        for i, p in enumerate(prompts):
-            shift = (r * len(prompts) + i) % len(configs)
-            for cfg in configs[shift:] + configs[:shift]:
-                rec = run(cfg, p["prompt"], max_tokens)
-                rec.update({"workload": p["workload"], "prompt_id": p["id"], "config": cfg.name, "repeat": r})
-                rec["correct"] = score(p, rec["text"])
-                rec["rss_mb"] = round(psutil.Process().memory_info().rss / 1e6, 1)
-                runs.append(rec)
-                acc = f" acc {rec['acceptance']:.2f}" if rec["acceptance"] is not None else ""
-                tps = f"{rec['tok_per_s']:6.1f}" if rec["tok_per_s"] is not None else "     -"
-                log(f"{p['workload']}/{p['id']} {cfg.name:<18} {tps} tok/s{acc}")
+    runs: list[dict[str, Any]] = []
+    total = repeats * len(prompts) * len(configs)
+    started = time.perf_counter()
+    interrupted = False
+    try:
+        for r in range(repeats):
+            for i, p in enumerate(prompts):
+                shift = (r * len(prompts) + i) % len(configs)
+                for cfg in configs[shift:] + configs[:shift]:
+                    rec = run(cfg, p["prompt"], max_tokens)
+                    rec.update({"workload": p["workload"], "prompt_id": p["id"], "config": cfg.name, "repeat": r})
+                    rec["correct"] = score(p, rec["text"])
+                    rec["rss_mb"] = round(psutil.Process().memory_info().rss / 1e6, 1)
+                    runs.append(rec)
+                    acc = f" acc {rec['acceptance']:.2f}" if rec["acceptance"] is not None else ""
+                    tps = f"{rec['tok_per_s']:6.1f}" if rec["tok_per_s"] is not None else "     -"
+                    eta = (time.perf_counter() - started) / len(runs) * (total - len(runs))
+                    log(
+                        f"[{len(runs)}/{total} ETA {int(eta // 60)}:{int(eta % 60):02d}] "
+                        f"{p['workload']}/{p['id']} {cfg.name:<18} {tps} tok/s{acc}"
+                    )
+    except KeyboardInterrupt:
+        # Stop cleanly: summarize and write what was measured.
+        interrupted = True
+        log(f"interrupted after {len(runs)} of {total} runs; summarizing what was measured")
     base = {(x["workload"], x["prompt_id"], x["repeat"]): x for x in runs if x["config"] == baseline}
     for x in runs:
-        ref = base[(x["workload"], x["prompt_id"], x["repeat"])]
-        x["matches_baseline"] = x["text"] == ref["text"]
-        x["token_agreement"] = agreement(x["token_ids"], ref["token_ids"])
+        ref = base.get((x["workload"], x["prompt_id"], x["repeat"]))
+        x["matches_baseline"] = None if ref is None else x["text"] == ref["text"]
+        x["token_agreement"] = None if ref is None else agreement(x["token_ids"], ref["token_ids"])
 
     tiers = sorted({t for c in configs for t in (c.parent, c.draft) if t} | {"f16"})
     n_max = 1 + max([c.k or engine.settings.spec.k_max for c in configs if c.draft or c.preset], default=4)
-    costs = batch_costs({t: engine.backend(t) for t in tiers}, n_max)
-    summary: dict[str, dict[str, Any]] = {}
-    for workload in sorted({x["workload"] for x in runs}):
-        summary[workload] = {}
-        for cfg in configs:
-            mine = [x for x in runs if x["workload"] == workload and x["config"] == cfg.name]
-            base = [x for x in runs if x["workload"] == workload and x["config"] == baseline]
-            ratios = [
-                a["tok_per_s"] / b["tok_per_s"]
-                for a, b in zip(mine, base, strict=True)
-                if a["tok_per_s"] and b["tok_per_s"]
-            ]
-            drafted = sum(x["drafted"] for x in mine)
-            accepted = sum(x["accepted"] for x in mine)
-            entry: dict[str, Any] = {
-                "tok_per_s": _spread([x["tok_per_s"] for x in mine]),
-                "latency_s": _spread([x["latency_s"] for x in mine]),
-                "ttft_s": _spread([x["ttft_s"] for x in mine]),
-                "speedup_vs_baseline": round(statistics.median(ratios), 4) if ratios else None,
-                "acceptance": round(accepted / drafted, 4) if drafted else None,
-                "overhead": _spread([x["overhead"] for x in mine]),
-                "fidelity": {
-                    "exact_match_rate": round(sum(x["matches_baseline"] for x in mine) / len(mine), 4),
-                    "token_agreement": round(statistics.mean(x["token_agreement"] for x in mine), 4),
-                },
-                "accuracy": _accuracy(mine),
-                "rss_mb": _spread([x["rss_mb"] for x in mine]),
-                "predicted_speedup": None,
-            }
-            if cfg.draft and drafted and cfg.parent in costs and cfg.draft in costs:
-                cycles = sum(x.get("cycles", 0) for x in mine)
-                v = {n: t / costs[cfg.parent][1] for n, t in costs[cfg.parent].items()}
-                c = costs[cfg.draft][1] / costs[cfg.parent][1]
-                entry["predicted_speedup"] = round(predicted_speedup(accepted / drafted, drafted / cycles, c, v), 4)
-            summary[workload][cfg.name] = entry
+    costs = {} if interrupted else batch_costs({t: engine.backend(t) for t in tiers}, n_max)
+    summary = summarize(runs, configs, baseline, costs)
     from runtime.hardware import inventory
 
     return {
@@ -584,6 +614,7 @@ def bench(
         "runs": runs,
         "summary": summary,
         "routing": routing(engine, prompts),
+        "interrupted": interrupted,
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3, 1),
     }
 
@@ -614,8 +645,8 @@ def format_table(result: dict[str, Any]) -> str:
                 f"{name:<18} {_num(t and t['median'], 7, 2)} "
                 f"{_num(t and t['min'], 6, 1)}-{_num(t and t['max'], -6, 1)} "
                 f"{_num(e['speedup_vs_baseline'], 8, 2)}x "
-                f"{pred:>9} {acc:>7} {ovh:>8} {e['fidelity']['exact_match_rate']:9.0%} "
-                f"{e['fidelity']['token_agreement']:6.0%} {_pct(e['accuracy']):>8}"
+                f"{pred:>9} {acc:>7} {ovh:>8} {_pct(e['fidelity']['exact_match_rate']):>9} "
+                f"{_pct(e['fidelity']['token_agreement']):>6} {_pct(e['accuracy']):>8}"
             )
         share = result["routing"].get(workload, {})
         lines.append("routing: " + ", ".join(f"{lvl} {share.get(lvl, 0):.0%}" for lvl in ("low", "medium", "high")))
@@ -628,6 +659,128 @@ def format_table(result: dict[str, Any]) -> str:
                 lines.append(f"draft cost c of {tier}: {row[1] / f16[1]:.2f}")
     lines.append(f"peak RSS {result['peak_rss_mb']:.0f} MB")
     return "\n".join(lines)
+
+
+# The paper (Qwen2.5-7B, its own hardware): latency baseline -> SpecQuant, acceptance, routing.
+PAPER = {
+    "mmlu": {"baseline_s": 4.07, "specquant_s": 3.01, "speedup": 1.35, "acceptance": 0.661},
+    "alpaca": {"baseline_s": 6.42, "specquant_s": 4.50, "speedup": 1.43, "acceptance": 0.609},
+    "gsm8k": {"baseline_s": 8.83, "specquant_s": 6.43, "speedup": 1.37, "acceptance": 0.579},
+}
+PAPER_ROUTING = {"low": 0.28, "medium": 0.52, "high": 0.20}
+
+
+def headline_config(result: dict[str, Any]) -> str:
+    """The configuration that stands for SpecQuant in the report: a routed preset if one ran."""
+    names = [c["name"] for c in result["configs"]]
+    for preferred in ("auto", "exact", "paper"):
+        if preferred in names:
+            return preferred
+    return names[-1]
+
+
+def _fmt(x: float | None, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def write_report(result: dict[str, Any], path: Path) -> None:
+    """report.md: Table I (latency, speed-up), Table II (accuracy, fidelity, acceptance), routing; the
+    paper's figures beside ours, for a different model and hardware."""
+    ours, base = headline_config(result), result["baseline"]
+    model = result["model"].get("name", "?")
+    recon = " (f16 reconstructed from a quantized release)" if result["model"].get("reconstructed") else ""
+    m = result["machine"]
+    lines = [
+        f"# SpecQuant benchmark: {model}{recon}",
+        "",
+        f"Machine: {m['cpu']}, {m['physical_cores']} cores, {m['ram_total_gb']} GB RAM, GPUs: "
+        f"{', '.join(g['name'] for g in m['gpus']) or 'none'}. "
+        f"llama-cpp-python {result['versions'].get('llama-cpp-python')}.",
+        f"Baseline `{base}`; SpecQuant row `{ours}`; {result['max_tokens']} new tokens; medians over prompts.",
+        "The paper's figures are for Qwen2.5-7B on its own hardware: compare shapes, not numbers.",
+        "",
+        "## Table I: latency and speed-up",
+        "",
+        "| workload | baseline latency (s) | SpecQuant latency (s) | speed-up (decode tok/s) "
+        "| paper: baseline -> SpecQuant (s) | paper speed-up |",
+        "|---|---|---|---|---|---|",
+    ]
+    for workload, rows in result["summary"].items():
+        b, o, p = rows.get(base, {}), rows.get(ours, {}), PAPER.get(workload)
+        paper = f"{p['baseline_s']} -> {p['specquant_s']}" if p else "-"
+        lines.append(
+            f"| {workload} | {_fmt((b.get('latency_s') or {}).get('median'), '.2f')} | "
+            f"{_fmt((o.get('latency_s') or {}).get('median'), '.2f')} | {_fmt(o.get('speedup_vs_baseline'), '.2f')}x | "
+            f"{paper} | {_fmt(p and p['speedup'], '.2f')}x |"
+        )
+    lines += [
+        "",
+        "## Table II: accuracy, fidelity and acceptance",
+        "",
+        "| workload | baseline accuracy | SpecQuant accuracy | same text as baseline | token agreement | acceptance "
+        "| paper acceptance |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for workload, rows in result["summary"].items():
+        b, o, p = rows.get(base, {}), rows.get(ours, {}), PAPER.get(workload)
+        fid = o.get("fidelity") or {}
+        lines.append(
+            f"| {workload} | {_pct(b.get('accuracy'))} | {_pct(o.get('accuracy'))} | "
+            f"{_pct(fid.get('exact_match_rate'))} | {_pct(fid.get('token_agreement'))} | {_pct(o.get('acceptance'))} "
+            f"| {_pct(p and p['acceptance'])} |"
+        )
+    lines += ["", "## Routing", "", "| workload | low | medium | high |", "|---|---|---|---|"]
+    for workload, share in result["routing"].items():
+        lines.append(f"| {workload} | {share['low']:.0%} | {share['medium']:.0%} | {share['high']:.0%} |")
+    lines.append(
+        f"| paper (all) | {PAPER_ROUTING['low']:.0%} | {PAPER_ROUTING['medium']:.0%} | {PAPER_ROUTING['high']:.0%} |"
+    )
+    lines += ["", "## All configurations", "", "```", format_table(result).strip(), "```", ""]
+    if result.get("interrupted"):
+        lines.insert(2, "**Interrupted: partial results.**\n")
+    path.write_text("\n".join(lines))
+
+
+def write_plots(result: dict[str, Any], out: Path) -> list[Path]:
+    """tok/s per configuration per workload, and acceptance against speed-up (needs matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    workloads = list(result["summary"])
+    names = [c["name"] for c in result["configs"]]
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(names) * len(workloads) / 2), 4))
+    width = 0.8 / max(len(names), 1)
+    for j, name in enumerate(names):
+        vals = [((result["summary"][w].get(name) or {}).get("tok_per_s") or {}).get("median") or 0 for w in workloads]
+        ax.bar([i + j * width for i in range(len(workloads))], vals, width, label=name)
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(workloads))], workloads)
+    ax.set_ylabel("decode tok/s (median)")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    speed = out / "tok_per_s.png"
+    fig.savefig(speed, dpi=120)
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(5, 4))
+    for w in workloads:
+        for name, e in result["summary"][w].items():
+            if e.get("acceptance") is not None and e.get("speedup_vs_baseline") is not None:
+                ax.scatter(e["acceptance"], e["speedup_vs_baseline"], label=f"{w}: {name}", s=18)
+    for r in (result.get("sweep") or {}).get("rows", []):
+        if r["measured_speedup"] is not None:
+            ax.scatter(r["acceptance"], r["measured_speedup"], marker="x", color="black", s=18)
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set_xlabel("acceptance")
+    ax.set_ylabel("speed-up vs baseline")
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    scatter = out / "acceptance_vs_speedup.png"
+    fig.savefig(scatter, dpi=120)
+    plt.close(fig)
+    return [speed, scatter]
 
 
 def main_bench(
@@ -657,6 +810,8 @@ def main_bench(
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         (out / "results.json").write_text(json.dumps(result, indent=2, default=str))
+        write_report(result, out / "report.md")
+        write_plots(result, out)
     print(format_table(result))
     if with_sweep:
         print(format_sweep(result["sweep"]))

@@ -61,6 +61,87 @@ def test_bench_writes_results(demo_model, isolated_cache: Path, tmp_path: Path) 
     assert all(abs(sum(r.values()) - 1) < 1e-6 for r in data["routing"].values())
     assert data["peak_rss_mb"] > 100
     assert "speed-up" in result.stdout and "routing:" in result.stdout
+    report = (out / "report.md").read_text()
+    assert "Table I" in report and "Table II" in report and "## Routing" in report and "paper" in report
+    assert (out / "tok_per_s.png").stat().st_size > 1000
+    assert (out / "acceptance_vs_speedup.png").stat().st_size > 1000
+    check_aggregates(data)
+
+
+def check_aggregates(data: dict) -> None:
+    """Recompute the summary from the raw rows, independently of runtime.bench.summarize."""
+    import statistics
+
+    runs = data["runs"]
+    base = data["baseline"]
+    for workload, rows in data["summary"].items():
+        for name, entry in rows.items():
+            mine = [r for r in runs if r["workload"] == workload and r["config"] == name]
+            tps = [r["tok_per_s"] for r in mine if r["tok_per_s"] is not None]
+            if tps:
+                assert entry["tok_per_s"]["median"] == pytest.approx(statistics.median(tps), abs=1e-3)
+                assert entry["tok_per_s"]["min"] == pytest.approx(min(tps), abs=1e-3)
+            lat = [r["latency_s"] for r in mine]
+            assert entry["latency_s"]["max"] == pytest.approx(max(lat), abs=1e-3)
+            drafted = sum(r["drafted"] for r in mine)
+            if drafted:
+                assert entry["acceptance"] == pytest.approx(sum(r["accepted"] for r in mine) / drafted, abs=1e-3)
+            same = [r["matches_baseline"] for r in mine]
+            assert entry["fidelity"]["exact_match_rate"] == pytest.approx(sum(same) / len(same), abs=1e-3)
+            graded = [r["correct"] for r in mine if r["correct"] is not None]
+            assert entry["accuracy"] == (pytest.approx(sum(graded) / len(graded), abs=1e-3) if graded else None)
+            ratios = []
+            for r in mine:
+                b = next(
+                    x
+                    for x in runs
+                    if x["config"] == base
+                    and x["workload"] == workload
+                    and x["prompt_id"] == r["prompt_id"]
+                    and x["repeat"] == r["repeat"]
+                )
+                if r["tok_per_s"] and b["tok_per_s"]:
+                    ratios.append(r["tok_per_s"] / b["tok_per_s"])
+            if ratios:
+                assert entry["speedup_vs_baseline"] == pytest.approx(statistics.median(ratios), abs=1e-3)
+    for share in data["routing"].values():
+        assert sum(share.values()) == pytest.approx(1.0)
+
+
+def test_bench_on_the_micro_model(micro_model, isolated_cache: Path, tmp_path: Path) -> None:
+    import shutil
+
+    shutil.copytree(micro_model.path, isolated_cache / micro_model.name)
+    result = run_cli(
+        "bench",
+        "--model",
+        "micro",
+        "--quick",
+        "--max-tokens",
+        "8",
+        "--configs",
+        "f16",
+        "q8_0",
+        "f16<-q4_k_m",
+        "exact",
+        "--out",
+        str(tmp_path),
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert set(data["summary"]) == {"mmlu", "alpaca", "gsm8k", "code"}
+    assert data["summary"]["code"]["f16<-q4_k_m"]["acceptance"] < 1.0  # random weights: real rejections
+    check_aggregates(data)
+    assert (tmp_path / "report.md").is_file()
+
+
+def test_bench_model_missing_a_tier_is_one_line(demo_model, isolated_cache: Path) -> None:
+    import shutil
+
+    shutil.copytree(demo_model.path, isolated_cache / demo_model.name)
+    (isolated_cache / demo_model.name / "q8_0.gguf").unlink()
+    result = run_cli("bench", "--model", demo_model.name, "--quick", "--configs", "f16", "q8_0")
+    assert_one_line_error(result, "q8_0.gguf is missing")
 
 
 @pytest.mark.parametrize(
