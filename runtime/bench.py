@@ -679,6 +679,10 @@ def headline_config(result: dict[str, Any]) -> str:
     return names[-1]
 
 
+def _times(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}x"
+
+
 def _fmt(x: float | None, spec: str) -> str:
     return "-" if x is None else format(x, spec)
 
@@ -710,8 +714,8 @@ def write_report(result: dict[str, Any], path: Path) -> None:
         paper = f"{p['baseline_s']} -> {p['specquant_s']}" if p else "-"
         lines.append(
             f"| {workload} | {_fmt((b.get('latency_s') or {}).get('median'), '.2f')} | "
-            f"{_fmt((o.get('latency_s') or {}).get('median'), '.2f')} | {_fmt(o.get('speedup_vs_baseline'), '.2f')}x | "
-            f"{paper} | {_fmt(p and p['speedup'], '.2f')}x |"
+            f"{_fmt((o.get('latency_s') or {}).get('median'), '.2f')} | {_times(o.get('speedup_vs_baseline'))} | "
+            f"{paper} | {_times(p and p['speedup'])} |"
         )
     lines += [
         "",
