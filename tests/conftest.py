@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -36,6 +37,13 @@ def demo_model(tmp_path_factory: pytest.TempPathFactory) -> ModelDir:
     root = tmp_path_factory.mktemp("demo-cache")
     convert("demo", root=root)
     return ModelDir(root, DEMO_NAME)
+
+
+@pytest.fixture
+def demo_cache(demo_model: ModelDir, isolated_cache: Path) -> Path:
+    """The user's cache holds the converted demo model (a copy, so tests cannot disturb each other)."""
+    shutil.copytree(demo_model.path, isolated_cache / demo_model.name)
+    return isolated_cache
 
 
 @pytest.fixture(scope="session")

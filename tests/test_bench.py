@@ -12,10 +12,7 @@ from runtime.errors import UserError
 from tests.conftest import assert_one_line_error, run_cli
 
 
-def test_bench_writes_results(demo_model, isolated_cache: Path, tmp_path: Path) -> None:
-    import shutil
-
-    shutil.copytree(demo_model.path, isolated_cache / demo_model.name)
+def test_bench_writes_results(demo_cache: Path, tmp_path: Path) -> None:
     out = tmp_path / "bench"
     result = run_cli(
         "bench",
@@ -135,11 +132,8 @@ def test_bench_on_the_micro_model(micro_model, isolated_cache: Path, tmp_path: P
     assert (tmp_path / "report.md").is_file()
 
 
-def test_bench_model_missing_a_tier_is_one_line(demo_model, isolated_cache: Path) -> None:
-    import shutil
-
-    shutil.copytree(demo_model.path, isolated_cache / demo_model.name)
-    (isolated_cache / demo_model.name / "q8_0.gguf").unlink()
+def test_bench_model_missing_a_tier_is_one_line(demo_model, demo_cache: Path) -> None:
+    (demo_cache / demo_model.name / "q8_0.gguf").unlink()
     result = run_cli("bench", "--model", demo_model.name, "--quick", "--configs", "f16", "q8_0")
     assert_one_line_error(result, "q8_0.gguf is missing")
 
@@ -178,12 +172,10 @@ def test_bad_prompt_file_is_one_line(tmp_path: Path) -> None:
     assert_one_line_error(run_cli("bench", "--prompts", str(bad)), "bad.jsonl:1")
 
 
-def test_sweep_and_prompt_lookup_peer(demo_model, isolated_cache: Path, tmp_path: Path) -> None:
-    import shutil
-
+def test_sweep_and_prompt_lookup_peer(demo_model, demo_cache: Path, tmp_path: Path) -> None:
     from runtime.bench import SWEEP_DRAFTS, SWEEP_TEMPERATURES
 
-    shutil.copytree(demo_model.path, isolated_cache / demo_model.name)
+    isolated_cache = demo_cache
     out = tmp_path / "sweep"
     result = run_cli(
         "bench",
@@ -237,10 +229,7 @@ def test_humaneval_needs_allow_exec() -> None:
     assert_one_line_error(run_cli("bench", "--prompts", "humaneval"), "--allow-exec")
 
 
-def test_humaneval_end_to_end(demo_model, isolated_cache: Path, tmp_path: Path) -> None:
-    import shutil
-
-    shutil.copytree(demo_model.path, isolated_cache / demo_model.name)
+def test_humaneval_end_to_end(demo_cache: Path, tmp_path: Path) -> None:
     result = run_cli(
         "bench",
         "--quick",

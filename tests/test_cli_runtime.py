@@ -3,22 +3,13 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from runtime.cache import ModelDir
 from tests.conftest import REPO, assert_one_line_error, run_cli
-
-
-@pytest.fixture
-def demo_cache(demo_model: ModelDir, isolated_cache: Path) -> Path:
-    """The user's cache holds the converted demo model (copied, so tests cannot disturb each other)."""
-    shutil.copytree(demo_model.path, isolated_cache / demo_model.name)
-    return isolated_cache
 
 
 def test_chat_json(demo_cache: Path) -> None:
