@@ -18,7 +18,7 @@ from typing import Any
 
 from runtime import router
 from runtime.cache import DEMO_NAME, ModelDir, cache_root, check_name, list_models
-from runtime.errors import Cancelled, SpecQuantError, UserError
+from runtime.errors import Cancelled, UserError
 from runtime.hardware import Inventory, inventory
 from runtime.llama_backend import LlamaBackend, LoadOptions
 from runtime.placement import PlacementSettings, Plan, TierFacts, plan, tier_facts
@@ -379,15 +379,3 @@ def _add_step(stats: Stats, step: Step, n_out: int, elapsed: float, decode_s: fl
         verify_s=stats.verify_s + step.verify_s,
         cycles=stats.cycles + 1,
     )
-
-
-def answer(engine: Engine, prompt: str, options: ChatOptions | None = None) -> tuple[str, Chunk]:
-    """A whole answer to one user prompt: (text, final chunk)."""
-    parts = []
-    last = None
-    for chunk in engine.stream_chat([{"role": "user", "content": prompt}], options):
-        parts.append(chunk.text)
-        last = chunk
-    if last is None:
-        raise SpecQuantError("no answer was produced")
-    return "".join(parts), last

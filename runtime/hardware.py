@@ -7,6 +7,7 @@ ctypes on the libggml it loaded, and only asked when `llama_supports_gpu_offload
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import platform
 import sys
@@ -69,16 +70,36 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+@functools.cache
 def _libggml() -> ctypes.CDLL | None:
+    """The libggml that libllama uses, with the device functions 0.3.36 does not bind declared once."""
     import llama_cpp
 
     lib_dir = Path(llama_cpp.__file__).parent / "lib"
     # The file libllama links against (its soname), not a same-named copy: wheels store copies rather than
     # symlinks, and a second copy would be a second ggml with its own, empty, device registry.
-    for name in ("libggml.so.0", "libggml.0.dylib", "libggml.dylib", "ggml.dll", "libggml.so"):
-        if (lib_dir / name).exists():
-            return ctypes.CDLL(str(lib_dir / name))
-    return None
+    path = next(
+        (
+            lib_dir / n
+            for n in ("libggml.so.0", "libggml.0.dylib", "libggml.dylib", "ggml.dll", "libggml.so")
+            if (lib_dir / n).exists()
+        ),
+        None,
+    )
+    if path is None:
+        return None
+    lib = ctypes.CDLL(str(path))
+    lib.ggml_backend_dev_count.restype = ctypes.c_size_t
+    lib.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
+    lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+    lib.ggml_backend_dev_get.restype = ctypes.c_void_p
+    lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
+    lib.ggml_backend_dev_type.restype = ctypes.c_int
+    lib.ggml_backend_dev_description.argtypes = [ctypes.c_void_p]
+    lib.ggml_backend_dev_description.restype = ctypes.c_char_p
+    size_p = ctypes.POINTER(ctypes.c_size_t)
+    lib.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, size_p, size_p]
+    return lib
 
 
 _backends_ready = False
@@ -101,8 +122,6 @@ def ensure_backends() -> None:
     if lib is None:
         _backends_ready = True
         return
-    lib.ggml_backend_dev_count.restype = ctypes.c_size_t
-    lib.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
     package = Path(llama_cpp.__file__).parent
     if lib.ggml_backend_dev_count() == 0:
         for folder in (package / "lib", package.parent / "bin", Path(sys.executable).parent):
@@ -126,18 +145,6 @@ def gpus() -> tuple[Gpu, ...]:
     lib = _libggml()
     if lib is None:
         return ()
-    lib.ggml_backend_dev_count.restype = ctypes.c_size_t
-    lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
-    lib.ggml_backend_dev_get.restype = ctypes.c_void_p
-    lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
-    lib.ggml_backend_dev_type.restype = ctypes.c_int
-    lib.ggml_backend_dev_description.argtypes = [ctypes.c_void_p]
-    lib.ggml_backend_dev_description.restype = ctypes.c_char_p
-    lib.ggml_backend_dev_memory.argtypes = [
-        ctypes.c_void_p,
-        ctypes.POINTER(ctypes.c_size_t),
-        ctypes.POINTER(ctypes.c_size_t),
-    ]
     found = []
     for i in range(lib.ggml_backend_dev_count()):
         dev = lib.ggml_backend_dev_get(i)
