@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -227,3 +228,22 @@ def list_models(root: Path | None = None) -> list[CachedModel]:
         present = tuple(t for t in TIERS if md.tier_path(t).is_file())
         models.append(CachedModel(d.name, d, md.read_manifest(), present))
     return models
+
+
+def delete_model(root: Path, name: str) -> None:
+    """Remove a model folder, refusing while another process converts it."""
+    model = ModelDir(root, check_name(name))
+    if not model.path.is_dir():
+        raise UserError(f"no model {name!r} in {root}")
+    with model.lock():
+        # Remove the manifest first: an interrupted delete then reads as incomplete, never as valid.
+        model.manifest_path.unlink(missing_ok=True)
+        for p in model.path.iterdir():
+            if p.name != ".lock":  # still held (and open, which Windows would refuse to delete)
+                if p.is_dir():
+                    shutil.rmtree(p)
+                else:
+                    p.unlink(missing_ok=True)
+    shutil.rmtree(model.path, ignore_errors=True)
+    if model.path.exists():
+        raise UserError(f"could not remove every file of {model.path}; delete the folder by hand")

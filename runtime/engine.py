@@ -110,12 +110,13 @@ class Stats:
 class Chunk:
     text: str  # new text since the previous chunk
     tokens: tuple[int, ...]
-    from_draft: tuple[bool, ...]
+    from_draft: tuple[bool, ...]  # per token: proposed by the draft and accepted
     route: Route
     choice: Choice
     placement: Plan
     stats: Stats  # cumulative for this answer
     done: bool = False
+    draft_chars: tuple[bool, ...] = ()  # per character of `text`: from a draft token (for highlighting)
 
 
 def resolve_model(name: str | None, root: Path | None = None) -> ModelDir:
@@ -304,6 +305,7 @@ class Engine:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         stats = Stats(prompt_tokens=len(prompt), reused_tokens=reused, dropped_turns=dropped)
         held = ""  # text that might be the start of a stop string
+        held_flags: tuple[bool, ...] = ()
         t_start = time.perf_counter()
         t_first: float | None = None
         steps = generate_steps(parent, draft, prompt, options.sampling, spec, cancel)
@@ -314,13 +316,17 @@ class Engine:
                 if t_first is None:
                     t_first = now
                 out_tokens, out_flags, reason = self._take(parent, step, stats.tokens, options.max_tokens)
-                piece = decoder.decode(b"".join(parent.token_bytes(t) for t in out_tokens))
-                held += piece
+                for tok, flag in zip(out_tokens, out_flags, strict=True):
+                    piece = decoder.decode(parent.token_bytes(tok))
+                    held += piece
+                    held_flags += (flag,) * len(piece)
+                before = len(held)
                 emit, held, hit = _split_stop(held, options.stop)
+                emit_flags, held_flags = held_flags[: len(emit)], held_flags[before - len(held) :]
                 stats = _add_step(stats, step, len(out_tokens), now - t_start, now - t_first)
                 if hit:
                     reason = "stop"
-                yield Chunk(emit, out_tokens, out_flags, route, choice, placement, stats)
+                yield Chunk(emit, out_tokens, out_flags, route, choice, placement, stats, draft_chars=emit_flags)
                 if reason is not None or hit:
                     break
             else:
@@ -329,9 +335,10 @@ class Engine:
             reason = "cancelled"
         finally:
             steps.close()
-        tail = "" if reason == "stop" else held + decoder.decode(b"", final=True)
+        tail, tail_flags = ("", ()) if reason == "stop" else (held + decoder.decode(b"", final=True), held_flags)
+        tail_flags += (False,) * (len(tail) - len(tail_flags))
         stats = replace(stats, stop_reason=reason)
-        yield Chunk(tail, (), (), route, choice, placement, stats, done=True)
+        yield Chunk(tail, (), (), route, choice, placement, stats, done=True, draft_chars=tail_flags)
 
     @staticmethod
     def _take(

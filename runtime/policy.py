@@ -38,6 +38,13 @@ class Choice:
         return self.parent.upper() if self.draft is None else f"{self.parent.upper()} ← {self.draft.upper()}"
 
 
+def more_precise(tier: str) -> str | None:
+    """The next more precise tier ("answer at higher precision"), or None for F16."""
+    ranked = sorted(PRECISION, key=PRECISION.__getitem__)
+    i = ranked.index(tier)
+    return ranked[i + 1] if i + 1 < len(ranked) else None
+
+
 def check_tier(tier: str, what: str) -> str:
     if tier not in TIERS:
         raise UserError(f"unknown {what} tier {tier!r}: choose from {', '.join(TIERS)}")

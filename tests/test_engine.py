@@ -52,6 +52,16 @@ def test_stream_then_stats(engine: Engine) -> None:
     assert stats.drafted > 0 and 0 <= stats.acceptance <= 1
 
 
+def test_draft_characters_match_the_accepted_draft_tokens(engine: Engine) -> None:
+    """Per-character draft flags (the window highlights them) cover exactly the accepted draft tokens' text."""
+    parent = engine.backend("f16")
+    _, chunks = collect(engine, user("Name three primary colors."), ChatOptions(max_tokens=40))
+    assert all(len(c.draft_chars) == len(c.text) for c in chunks)
+    flagged = sum(sum(c.draft_chars) for c in chunks)
+    draft_text = b"".join(parent.token_bytes(t) for c in chunks for t, f in zip(c.tokens, c.from_draft) if f)
+    assert chunks[-1].stats.accepted > 0 and flagged == len(draft_text.decode("utf-8", errors="replace"))
+
+
 def test_multi_turn_reuses_the_prefix(engine: Engine) -> None:
     first_text, first = collect(engine, user("My name is Ada. Say hello."))
     history = [

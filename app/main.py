@@ -1,0 +1,124 @@
+"""`specquant-app`: the desktop window; `--self-test` for installers and CI; the terminal chat without a display."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+log = logging.getLogger("specquant.app")
+
+
+def has_display() -> bool:
+    """Windows and macOS always have one; on Linux, X11, Wayland or an explicit Qt platform."""
+    if not sys.platform.startswith("linux"):
+        return True
+    return any(os.environ.get(v) for v in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM"))
+
+
+def assets_dir() -> Path:
+    """`assets/` next to the packages, or inside a PyInstaller bundle."""
+    base = Path(getattr(sys, "_MEIPASS", Path(__file__).resolve().parents[1]))
+    return base / "assets"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="specquant-app", description="The SpecQuant desktop chat window.")
+    p.add_argument("--prompt", help="send this prompt when the window opens (the terminal chat without a display)")
+    p.add_argument("--self-test", action="store_true", help="headless: answer one prompt, check, exit 0 or 1")
+    p.add_argument("--screenshot", type=Path, help="with --self-test: save a PNG of the window here")
+    p.add_argument("-v", "--verbose", action="store_true", help="detailed logs on stderr")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
+    logging.getLogger("llama.cpp").setLevel(logging.DEBUG if args.verbose else logging.ERROR)
+    if args.screenshot and not args.self_test:
+        print("specquant-app: error: --screenshot needs --self-test", file=sys.stderr)
+        return 2
+    if args.self_test:
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    elif not has_display():
+        from runtime.cli import main as cli_main
+
+        print("specquant-app: no display found; chatting in the terminal instead", file=sys.stderr)
+        return cli_main(["chat", *(["--prompt", args.prompt] if args.prompt else [])])
+    return run_window(args)
+
+
+def run_window(args: argparse.Namespace) -> int:
+    from PySide6.QtCore import QSettings, qInstallMessageHandler
+    from PySide6.QtGui import QIcon
+    from PySide6.QtWidgets import QApplication
+
+    from app.settings import APPLICATION, ORGANIZATION
+    from app.store import Store
+    from app.window import MainWindow
+    from runtime.errors import SpecQuantError
+
+    qInstallMessageHandler(_qt_message)
+    app = QApplication.instance() or QApplication([sys.argv[0]])
+    app.setOrganizationName(ORGANIZATION)
+    app.setApplicationName(APPLICATION)
+    app.setApplicationDisplayName("SpecQuant")
+    app.setDesktopFileName("specquant")
+    icon = assets_dir() / "icon.png"
+    if icon.is_file():
+        app.setWindowIcon(QIcon(str(icon)))
+    try:
+        if args.self_test:
+            # The user's models, but a throw-away history and default settings: a check leaves no trace.
+            scratch = Path(tempfile.mkdtemp(prefix="specquant-selftest-"))
+            window = MainWindow(Store(scratch / "conversations.sqlite3"), QSettings(str(scratch / "settings.ini"),
+                                                                                      QSettings.Format.IniFormat))
+        else:
+            window = MainWindow()
+    except SpecQuantError as e:
+        print(f"specquant-app: error: {e}", file=sys.stderr)
+        return 2
+    _install_excepthook(window)
+    window.show()
+    if args.self_test:
+        return _self_test(window, args.screenshot)
+    if args.prompt:
+        window.input.setPlainText(args.prompt)
+        if window.model:
+            window.send()
+    return app.exec()
+
+
+def _self_test(window: object, screenshot: Path | None) -> int:
+    from app.selftest import SelfTestFailed, run_self_test
+
+    try:
+        print(run_self_test(window, screenshot))  # type: ignore[arg-type]
+        code = 0
+    except SelfTestFailed as e:
+        print(f"specquant-app: self-test failed: {e}", file=sys.stderr)
+        code = 1
+    window.close()  # type: ignore[attr-defined]
+    return code
+
+
+def _install_excepthook(window: object) -> None:
+    """A bug in a slot must not take the window (or the conversation) down: log it and show a banner."""
+    from app.worker import readable
+
+    def hook(kind: type[BaseException], value: BaseException, tb: object) -> None:
+        log.error("unexpected error", exc_info=(kind, value, tb))  # type: ignore[arg-type]
+        with contextlib.suppress(RuntimeError):  # the window may already be gone
+            window.banner.show_error(f"Something went wrong: {readable(value)}")  # type: ignore[attr-defined]
+
+    sys.excepthook = hook
+
+
+def _qt_message(mode: object, context: object, message: str) -> None:
+    """Qt's own chatter (e.g. the offscreen plugin's notices) goes to the log, not the user's terminal."""
+    logging.getLogger("qt").debug("%s", message)

@@ -1,0 +1,287 @@
+"""The model manager: cached models and their tiers; add (convert), repair, delete; the demo in one click."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from PySide6.QtCore import Qt, QThread, Signal
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QDialog,
+    QFileDialog,
+    QGridLayout,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QMessageBox,
+    QProgressBar,
+    QPushButton,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.worker import ConvertWorker, start_thread
+from runtime.cache import DEMO_NAME, CachedModel, cache_root, delete_model, list_models
+from runtime.errors import UserError
+
+STAGE_NAMES = {"f16": "Step 1 of 3: F16 tier", "q8_0": "Step 2 of 3: Q8_0 tier", "q4_k_m": "Step 3 of 3: Q4_K_M tier"}
+
+
+def size_text(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
+
+
+def model_summary(m: CachedModel) -> str:
+    if not m.complete:
+        return "incomplete: repair it"
+    manifest = m.manifest or {}
+    total = sum(rec["bytes"] for rec in manifest.get("tiers", {}).values())
+    return size_text(total) + (", F16 reconstructed from a quantized file" if manifest.get("reconstructed") else "")
+
+
+class ModelsDialog(QDialog):
+    """Lists the cache; runs one conversion at a time on its own thread, with progress and Cancel."""
+
+    models_changed = Signal()
+    use_model = Signal(str)
+    convert_requested = Signal(str, str, bool)  # source, name, allow_requant (queued to the worker)
+
+    def __init__(self, release_engine: Callable[[], None], parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Models")
+        self.resize(720, 480)
+        self.release_engine = release_engine  # unloads the chat's models before a delete or repair
+        self.worker = ConvertWorker()
+        self.thread: QThread | None = None
+        self.converting = ""
+        self.last_error = ""
+
+        self.tree = QTreeWidget()
+        self.tree.setHeaderLabels(["Model", "Size", "Notes"])
+        self.tree.header().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.tree.setAccessibleName("Cached models")
+        self.tree.itemSelectionChanged.connect(self._update_buttons)
+        self.tree.itemDoubleClicked.connect(lambda *_: self._use())
+
+        self.use_button = QPushButton("&Use for chat")
+        self.repair_button = QPushButton("&Repair")
+        self.repair_button.setToolTip("Convert the model again from its source; intact tiers are kept")
+        self.delete_button = QPushButton("&Delete…")
+        self.demo_button = QPushButton("Set up the &demo model")
+        self.demo_button.setToolTip("SmolLM2-135M-Instruct, shipped with SpecQuant: about 15 seconds, no network")
+        self.use_button.clicked.connect(self._use)
+        self.repair_button.clicked.connect(self._repair)
+        self.delete_button.clicked.connect(self._delete)
+        self.demo_button.clicked.connect(self.setup_demo)
+        row = QHBoxLayout()
+        for b in (self.use_button, self.repair_button, self.delete_button):
+            row.addWidget(b)
+        row.addStretch(1)
+        row.addWidget(self.demo_button)
+
+        self.source = QLineEdit()
+        self.source.setPlaceholderText("A Hugging Face folder, a .gguf file, or a repo id such as org/name")
+        self.source.setAccessibleName("Model source")
+        self.name = QLineEdit()
+        self.name.setPlaceholderText("optional; from the source")
+        self.name.setAccessibleName("Model name")
+        self.requant = QCheckBox("Accept a quantized .gguf (its F16 tier is reconstructed, not original)")
+        folder = QPushButton("Folder…")
+        folder.clicked.connect(self._browse_folder)
+        gguf = QPushButton(".gguf…")
+        gguf.clicked.connect(self._browse_file)
+        self.add_button = QPushButton("&Add model")
+        self.add_button.clicked.connect(self._add)
+        form = QGridLayout()
+        form.addWidget(QLabel("&Source:", buddy=self.source), 0, 0)
+        form.addWidget(self.source, 0, 1)
+        form.addWidget(folder, 0, 2)
+        form.addWidget(gguf, 0, 3)
+        form.addWidget(QLabel("&Name:", buddy=self.name), 1, 0)
+        form.addWidget(self.name, 1, 1)
+        form.addWidget(self.add_button, 1, 2, 1, 2)
+        form.addWidget(self.requant, 2, 1, 1, 3)
+
+        self.stage = QLabel("")
+        self.stage.setAccessibleName("Conversion status")
+        self.stage.setWordWrap(True)
+        self.bar = QProgressBar()
+        self.bar.setAccessibleName("Conversion progress")
+        self.cancel_button = QPushButton("&Cancel conversion")
+        self.cancel_button.clicked.connect(self.cancel)
+        progress = QHBoxLayout()
+        progress.addWidget(self.bar, 1)
+        progress.addWidget(self.cancel_button)
+        close = QPushButton("Close")
+        close.clicked.connect(self.close)
+
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.tree, 1)
+        layout.addLayout(row)
+        layout.addSpacing(8)
+        layout.addWidget(QLabel("<b>Add a model</b> (converted once into F16, Q8_0 and Q4_K_M tiers)"))
+        layout.addLayout(form)
+        layout.addWidget(self.stage)
+        layout.addLayout(progress)
+        layout.addWidget(close, 0, Qt.AlignmentFlag.AlignRight)
+
+        self.worker.progress.connect(self._on_progress)
+        self.worker.done.connect(self._on_done)
+        self.worker.failed.connect(self._on_failed)
+        self.convert_requested.connect(self.worker.run)
+        self._show_idle()
+        self.refresh()
+
+    # --- listing -----------------------------------------------------------------------------------
+    def refresh(self) -> None:
+        selected = self.selected()
+        self.tree.clear()
+        for m in list_models(cache_root()):
+            item = QTreeWidgetItem([m.name, model_summary(m), "" if m.complete else "incomplete"])
+            item.setData(0, Qt.ItemDataRole.UserRole, m.name)
+            for tier, rec in (m.manifest or {}).get("tiers", {}).items():
+                fallbacks = f"{rec.get('fallbacks')} tensors on fallback types" if rec.get("fallbacks") else ""
+                item.addChild(QTreeWidgetItem([tier.upper(), size_text(rec["bytes"]), fallbacks]))
+            self.tree.addTopLevelItem(item)
+            if m.name == selected:
+                item.setSelected(True)
+        self.tree.expandAll()
+        self.demo_button.setVisible(not any(m.name == DEMO_NAME and m.complete for m in list_models(cache_root())))
+        self._update_buttons()
+
+    def selected(self) -> str:
+        items = self.tree.selectedItems()
+        if not items:
+            return ""
+        item = items[0].parent() or items[0]
+        return item.data(0, Qt.ItemDataRole.UserRole) or ""
+
+    def _update_buttons(self) -> None:
+        name = self.selected()
+        busy = bool(self.converting)
+        complete = any(m.name == name and m.complete for m in list_models(cache_root()))
+        self.use_button.setEnabled(complete and not busy)
+        self.repair_button.setEnabled(bool(name) and not busy)
+        self.delete_button.setEnabled(bool(name) and not busy)
+        for w in (self.add_button, self.demo_button, self.source, self.name, self.requant):
+            w.setEnabled(not busy)
+        self.cancel_button.setEnabled(busy)
+
+    # --- actions -----------------------------------------------------------------------------------
+    def _use(self) -> None:
+        if self.use_button.isEnabled():
+            self.use_model.emit(self.selected())
+
+    def setup_demo(self) -> None:
+        self.start("demo", "", False)
+
+    def _add(self) -> None:
+        source = self.source.text().strip()
+        if not source:
+            self._say("Give a folder, a .gguf file or a Hugging Face repo id first.", error=True)
+            return
+        self.start(source, self.name.text().strip(), self.requant.isChecked())
+
+    def _repair(self) -> None:
+        name = self.selected()
+        manifest = next((m.manifest for m in list_models(cache_root()) if m.name == name), None)
+        ref = (manifest or {}).get("source", {}).get("ref")
+        if not ref:
+            self._say(f"{name} has no readable manifest: delete it and add it again from its source.", error=True)
+            return
+        self.release_engine()
+        self.start(ref, name, bool(manifest.get("reconstructed")))
+
+    def _delete(self) -> None:
+        name = self.selected()
+        answer = QMessageBox.question(self, "Delete model", f"Delete {name} and its three tiers from the cache?")
+        if answer != QMessageBox.StandardButton.Yes:
+            return
+        self.release_engine()
+        try:
+            delete_model(cache_root(), name)
+        except UserError as e:
+            self._say(str(e), error=True)
+            return
+        self._say(f"Deleted {name}.")
+        self.refresh()
+        self.models_changed.emit()
+
+    def _browse_folder(self) -> None:
+        path = QFileDialog.getExistingDirectory(self, "A Hugging Face model folder")
+        if path:
+            self.source.setText(path)
+
+    def _browse_file(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "A GGUF file", "", "GGUF files (*.gguf)")
+        if path:
+            self.source.setText(path)
+
+    # --- conversion --------------------------------------------------------------------------------
+    def start(self, source: str, name: str, allow_requant: bool) -> None:
+        """Convert on the worker thread (started on first use); one conversion at a time."""
+        if self.converting:
+            return
+        if self.thread is None:
+            self.thread = start_thread(self.worker, "specquant-convert")
+        self.converting = source
+        self.last_error = ""
+        self.bar.setRange(0, 0)  # busy until the first report
+        self._say(f"Converting {source}…")
+        self._update_buttons()
+        self.convert_requested.emit(source, name, allow_requant)
+
+    def cancel(self) -> None:
+        if self.converting:
+            self.worker.cancel.set()
+            self.cancel_button.setEnabled(False)
+            self._say("Cancelling…")
+
+    def _on_progress(self, p: object) -> None:
+        stage = getattr(p, "stage", "")
+        if stage in STAGE_NAMES:
+            done, total = p.done, max(p.total, 1)  # type: ignore[attr-defined]
+            self.bar.setRange(0, 1000)
+            self.bar.setValue(min(1000, int(1000 * done / total)))
+            note = f" ({p.message})" if p.message else ""  # type: ignore[attr-defined]
+            self.stage.setText(f"{STAGE_NAMES[stage]}: {size_text(done)} of about {size_text(total)}{note}")
+        elif stage == "hash":
+            self.stage.setText("Checking the tiers…")
+
+    def _on_done(self, name: str) -> None:
+        self.converting = ""
+        self._show_idle()
+        self._say(f"{name} is ready.")
+        self.refresh()
+        self.models_changed.emit()
+        self.use_model.emit(name)
+
+    def _on_failed(self, message: str) -> None:
+        self.converting = ""
+        self.last_error = message
+        self._show_idle()
+        self._say(message or "Conversion cancelled; nothing half-written was kept.", error=bool(message))
+        self.refresh()
+        self.models_changed.emit()
+
+    def _show_idle(self) -> None:
+        self.bar.setRange(0, 1000)
+        self.bar.setValue(0)
+        self._update_buttons()
+
+    def _say(self, text: str, error: bool = False) -> None:
+        self.stage.setText(text)
+        self.stage.setStyleSheet("color: #b3261e;" if error else "")
+
+    # --- lifetime ----------------------------------------------------------------------------------
+    def shutdown(self) -> None:
+        """Cancel a running conversion (its partial tier is removed) and end the thread."""
+        if self.thread is None:
+            return
+        self.worker.cancel.set()
+        self.thread.quit()
+        self.thread.wait()
+        self.thread = None

@@ -1,0 +1,95 @@
+"""The window's settings: one dataclass, saved with QSettings, turned into the runtime's options."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from PySide6.QtCore import QSettings
+
+from runtime.engine import ChatOptions, EngineSettings
+from runtime.errors import UserError
+from runtime.placement import PlacementSettings
+from runtime.sampling import SamplingParams
+
+ORGANIZATION = "SpecQuant"
+APPLICATION = "SpecQuant"
+THEMES = ("system", "light", "dark")
+LEVEL_CHOICES = ("auto", "low", "medium", "high")
+
+
+@dataclass(frozen=True)
+class AppSettings:
+    preset: str = "exact"
+    allow_lossy: bool = False
+    level: str = "auto"  # auto, or a pinned level
+    speculation: bool = True
+    temperature: float = 0.0
+    top_p: float = 0.95
+    top_k: int = 40
+    max_tokens: int = 512
+    n_ctx: int = 4096
+    placement: str = "auto"  # auto | cpu | gpu
+    theme: str = "system"
+    highlight_draft: bool = False
+    zoom: int = 0  # points added to the system font size (Ctrl+ / Ctrl-)
+    model: str = ""  # the model last chatted with
+
+    def check(self) -> AppSettings:
+        """Raise UserError naming the first bad value (the runtime's own checks included)."""
+        if self.theme not in THEMES:
+            raise UserError(f"unknown theme {self.theme!r}")
+        if self.n_ctx < 256:
+            raise UserError(f"context size {self.n_ctx} is too small (at least 256)")
+        self.chat_options()
+        self.engine_settings()
+        return self
+
+    def chat_options(self, parent: str | None = None) -> ChatOptions:
+        """This request's options; `parent` pins a tier (regenerate at higher precision)."""
+        return ChatOptions(
+            level=self.level,
+            preset=self.preset,
+            allow_lossy=self.allow_lossy,
+            parent=parent,
+            no_spec=not self.speculation,
+            max_tokens=self.max_tokens,
+            sampling=SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k),
+        )
+
+    def engine_settings(self) -> EngineSettings:
+        return EngineSettings(n_ctx=self.n_ctx, placement=PlacementSettings(mode=self.placement))
+
+
+def load_settings(store: QSettings | None = None) -> AppSettings:
+    """Saved settings; a missing or damaged value falls back to its default, never stops the app."""
+    store = store or QSettings(ORGANIZATION, APPLICATION)
+    defaults = AppSettings()
+    values: dict[str, Any] = {}
+    for f in fields(AppSettings):
+        raw = store.value(f.name)
+        if raw is None:
+            continue
+        default = getattr(defaults, f.name)
+        try:
+            if isinstance(default, bool):  # QSettings' INI backend hands booleans back as "true"/"false"
+                values[f.name] = raw if isinstance(raw, bool) else str(raw).lower() in ("true", "1")
+            else:
+                values[f.name] = type(default)(raw)
+        except (TypeError, ValueError):
+            continue
+    settings = defaults
+    for name, value in values.items():
+        candidate = replace(settings, **{name: value})
+        try:
+            settings = candidate.check()
+        except UserError:
+            continue
+    return settings
+
+
+def save_settings(settings: AppSettings, store: QSettings | None = None) -> None:
+    store = store or QSettings(ORGANIZATION, APPLICATION)
+    for name, value in asdict(settings).items():
+        store.setValue(name, value)
+    store.sync()

@@ -1,0 +1,109 @@
+"""The settings dialog: every AppSettings field with a plain-language label."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QLabel,
+    QSpinBox,
+    QWidget,
+)
+
+from app.settings import AppSettings
+from runtime.errors import UserError
+
+PRESETS = (
+    ("exact", "Exact: always the F16 model's own answer"),
+    ("paper", "Paper: the paper's pairs (Low answers with Q8_0)"),
+    ("auto", "Auto: the fastest measured pair (calibrates once)"),
+)
+LEVELS = (("auto", "Automatic (router)"), ("low", "Low"), ("medium", "Medium"), ("high", "High"))
+PLACEMENTS = (("auto", "Automatic"), ("cpu", "CPU only"), ("gpu", "GPU (as much as fits)"))
+THEMES = (("system", "Follow the system"), ("light", "Light"), ("dark", "Dark"))
+
+
+def _combo(choices: tuple[tuple[str, str], ...], current: str, name: str) -> QComboBox:
+    box = QComboBox()
+    box.setAccessibleName(name)
+    for value, text in choices:
+        box.addItem(text, value)
+    box.setCurrentIndex(max(0, box.findData(current)))
+    return box
+
+
+class SettingsDialog(QDialog):
+    def __init__(self, settings: AppSettings, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Settings")
+        self.base = settings
+        s = settings
+        self.preset = _combo(PRESETS, s.preset, "Preset")
+        self.lossy = QCheckBox("Allow faster, lower-precision answers")
+        self.lossy.setToolTip("Auto preset only: Low and Medium prompts may be answered by Q4_K_M or Q8_0")
+        self.lossy.setChecked(s.allow_lossy)
+        self.level = _combo(LEVELS, s.level, "Complexity level")
+        self.spec = QCheckBox("Speculative decoding (a cheap draft proposes, the parent verifies)")
+        self.spec.setChecked(s.speculation)
+        self.temperature = QDoubleSpinBox(decimals=2, minimum=0.0, maximum=2.0, singleStep=0.1, value=s.temperature)
+        self.temperature.setToolTip("0 always picks the most likely token")
+        self.top_p = QDoubleSpinBox(decimals=2, minimum=0.01, maximum=1.0, singleStep=0.05, value=s.top_p)
+        self.top_k = QSpinBox(minimum=0, maximum=1000, value=s.top_k)
+        self.max_tokens = QSpinBox(minimum=1, maximum=32768, value=s.max_tokens)
+        self.n_ctx = QSpinBox(minimum=256, maximum=262144, singleStep=256, value=s.n_ctx)
+        self.placement = _combo(PLACEMENTS, s.placement, "Placement")
+        self.theme = _combo(THEMES, s.theme, "Theme")
+        self.highlight = QCheckBox("Highlight tokens that came from the draft")
+        self.highlight.setChecked(s.highlight_draft)
+        self.error = QLabel("")
+        self.error.setStyleSheet("color: #b3261e;")
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+
+        form = QFormLayout(self)
+        form.addRow("&Preset:", self.preset)
+        form.addRow("", self.lossy)
+        form.addRow("&Level:", self.level)
+        form.addRow("", self.spec)
+        form.addRow("&Temperature:", self.temperature)
+        form.addRow("Top-&p:", self.top_p)
+        form.addRow("Top-&k:", self.top_k)
+        form.addRow("&Max tokens:", self.max_tokens)
+        form.addRow("&Context size:", self.n_ctx)
+        form.addRow("P&lacement:", self.placement)
+        form.addRow("T&heme:", self.theme)
+        form.addRow("", self.highlight)
+        form.addRow(self.error)
+        form.addRow(buttons)
+
+    def value(self) -> AppSettings:
+        return replace(
+            self.base,
+            preset=self.preset.currentData(),
+            allow_lossy=self.lossy.isChecked(),
+            level=self.level.currentData(),
+            speculation=self.spec.isChecked(),
+            temperature=self.temperature.value(),
+            top_p=self.top_p.value(),
+            top_k=self.top_k.value(),
+            max_tokens=self.max_tokens.value(),
+            n_ctx=self.n_ctx.value(),
+            placement=self.placement.currentData(),
+            theme=self.theme.currentData(),
+            highlight_draft=self.highlight.isChecked(),
+        )
+
+    def accept(self) -> None:
+        try:
+            self.value().check()
+        except UserError as e:
+            self.error.setText(str(e))
+            return
+        super().accept()

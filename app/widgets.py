@@ -1,0 +1,98 @@
+"""Small widgets: the message input, the level badge and the error banner."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QKeyEvent
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QSizePolicy, QWidget
+
+# One colour per level, with white text at a contrast ratio of at least 4.5:1 (WCAG AA).
+LEVEL_COLOURS = {"low": "#1b7f3b", "medium": "#9a5b00", "high": "#b3261e"}
+
+
+class InputBox(QPlainTextEdit):
+    """Multi-line input: Enter sends, Shift+Enter makes a new line."""
+
+    submitted = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setPlaceholderText("Message SpecQuant (Enter sends, Shift+Enter for a new line)")
+        self.setAccessibleName("Message input")
+        self.setTabChangesFocus(True)  # Tab moves on to Send, as keyboard users expect
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.setFixedHeight(self.fontMetrics().lineSpacing() * 4 + 16)
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        enter = event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter)
+        if enter and not event.modifiers() & Qt.KeyboardModifier.ShiftModifier:
+            self.submitted.emit()
+            return
+        if enter:  # Shift+Enter: a plain paragraph break, not Qt's line separator
+            self.textCursor().insertText("\n")
+            return
+        super().keyPressEvent(event)
+
+
+class LevelBadge(QLabel):
+    """"Low" / "Medium" / "High" on its level's colour; the router's reason is the tooltip."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setAccessibleName("Complexity level")
+        self.level = ""
+        self.set_level("", "")
+
+    def set_level(self, level: str, reason: str) -> None:
+        self.level = level
+        if not level:
+            self.setText("")
+            self.setStyleSheet("")
+            self.setToolTip("The complexity level of the last prompt appears here")
+            return
+        self.setText(f" {level.capitalize()} ")
+        self.setStyleSheet(
+            f"QLabel {{ background: {LEVEL_COLOURS[level]}; color: white; border-radius: 4px; "
+            "padding: 1px 6px; font-weight: bold; }"
+        )
+        self.setToolTip(reason)
+        self.setAccessibleDescription(f"{level} complexity: {reason}")
+
+
+class ErrorBanner(QWidget):
+    """A dismissable line at the top of the window: what went wrong and how to fix it."""
+
+    action = Signal(str)  # the text of the action button, when one is shown
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("errorBanner")
+        self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
+        self.setStyleSheet(
+            "#errorBanner { background: #fdecea; border: 1px solid #b3261e; border-radius: 4px; }"
+            "#errorBanner QLabel { color: #5f1410; }"
+        )
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(10, 6, 6, 6)
+        self.label = QLabel()
+        self.label.setWordWrap(True)
+        self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.label.setAccessibleName("Error message")
+        self.button = QPushButton()
+        self.button.clicked.connect(lambda: self.action.emit(self.button.text()))
+        close = QPushButton("Dismiss")
+        close.clicked.connect(self.hide)
+        layout.addWidget(self.label, 1)
+        layout.addWidget(self.button)
+        layout.addWidget(close)
+        self.hide()
+
+    def show_error(self, message: str, action: str = "") -> None:
+        self.label.setText(message)
+        self.button.setText(action)
+        self.button.setVisible(bool(action))
+        self.show()
+
+    @property
+    def message(self) -> str:
+        return self.label.text() if self.isVisible() else ""

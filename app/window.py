@@ -1,0 +1,549 @@
+"""The main window: conversations, transcript, input, status bar; inference on the worker thread."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from PySide6.QtCore import QSettings, Qt, QThread, QTimer, Signal
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtWidgets import (
+    QComboBox,
+    QHBoxLayout,
+    QInputDialog,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QMainWindow,
+    QMenu,
+    QMessageBox,
+    QPushButton,
+    QSplitter,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.models_dialog import ModelsDialog
+from app.settings import AppSettings, load_settings, save_settings
+from app.settings_dialog import SettingsDialog
+from app.store import Store
+from app.theme import apply_look
+from app.transcript import TranscriptView, draft_mask
+from app.widgets import ErrorBanner, InputBox, LevelBadge
+from app.worker import ChatRequest, EngineWorker, start_thread
+from runtime.cache import DEMO_NAME, cache_root, list_models
+from runtime.errors import UserError
+from runtime.policy import more_precise
+
+RENDER_INTERVAL_MS = 40  # redraw the streamed answer at most 25 times a second
+
+
+@dataclass
+class Live:
+    """The answer in flight."""
+
+    request: ChatRequest
+    conversation: int
+    replaces: int | None  # the answer a regenerate replaces once the new one is complete
+    text: str = ""
+    flags: list[bool] = field(default_factory=list)
+    last: Any = None  # the latest Chunk
+
+
+class MainWindow(QMainWindow):
+    generate_requested = Signal(object)  # ChatRequest, queued to the worker thread
+    release_requested = Signal()
+    shutdown_requested = Signal()
+    answer_finished = Signal(str)  # the answer's text ("" when it failed); tests and the self-test wait on it
+
+    def __init__(self, store: Store | None = None, qsettings: QSettings | None = None) -> None:
+        super().__init__()
+        self.qsettings = qsettings
+        self.settings: AppSettings = load_settings(qsettings)
+        self.store = store or Store()
+        self.conversation: int | None = None
+        self.live: Live | None = None
+        self._ids = itertools.count(1)
+        self._render_pending = False
+        self._closing = False
+        self.setWindowTitle("SpecQuant")
+        self.resize(1100, 720)
+        self._build()
+        self._build_menus()
+
+        self.worker = EngineWorker()
+        self.worker_thread: QThread = start_thread(self.worker, "specquant-engine")
+        self.generate_requested.connect(self.worker.generate)
+        self.release_requested.connect(self.worker.release, Qt.ConnectionType.BlockingQueuedConnection)
+        self.shutdown_requested.connect(self.worker.shutdown)
+        self.worker.loading.connect(self._on_loading)
+        self.worker.chunk.connect(self._on_chunk)
+        self.worker.finished.connect(self._on_finished)
+        self.worker.failed.connect(self._on_failed)
+
+        self.models = ModelsDialog(self.release_engine, self)
+        self.models.models_changed.connect(self.refresh_models)
+        self.models.use_model.connect(self.select_model)
+
+        apply_look(self.settings)
+        self.transcript.highlight_draft = self.settings.highlight_draft
+        self.refresh_models()
+        self.refresh_conversations()
+        if self.store.recovered_from:
+            self.banner.show_error(
+                f"The conversation history could not be read; it was kept as {self.store.recovered_from} "
+                "and a new one was started."
+            )
+        self._set_busy(False)
+        self.input.setFocus()
+
+    # --- layout ------------------------------------------------------------------------------------
+    def _build(self) -> None:
+        self.search = QLineEdit()
+        self.search.setPlaceholderText("Search conversations")
+        self.search.setAccessibleName("Search conversations")
+        self.search.setClearButtonEnabled(True)
+        self.search.textChanged.connect(self.refresh_conversations)
+        self.conversations = QListWidget()
+        self.conversations.setAccessibleName("Conversations")
+        self.conversations.currentItemChanged.connect(self._on_conversation_selected)
+        new = QPushButton("&New chat")
+        new.clicked.connect(self.new_conversation)
+        self.rename_button = QPushButton("Rena&me")
+        self.rename_button.clicked.connect(self.rename_conversation)
+        self.delete_button = QPushButton("Dele&te")
+        self.delete_button.clicked.connect(self.delete_conversation)
+        buttons = QHBoxLayout()
+        for b in (new, self.rename_button, self.delete_button):
+            buttons.addWidget(b)
+        side = QWidget()
+        side_layout = QVBoxLayout(side)
+        side_layout.setContentsMargins(8, 8, 4, 8)
+        side_layout.addWidget(self.search)
+        side_layout.addWidget(self.conversations, 1)
+        side_layout.addLayout(buttons)
+
+        self.banner = ErrorBanner()
+        self.banner.action.connect(self._on_banner_action)
+        self.model_box = QComboBox()
+        self.model_box.setAccessibleName("Model")
+        self.model_box.activated.connect(lambda _: self.select_model(self.model_box.currentData() or ""))
+        manage = QPushButton("&Models…")
+        manage.clicked.connect(self.show_models)
+        settings = QPushButton("&Settings…")
+        settings.clicked.connect(self.show_settings)
+        top = QHBoxLayout()
+        top.addWidget(QLabel("Model:", buddy=self.model_box))
+        top.addWidget(self.model_box, 1)
+        top.addWidget(manage)
+        top.addWidget(settings)
+
+        self.welcome = QWidget()
+        welcome_layout = QVBoxLayout(self.welcome)
+        text = QLabel(
+            "<h2>Welcome to SpecQuant</h2><p>There is no model on this computer yet. The demo model "
+            "(SmolLM2-135M-Instruct) comes with SpecQuant: setting it up takes about 15 seconds and needs no "
+            "network.</p><p>You can add your own models later under <b>Models…</b>.</p>"
+        )
+        text.setWordWrap(True)
+        self.demo_button = QPushButton("Set up the demo model")
+        self.demo_button.setDefault(True)
+        self.demo_button.clicked.connect(self.setup_demo)
+        welcome_layout.addStretch(1)
+        welcome_layout.addWidget(text)
+        welcome_layout.addWidget(self.demo_button, 0, Qt.AlignmentFlag.AlignLeft)
+        welcome_layout.addStretch(2)
+
+        self.transcript = TranscriptView()
+        self.transcript.copied.connect(lambda _: self.statusBar().showMessage("Code copied", 2000))
+        self.input = InputBox()
+        self.input.submitted.connect(self.send)
+        self.send_button = QPushButton("Send")
+        self.send_button.setToolTip("Send (Enter)")
+        self.send_button.clicked.connect(self.send)
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setToolTip("Stop the answer (Esc)")
+        self.stop_button.clicked.connect(self.stop)
+        self.regenerate_button = QToolButton()
+        self.regenerate_button.setText("Regenerate")
+        self.regenerate_button.setPopupMode(QToolButton.ToolButtonPopupMode.MenuButtonPopup)
+        self.regenerate_button.clicked.connect(lambda: self.regenerate(higher=False))
+        menu = QMenu(self.regenerate_button)
+        self.higher_action = menu.addAction("Answer at higher precision")
+        self.higher_action.triggered.connect(lambda: self.regenerate(higher=True))
+        self.regenerate_button.setMenu(menu)
+        actions = QVBoxLayout()
+        for b in (self.send_button, self.stop_button, self.regenerate_button):
+            b.setMinimumWidth(110)
+            actions.addWidget(b)
+        actions.addStretch(1)
+        bottom = QHBoxLayout()
+        bottom.addWidget(self.input, 1)
+        bottom.addLayout(actions)
+
+        main = QWidget()
+        main_layout = QVBoxLayout(main)
+        main_layout.setContentsMargins(4, 8, 8, 8)
+        main_layout.addLayout(top)
+        main_layout.addWidget(self.banner)
+        main_layout.addWidget(self.welcome, 1)
+        main_layout.addWidget(self.transcript, 1)
+        main_layout.addLayout(bottom)
+
+        splitter = QSplitter()
+        splitter.addWidget(side)
+        splitter.addWidget(main)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([260, 840])
+        self.setCentralWidget(splitter)
+
+        self.badge = LevelBadge()
+        self.precision = QLabel("")
+        self.precision.setAccessibleName("Precision pair")
+        self.precision.setToolTip("The parent that answers ← the draft that proposes tokens")
+        self.speed = QLabel("")
+        self.speed.setAccessibleName("Tokens per second")
+        self.acceptance = QLabel("")
+        self.acceptance.setAccessibleName("Draft acceptance")
+        self.acceptance.setToolTip("Share of drafted tokens the parent accepted")
+        self.placement = QLabel("")
+        self.placement.setAccessibleName("Placement")
+        self.model_label = QLabel("")
+        self.model_label.setAccessibleName("Model name")
+        for w in (self.badge, self.precision, self.speed, self.acceptance, self.placement, self.model_label):
+            self.statusBar().addPermanentWidget(w)
+        self.setTabOrder(self.input, self.send_button)
+        self.setTabOrder(self.send_button, self.stop_button)
+        self.setTabOrder(self.stop_button, self.regenerate_button)
+
+    def _build_menus(self) -> None:
+        def act(menu: QMenu, text: str, slot: Any, keys: Any = None) -> QAction:
+            a = menu.addAction(text)
+            a.triggered.connect(slot)
+            if keys is not None:
+                a.setShortcuts(keys if isinstance(keys, list) else [QKeySequence(keys)])
+            return a
+
+        file = self.menuBar().addMenu("&File")
+        act(file, "&New chat", self.new_conversation, QKeySequence.StandardKey.New)
+        act(file, "&Models…", self.show_models)
+        act(file, "&Settings…", self.show_settings, QKeySequence.StandardKey.Preferences)
+        file.addSeparator()
+        act(file, "&Quit", self.close, QKeySequence.StandardKey.Quit)
+        chat = self.menuBar().addMenu("&Chat")
+        act(chat, "&Stop", self.stop, Qt.Key.Key_Escape)
+        act(chat, "&Regenerate", lambda: self.regenerate(higher=False), "Ctrl+R")
+        act(chat, "Regenerate at &higher precision", lambda: self.regenerate(higher=True), "Ctrl+Shift+R")
+        view = self.menuBar().addMenu("&View")
+        act(view, "Zoom &in", lambda: self.zoom(+1), [QKeySequence("Ctrl++"), QKeySequence("Ctrl+=")])
+        act(view, "Zoom &out", lambda: self.zoom(-1), QKeySequence("Ctrl+-"))
+        act(view, "&Reset zoom", lambda: self.zoom(0), QKeySequence("Ctrl+0"))
+        self.highlight_toggle = act(view, "&Highlight draft tokens", self._toggle_highlight)
+        self.highlight_toggle.setCheckable(True)
+        self.highlight_toggle.setChecked(self.settings.highlight_draft)
+
+    # --- models ------------------------------------------------------------------------------------
+    def complete_models(self) -> list[str]:
+        return [m.name for m in list_models(cache_root()) if m.complete]
+
+    def refresh_models(self) -> None:
+        names = self.complete_models()
+        current = self.settings.model if self.settings.model in names else ""
+        if not current and names:
+            current = DEMO_NAME if DEMO_NAME in names else names[0]
+        self.model_box.clear()
+        for name in names:
+            self.model_box.addItem(name, name)
+        self.model_box.setCurrentIndex(max(0, self.model_box.findData(current)))
+        self.model_label.setText(current)
+        if current != self.settings.model:
+            self._save(replace(self.settings, model=current))
+        self.welcome.setVisible(not names)
+        self.transcript.setVisible(bool(names))
+        self._set_busy(self.live is not None)
+
+    @property
+    def model(self) -> str:
+        return self.settings.model
+
+    def select_model(self, name: str) -> None:
+        if name and name != self.settings.model:
+            self._save(replace(self.settings, model=name))
+        self.refresh_models()
+        self.banner.hide()
+
+    def setup_demo(self) -> None:
+        self.show_models()
+        self.models.setup_demo()
+
+    def show_models(self) -> None:
+        self.models.refresh()
+        self.models.show()
+        self.models.raise_()
+
+    def release_engine(self) -> None:
+        """Stop any answer and unload the models (before a delete or repair touches their files)."""
+        if self.live is not None:
+            self.live.request.cancel.set()
+        self.release_requested.emit()
+
+    # --- conversations -----------------------------------------------------------------------------
+    def refresh_conversations(self) -> None:
+        self.conversations.blockSignals(True)
+        self.conversations.clear()
+        for c in self.store.conversations(self.search.text()):
+            item = QListWidgetItem(c.title)
+            item.setData(Qt.ItemDataRole.UserRole, c.id)
+            self.conversations.addItem(item)
+            if c.id == self.conversation:
+                self.conversations.setCurrentItem(item)
+        self.conversations.blockSignals(False)
+        has = self.conversation is not None
+        self.rename_button.setEnabled(has)
+        self.delete_button.setEnabled(has)
+
+    def _on_conversation_selected(self, item: QListWidgetItem | None) -> None:
+        if item is not None:
+            self.open_conversation(item.data(Qt.ItemDataRole.UserRole))
+
+    def open_conversation(self, conversation_id: int | None) -> None:
+        self.conversation = conversation_id
+        messages = self.store.messages(conversation_id) if conversation_id is not None else []
+        self.transcript.show_messages(messages)
+        if self.live is not None and self.live.conversation == conversation_id:
+            self.transcript.begin_live()
+            self._render_live()
+        self.refresh_conversations()
+        self._set_busy(self.live is not None)
+
+    def new_conversation(self) -> None:
+        self.open_conversation(None)
+        self.input.setFocus()
+
+    def rename_conversation(self) -> None:
+        if self.conversation is None:
+            return
+        title, ok = QInputDialog.getText(self, "Rename", "Title:", text=self.store.title(self.conversation))
+        if ok:
+            try:
+                self.store.rename(self.conversation, title)
+            except UserError as e:
+                self.banner.show_error(str(e))
+            self.refresh_conversations()
+
+    def delete_conversation(self) -> None:
+        if self.conversation is None:
+            return
+        if self.live is not None and self.live.conversation == self.conversation:
+            self.banner.show_error("Stop the answer in this conversation before deleting it.")
+            return
+        title = self.store.title(self.conversation)
+        answer = QMessageBox.question(self, "Delete", f"Delete the conversation “{title}”?")
+        if answer != QMessageBox.StandardButton.Yes:
+            return
+        self.store.delete(self.conversation)
+        self.open_conversation(None)
+
+    # --- chatting ----------------------------------------------------------------------------------
+    def send(self) -> None:
+        text = self.input.toPlainText().strip()
+        if not text or self.live is not None:
+            return
+        if not self.model:
+            self.banner.show_error("There is no model yet: set up the demo model or add one.", "Set up demo model")
+            return
+        if self.conversation is None:
+            title = " ".join(text.split())
+            self.conversation = self.store.create(title[:60] + ("…" if len(title) > 60 else ""))
+        self.store.add_message(self.conversation, "user", text)  # saved before anything can fail
+        self.input.clear()
+        self.open_conversation(self.conversation)
+        self._start(replaces=None)
+
+    def regenerate(self, higher: bool) -> None:
+        """Answer the last user message again; the old answer is replaced only when the new one is done."""
+        if self.live is not None or self.conversation is None:
+            return
+        messages = self.store.messages(self.conversation)
+        if not messages or messages[-1].role != "assistant":
+            return
+        old = messages[-1]
+        parent = more_precise(old.meta.get("parent", "f16")) if higher else None
+        if higher and parent is None:
+            self.statusBar().showMessage("That answer already came from F16, the highest precision.", 4000)
+            return
+        self._start(replaces=old.id, parent=parent)
+
+    def _start(self, replaces: int | None, parent: str | None = None) -> None:
+        assert self.conversation is not None
+        history = [m.as_chat() for m in self.store.messages(self.conversation) if m.id != replaces]
+        try:
+            options = self.settings.chat_options(parent=parent)
+        except UserError as e:
+            self.banner.show_error(str(e))
+            return
+        request = ChatRequest(next(self._ids), self.model, self.settings.engine_settings(), history, options)
+        self.live = Live(request, self.conversation, replaces)
+        self.banner.hide()
+        if replaces is not None:  # show the transcript without the answer being replaced
+            self.transcript.show_messages([m for m in self.store.messages(self.conversation) if m.id != replaces])
+        self.transcript.begin_live()
+        self._render_live()
+        self._set_busy(True)
+        self.generate_requested.emit(request)
+
+    def stop(self) -> None:
+        if self.live is not None:
+            self.live.request.cancel.set()
+            self.stop_button.setEnabled(False)
+            self.statusBar().showMessage("Stopping…", 2000)
+
+    def _current(self, request_id: int) -> Live | None:
+        live = self.live
+        return live if live is not None and live.request.id == request_id else None
+
+    def _on_loading(self, request_id: int, model: str) -> None:
+        if self._current(request_id):
+            self.statusBar().showMessage(f"Loading {model}…")
+
+    def _on_chunk(self, request_id: int, chunk: Any) -> None:
+        live = self._current(request_id)
+        if live is None:
+            return
+        live.text += chunk.text
+        live.flags.extend(chunk.draft_chars)
+        live.last = chunk
+        self._show_stats(chunk)
+        if not self._render_pending:
+            self._render_pending = True
+            QTimer.singleShot(RENDER_INTERVAL_MS, self._render_live)
+
+    def _on_finished(self, request_id: int, chunk: Any) -> None:
+        live = self._current(request_id)
+        if live is None:
+            return
+        live.text += chunk.text
+        live.flags.extend(chunk.draft_chars)
+        live.last = chunk
+        self._show_stats(chunk)
+        self.live = None
+        text = live.text.strip()
+        if text:
+            meta = answer_meta(chunk, live.flags, live.text)
+            self.store.add_message(live.conversation, "assistant", live.text, meta)
+            if live.replaces is not None:
+                self.store.delete_message(live.replaces)
+        if self.conversation == live.conversation:
+            self.open_conversation(live.conversation)
+        self.statusBar().clearMessage()
+        self._set_busy(False)
+        self.answer_finished.emit(text)
+
+    def _on_failed(self, request_id: int, message: str) -> None:
+        live = self._current(request_id)
+        if live is None:
+            return
+        self.live = None
+        if self.conversation == live.conversation:
+            self.open_conversation(live.conversation)  # the user's message stays; only the answer is gone
+        self.statusBar().clearMessage()
+        if message:
+            self.banner.show_error(message, "Open Models" if "convert" in message or "model" in message else "")
+        self._set_busy(False)
+        self.answer_finished.emit("")
+
+    def _render_live(self) -> None:
+        self._render_pending = False
+        live = self.live
+        if live is None or live.conversation != self.conversation:
+            return
+        meta = answer_meta(live.last, live.flags, live.text) if live.last is not None else {}
+        self.transcript.update_live(live.text or "…", meta)
+
+    def _show_stats(self, chunk: Any) -> None:
+        s = chunk.stats
+        self.badge.set_level(chunk.route.level, chunk.route.reason)
+        self.precision.setText(chunk.choice.label)
+        self.precision.setToolTip(chunk.choice.why)
+        self.speed.setText(f"{s.tok_per_s:.1f} tok/s" if s.tok_per_s else "– tok/s")
+        self.acceptance.setText(f"acceptance {s.acceptance:.0%}" if s.acceptance is not None else "no draft")
+        self.placement.setText(chunk.placement.label)
+        self.placement.setToolTip(chunk.placement.reason)
+        self.model_label.setText(self.model)
+
+    def _set_busy(self, busy: bool) -> None:
+        has_model = bool(self.model)
+        self.send_button.setEnabled(not busy and has_model)
+        self.stop_button.setEnabled(busy)
+        last = self.store.messages(self.conversation)[-1:] if self.conversation is not None else []
+        can_regenerate = not busy and bool(last) and last[0].role == "assistant"
+        self.regenerate_button.setEnabled(can_regenerate)
+        self.higher_action.setEnabled(can_regenerate and more_precise(last[0].meta.get("parent", "f16")) is not None)
+
+    def _on_banner_action(self, action: str) -> None:
+        if action == "Set up demo model":
+            self.setup_demo()
+        else:
+            self.show_models()
+
+    # --- settings and view -------------------------------------------------------------------------
+    def show_settings(self) -> None:
+        dialog = SettingsDialog(self.settings, self)
+        if dialog.exec():
+            self.apply_settings(dialog.value())
+
+    def apply_settings(self, settings: AppSettings) -> None:
+        self._save(settings.check())
+        apply_look(settings)
+        self.highlight_toggle.setChecked(settings.highlight_draft)
+        self.transcript.highlight_draft = settings.highlight_draft
+        self.open_conversation(self.conversation)
+
+    def _toggle_highlight(self) -> None:
+        self.apply_settings(replace(self.settings, highlight_draft=self.highlight_toggle.isChecked()))
+
+    def zoom(self, step: int) -> None:
+        zoom = 0 if step == 0 else max(-6, min(24, self.settings.zoom + step))
+        self._save(replace(self.settings, zoom=zoom))
+        apply_look(self.settings)
+        self.open_conversation(self.conversation)
+
+    def _save(self, settings: AppSettings) -> None:
+        self.settings = settings
+        save_settings(settings, self.qsettings)
+
+    # --- lifetime ----------------------------------------------------------------------------------
+    def closeEvent(self, event: QCloseEvent) -> None:
+        """Cancel an answer or conversion in flight, free the models on their thread, and wait for it."""
+        if not self._closing:
+            self._closing = True
+            if self.live is not None:
+                self.live.request.cancel.set()
+            self.models.shutdown()
+            self.shutdown_requested.emit()
+            self.worker_thread.wait()
+            self.store.close()
+        event.accept()
+
+
+def answer_meta(chunk: Any, flags: list[bool], text: str) -> dict[str, Any]:
+    """What a finished answer stores with it: the stats line's facts and the draft highlight runs."""
+    s = chunk.stats
+    return {
+        "level": chunk.route.level,
+        "reason": chunk.route.reason,
+        "parent": chunk.choice.parent,
+        "draft": chunk.choice.draft,
+        "pair": chunk.choice.label,
+        "placement": chunk.placement.label,
+        "tok_per_s": round(s.tok_per_s, 2),
+        "acceptance": None if s.acceptance is None else round(s.acceptance, 4),
+        "tokens": s.tokens,
+        "ttft_s": round(s.ttft_s, 3),
+        "stop_reason": s.stop_reason,
+        "draft_mask": draft_mask(flags[: len(text)]),
+    }
+
