@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.worker import ConvertWorker, start_thread
+from app.worker import ConvertJob, ConvertWorker, start_thread
 from runtime.cache import DEMO_NAME, CachedModel, cache_root, delete_model, list_models
 from runtime.errors import UserError
 
@@ -47,7 +47,7 @@ class ModelsDialog(QDialog):
 
     models_changed = Signal()
     use_model = Signal(str)
-    convert_requested = Signal(str, str, bool)  # source, name, allow_requant (queued to the worker)
+    convert_requested = Signal(object)  # ConvertJob, queued to the worker thread
 
     def __init__(self, release_engine: Callable[[], None], parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -232,7 +232,7 @@ class ModelsDialog(QDialog):
         self.bar.setRange(0, 0)  # busy until the first report
         self._say(f"Converting {source}…")
         self._update_buttons()
-        self.convert_requested.emit(source, name, allow_requant)
+        self.convert_requested.emit(ConvertJob(source, name, allow_requant))
 
     def cancel(self) -> None:
         if self.converting:

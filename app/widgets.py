@@ -95,4 +95,4 @@ class ErrorBanner(QWidget):
 
     @property
     def message(self) -> str:
-        return self.label.text() if self.isVisible() else ""
+        return "" if self.isHidden() else self.label.text()

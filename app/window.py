@@ -6,7 +6,7 @@ import itertools
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from PySide6.QtCore import QSettings, Qt, QThread, QTimer, Signal
+from PySide6.QtCore import QCoreApplication, QEvent, QSettings, Qt, QThread, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QComboBox,
@@ -525,6 +525,10 @@ class MainWindow(QMainWindow):
             self.models.shutdown()
             self.shutdown_requested.emit()
             self.worker_thread.wait()
+            # The worker's last signals (the stopped answer) are still queued for this window: deliver them
+            # now, so the partial answer is saved before the history closes.
+            QCoreApplication.sendPostedEvents(self, QEvent.Type.MetaCall)
+            self.live = None
             self.store.close()
         event.accept()
 

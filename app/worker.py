@@ -94,6 +94,15 @@ class EngineWorker(QObject):
         QThread.currentThread().quit()
 
 
+@dataclass(frozen=True)
+class ConvertJob:
+    # One object, not (str, str, bool) arguments: PySide6 6.12 mis-counts references to a bool passed
+    # through a queued connection, and the interpreter then aborts at exit ("bool_dealloc").
+    source: str
+    name: str = ""
+    allow_requant: bool = False
+
+
 class ConvertWorker(QObject):
     """Runs `converters.convert` (its quantizer in a child process) and reports progress."""
 
@@ -105,14 +114,14 @@ class ConvertWorker(QObject):
         super().__init__()
         self.cancel = threading.Event()
 
-    @Slot(str, str, bool)
-    def run(self, source: str, name: str, allow_requant: bool) -> None:
+    @Slot(object)
+    def run(self, job: ConvertJob) -> None:
         from converters.convert import convert
 
         self.cancel.clear()
         try:
             manifest = convert(
-                source, name=name or None, allow_requant=allow_requant, on_progress=self.progress.emit,
+                job.source, name=job.name or None, allow_requant=job.allow_requant, on_progress=self.progress.emit,
                 cancel=self.cancel,
             )
         except Cancelled:

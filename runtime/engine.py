@@ -22,7 +22,7 @@ from runtime.errors import Cancelled, UserError
 from runtime.hardware import Inventory, inventory
 from runtime.llama_backend import LlamaBackend, LoadOptions
 from runtime.placement import PlacementSettings, Plan, TierFacts, plan, tier_facts
-from runtime.policy import Choice, choose
+from runtime.policy import PRESET_NAMES, Choice, choose
 from runtime.router import Route, RouterSettings
 from runtime.sampling import SamplingParams
 from runtime.speculative import SpecConfig, Step, generate_steps
@@ -58,6 +58,8 @@ class ChatOptions:
     def __post_init__(self) -> None:
         if self.level not in ("auto", *router.LEVELS):
             raise UserError(f"unknown level {self.level!r}: choose auto, low, medium or high")
+        if self.preset not in PRESET_NAMES:
+            raise UserError(f"unknown preset {self.preset!r}: choose from {', '.join(PRESET_NAMES)}")
         if self.max_tokens < 1:
             raise UserError(f"max tokens {self.max_tokens} must be at least 1")
 

@@ -58,7 +58,8 @@ def test_draft_characters_match_the_accepted_draft_tokens(engine: Engine) -> Non
     _, chunks = collect(engine, user("Name three primary colors."), ChatOptions(max_tokens=40))
     assert all(len(c.draft_chars) == len(c.text) for c in chunks)
     flagged = sum(sum(c.draft_chars) for c in chunks)
-    draft_text = b"".join(parent.token_bytes(t) for c in chunks for t, f in zip(c.tokens, c.from_draft) if f)
+    pairs = [(t, f) for c in chunks for t, f in zip(c.tokens, c.from_draft, strict=True)]
+    draft_text = b"".join(parent.token_bytes(t) for t, f in pairs if f)
     assert chunks[-1].stats.accepted > 0 and flagged == len(draft_text.decode("utf-8", errors="replace"))
 
 
