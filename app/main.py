@@ -29,7 +29,9 @@ def assets_dir() -> Path:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="specquant-app", description="The SpecQuant desktop chat window.")
-    p.add_argument("--prompt", help="send this prompt when the window opens (the terminal chat without a display)")
+    p.add_argument(
+        "--prompt", help="send this prompt when the window opens (the terminal chat without a display; the self-test's)"
+    )
     p.add_argument("--self-test", action="store_true", help="headless: answer one prompt, check, exit 0 or 1")
     p.add_argument("--screenshot", type=Path, help="with --self-test: save a PNG of the window here")
     p.add_argument("-v", "--verbose", action="store_true", help="detailed logs on stderr")
@@ -86,7 +88,7 @@ def run_window(args: argparse.Namespace) -> int:
     _install_excepthook(window)
     window.show()
     if args.self_test:
-        return _self_test(window, args.screenshot)
+        return _self_test(window, args.screenshot, args.prompt)
     if args.prompt:
         window.input.setPlainText(args.prompt)
         if window.model:
@@ -94,11 +96,11 @@ def run_window(args: argparse.Namespace) -> int:
     return app.exec()
 
 
-def _self_test(window: object, screenshot: Path | None) -> int:
-    from app.selftest import SelfTestFailed, run_self_test
+def _self_test(window: object, screenshot: Path | None, prompt: str | None) -> int:
+    from app.selftest import PROMPT, SelfTestFailed, run_self_test
 
     try:
-        print(run_self_test(window, screenshot))  # type: ignore[arg-type]
+        print(run_self_test(window, screenshot, prompt or PROMPT))  # type: ignore[arg-type]
         code = 0
     except SelfTestFailed as e:
         print(f"specquant-app: self-test failed: {e}", file=sys.stderr)

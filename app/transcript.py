@@ -192,11 +192,13 @@ class TranscriptView(QTextBrowser):
         fmt.setBorder(0)
         fmt.setCellPadding(8)
         fmt.setWidth(QTextLength(QTextLength.Type.PercentageLength, 100))
-        fmt.setBackground(self.palette().color(QPalette.ColorRole.AlternateBase))
         fmt.setBorderStyle(QTextFrameFormat.BorderStyle.BorderStyle_None)
         table = cursor.insertTable(1, 1, fmt)
         mono = QTextCharFormat()
         mono.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        cell_format = table.cellAt(0, 0).format()
+        cell_format.setBackground(self._code_background())  # a table's own background is not painted
+        table.cellAt(0, 0).setFormat(cell_format)
         cell = table.cellAt(0, 0).firstCursorPosition()
         for i, line in enumerate(seg.text.split("\n")):
             if i:
@@ -209,6 +211,12 @@ class TranscriptView(QTextBrowser):
         link.setForeground(self.palette().color(QPalette.ColorRole.Link))
         link.setFontPointSize(max(7.0, self.font().pointSizeF() * 0.85))
         self._new_block().insertText("Copy" + (f" {seg.lang}" if seg.lang else " code"), link)
+
+    def _code_background(self) -> QColor:
+        """The base colour moved 8% towards the text colour: visible in light and dark themes alike."""
+        base, text = self.palette().color(QPalette.ColorRole.Base), self.palette().color(QPalette.ColorRole.Text)
+        rgb = (b + (t - b) * 0.08 for b, t in zip(base.getRgbF()[:3], text.getRgbF()[:3], strict=True))
+        return QColor.fromRgbF(*rgb)
 
     def _new_block(self, top_margin: int = 2) -> QTextCursor:
         cursor = self._end_cursor()

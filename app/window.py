@@ -109,6 +109,8 @@ class MainWindow(QMainWindow):
         self.search.textChanged.connect(self.refresh_conversations)
         self.conversations = QListWidget()
         self.conversations.setAccessibleName("Conversations")
+        self.conversations.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.conversations.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.conversations.currentItemChanged.connect(self._on_conversation_selected)
         new = QPushButton("&New chat")
         new.clicked.connect(self.new_conversation)
@@ -296,6 +298,7 @@ class MainWindow(QMainWindow):
         self.conversations.clear()
         for c in self.store.conversations(self.search.text()):
             item = QListWidgetItem(c.title)
+            item.setToolTip(c.title)
             item.setData(Qt.ItemDataRole.UserRole, c.id)
             self.conversations.addItem(item)
             if c.id == self.conversation:
