@@ -171,6 +171,7 @@ class MainWindow(QMainWindow):
         self.stop_button.clicked.connect(self.stop)
         self.regenerate_button = QToolButton()
         self.regenerate_button.setText("Regenerate")
+        self.regenerate_button.setAccessibleName("Regenerate the last answer")
         self.regenerate_button.setPopupMode(QToolButton.ToolButtonPopupMode.MenuButtonPopup)
         self.regenerate_button.clicked.connect(lambda: self.regenerate(higher=False))
         menu = QMenu(self.regenerate_button)
@@ -232,7 +233,7 @@ class MainWindow(QMainWindow):
         file = self.menuBar().addMenu("&File")
         act(file, "&New chat", self.new_conversation, QKeySequence.StandardKey.New)
         act(file, "&Models…", self.show_models)
-        act(file, "&Settings…", self.show_settings, QKeySequence.StandardKey.Preferences)
+        act(file, "&Settings…", self.show_settings, "Ctrl+,")  # StandardKey.Preferences is empty on Linux
         file.addSeparator()
         act(file, "&Quit", self.close, QKeySequence.StandardKey.Quit)
         chat = self.menuBar().addMenu("&Chat")

@@ -6,6 +6,7 @@ import hashlib
 import importlib.util
 import json
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,16 @@ class Source:
 
 def demo_gguf() -> Path:
     """The demo model's GGUF inside the installed package, found without importing it (its __init__
-    imports dependencies we do not install)."""
+    imports dependencies we do not install). An installed app (a PyInstaller bundle) carries it in its
+    `models` folder instead, when it was built with the demo model."""
+    if getattr(sys, "frozen", False):
+        path = Path(getattr(sys, "_MEIPASS", Path(sys.executable).parent)) / "models" / DEMO_FILE
+        if not path.is_file():
+            raise UserError(
+                "this build of SpecQuant was made without the demo model: convert another model "
+                "(a Hugging Face repo id or folder, or a .gguf file), or install the build that includes it"
+            )
+        return path
     spec = importlib.util.find_spec(DEMO_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise UserError(f"the demo model is not installed: run `{DEMO_INSTALL}`")

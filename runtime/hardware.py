@@ -103,6 +103,13 @@ def _libggml() -> ctypes.CDLL | None:
 
 
 _backends_ready = False
+_CPU_TYPE = 0  # enum ggml_backend_dev_type: CPU
+
+
+def _has_cpu_device(lib: ctypes.CDLL) -> bool:
+    """A CPU device, not just any: a GPU backend can load while every CPU variant failed to."""
+    devices = (lib.ggml_backend_dev_get(i) for i in range(lib.ggml_backend_dev_count()))
+    return any(lib.ggml_backend_dev_type(dev) == _CPU_TYPE for dev in devices)
 
 
 def ensure_backends() -> None:
@@ -111,7 +118,8 @@ def ensure_backends() -> None:
     A build with GGML_BACKEND_DL (the portable `cpu-all-variants` flavour and the installers) keeps its CPU
     kernels in separate libraries that ggml looks for only in its compile-time folder, the executable's
     folder and the current one; inside a Python package or a bundle they sit elsewhere. Load them from
-    where the wheel or the bundle put them, and fail with a clear message if none fits this CPU.
+    where the wheel or the bundle put them, and fail with a clear message if none fits this CPU: without
+    this check llama.cpp would abort the process when the first model loads.
     """
     global _backends_ready
     if _backends_ready:
@@ -123,15 +131,17 @@ def ensure_backends() -> None:
         _backends_ready = True
         return
     package = Path(llama_cpp.__file__).parent
-    if lib.ggml_backend_dev_count() == 0:
+    if not _has_cpu_device(lib):
         for folder in (package / "lib", package.parent / "bin", Path(sys.executable).parent):
             if folder.is_dir() and any(folder.glob("*ggml-cpu*")):
                 lib.ggml_backend_load_all_from_path(str(folder).encode())
-                if lib.ggml_backend_dev_count() > 0:
+                if _has_cpu_device(lib):
                     break
-    if lib.ggml_backend_dev_count() == 0:
+    if not _has_cpu_device(lib):
         raise UserError(
-            f"llama.cpp found no CPU backend that runs on this processor ({cpu_name()}); this build does not support it"
+            f"this CPU ({cpu_name()}, {platform.machine()}) is not supported by this build of SpecQuant: none of "
+            "its llama.cpp CPU backends (libggml-cpu-*) loads here (x86-64 builds run on any 64-bit x86 CPU, so "
+            "the install may be damaged); reinstall the build made for this machine, or install from source"
         )
     _backends_ready = True
 
