@@ -16,6 +16,8 @@ from runtime.cache import DEMO_NAME, ModelDir
 from tests.micro_model import MicroSpec, write_micro_gguf
 
 REPO = Path(__file__).resolve().parents[1]
+# Without a display Qt aborts the whole process (rc 134) instead of failing a test: render offscreen.
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 
 @pytest.fixture(autouse=True)
