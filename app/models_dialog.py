@@ -27,6 +27,18 @@ from app.worker import ConvertJob, ConvertWorker, start_thread
 from runtime.cache import DEMO_NAME, CachedModel, cache_root, delete_model, list_models
 from runtime.errors import UserError
 
+
+def demo_available() -> bool:
+    """Whether the demo model ships with this install (an installer may be built without it)."""
+    from converters.sources import demo_gguf
+
+    try:
+        demo_gguf()
+    except UserError:
+        return False
+    return True
+
+
 STAGE_NAMES = {"f16": "Step 1 of 3: F16 tier", "q8_0": "Step 2 of 3: Q8_0 tier", "q4_k_m": "Step 3 of 3: Q4_K_M tier"}
 
 
@@ -72,6 +84,7 @@ class ModelsDialog(QDialog):
         self.delete_button = QPushButton("&Delete…")
         self.demo_button = QPushButton("Set up the &demo model")
         self.demo_button.setToolTip("SmolLM2-135M-Instruct, shipped with SpecQuant: about 15 seconds, no network")
+        self.demo_shipped = demo_available()
         self.use_button.clicked.connect(self._use)
         self.repair_button.clicked.connect(self._repair)
         self.delete_button.clicked.connect(self._delete)
@@ -149,7 +162,8 @@ class ModelsDialog(QDialog):
             if m.name == selected:
                 item.setSelected(True)
         self.tree.expandAll()
-        self.demo_button.setVisible(not any(m.name == DEMO_NAME and m.complete for m in list_models(cache_root())))
+        have_demo = any(m.name == DEMO_NAME and m.complete for m in list_models(cache_root()))
+        self.demo_button.setVisible(self.demo_shipped and not have_demo)
         self._update_buttons()
 
     def selected(self) -> str:

@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.models_dialog import ModelsDialog
+from app.models_dialog import ModelsDialog, demo_available
 from app.settings import AppSettings, load_settings, save_settings
 from app.settings_dialog import SettingsDialog
 from app.store import Store
@@ -145,15 +145,24 @@ class MainWindow(QMainWindow):
 
         self.welcome = QWidget()
         welcome_layout = QVBoxLayout(self.welcome)
-        text = QLabel(
-            "<h2>Welcome to SpecQuant</h2><p>There is no model on this computer yet. The demo model "
-            "(SmolLM2-135M-Instruct) comes with SpecQuant: setting it up takes about 15 seconds and needs no "
-            "network.</p><p>You can add your own models later under <b>Models…</b>.</p>"
-        )
+        if demo_available():
+            text = QLabel(
+                "<h2>Welcome to SpecQuant</h2><p>There is no model on this computer yet. The demo model "
+                "(SmolLM2-135M-Instruct) comes with SpecQuant: setting it up takes about 15 seconds and needs "
+                "no network.</p><p>You can add your own models later under <b>Models…</b>.</p>"
+            )
+            self.demo_button = QPushButton("Set up the demo model")
+            self.demo_button.clicked.connect(self.setup_demo)
+        else:  # a build made without the demo model
+            text = QLabel(
+                "<h2>Welcome to SpecQuant</h2><p>There is no model on this computer yet. Add one under "
+                "<b>Models…</b>: a Hugging Face repo id (downloaded once), a Hugging Face model folder, or a "
+                ".gguf file. SpecQuant converts it once into three precision tiers.</p>"
+            )
+            self.demo_button = QPushButton("Add a model…")
+            self.demo_button.clicked.connect(self.show_models)
         text.setWordWrap(True)
-        self.demo_button = QPushButton("Set up the demo model")
         self.demo_button.setDefault(True)
-        self.demo_button.clicked.connect(self.setup_demo)
         welcome_layout.addStretch(1)
         welcome_layout.addWidget(text)
         welcome_layout.addWidget(self.demo_button, 0, Qt.AlignmentFlag.AlignLeft)

@@ -277,3 +277,16 @@ def test_bad_arguments_get_one_line(tmp_path: Path) -> None:
     )
     assert result.returncode == 2 and result.stderr.strip().count("\n") == 0 and "--self-test" in result.stderr
 
+
+
+def test_a_build_without_the_demo_offers_the_model_manager(
+    qtbot, isolated_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("converters.sources.DEMO_PACKAGE", "specquant_no_such_demo_package")
+    w = open_window(tmp_path)
+    qtbot.addWidget(w)
+    assert w.welcome.isVisible() and w.demo_button.text() == "Add a model…"
+    assert not w.models.demo_shipped
+    qtbot.mouseClick(w.demo_button, Qt.MouseButton.LeftButton)
+    assert w.models.isVisible() and w.models.demo_button.isHidden()
+    w.close()
