@@ -1,0 +1,15 @@
+#!/usr/bin/env python3
+"""Build SpecQuant's installer for this platform: a PyInstaller bundle of `specquant-app` and `specquant`,
+then a Linux .tar.gz (and AppImage), a Windows Inno Setup script (and setup .exe), or a macOS .app and .dmg.
+
+    python build_installer.py [--out DIR] [--with-demo-model] [--name NAME]
+
+The parts live in the `installer` package; the README's "Building installers" explains the options.
+"""
+
+import sys
+
+from installer.build import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""Which llama-cpp-python build a bundle carries, and the refusal of builds that only run here.
+
+A default build compiles for the build machine's CPU (GGML_NATIVE), so a bundle made from it dies with
+SIGILL on an older processor. Bundles therefore carry the `cpu-all-variants` flavour: one CPU backend
+library per x86-64 level, loaded at run time (GGML_BACKEND_DL), the way llama.cpp's own releases ship.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from runtime.errors import UserError
+
+LLAMA_VERSION = "0.3.36"
+PORTABLE = "-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DLLAVA_BUILD=OFF"
+# The same portable CPU kernels plus one GPU backend, itself a loadable library: a machine without the
+# GPU runtime just skips it and runs on the CPU.
+FLAVOURS = {
+    "cpu-all-variants": PORTABLE,
+    "cuda": PORTABLE + " -DGGML_CUDA=ON",
+    "vulkan": PORTABLE + " -DGGML_VULKAN=ON",
+    "metal": PORTABLE + " -DGGML_METAL=ON",
+}
+_CPU_VARIANT = re.compile(r"(^|/)(lib)?ggml-cpu-[\w.]+\.(so|dll|dylib)$")
+_CPU_SINGLE = re.compile(r"(^|/)(lib)?ggml-cpu\.(so|dll|dylib)$")
+
+
+def default_wheel_dir(flavour: str) -> Path:
+    """setup.sh's layout: $SPECQUANT_WHEELS or ~/.cache/specquant/wheels, one folder per flavour."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return Path(os.environ.get("SPECQUANT_WHEELS") or cache / "specquant" / "wheels") / flavour
+
+
+def find_wheel(folder: Path) -> Path | None:
+    wheels = sorted(folder.glob(f"llama_cpp_python-{LLAMA_VERSION}-*.whl"))
+    return wheels[0] if wheels else None
+
+
+def check_flags(flags: str, where: Path) -> None:
+    """Refuse flags that tie the build to one CPU, or that keep the CPU kernels in one library."""
+    if re.search(r"GGML_NATIVE=(ON|1|TRUE)\b", flags, re.IGNORECASE):
+        raise UserError(f"{where} is a native build (GGML_NATIVE=ON): it would crash on other CPUs; {_REBUILD}")
+    for needed in ("GGML_BACKEND_DL", "GGML_CPU_ALL_VARIANTS"):
+        if not re.search(rf"{needed}=(ON|1|TRUE)\b", flags, re.IGNORECASE):
+            raise UserError(f"{where} was built without {needed}=ON, so it only suits this CPU; {_REBUILD}")
+
+
+_REBUILD = "bundles need `SPECQUANT_FLAVOUR=cpu-all-variants ./setup.sh` (or let build_installer.py build it)"
+
+
+def check_libraries(names: list[str], where: Path) -> None:
+    """The CPU kernels must come as one library per CPU level (libggml-cpu-haswell.so, ...)."""
+    variants = [n for n in names if _CPU_VARIANT.search(n)]
+    if not variants:
+        single = any(_CPU_SINGLE.search(n) for n in names)
+        what = "a single libggml-cpu for one CPU" if single else "no ggml CPU backend library"
+        raise UserError(f"{where} holds {what}, not the per-CPU variants; {_REBUILD}")
+
+
+def check_wheel(folder: Path) -> Path:
+    """The wheel in `folder`, after its FLAGS file and its contents prove it portable."""
+    wheel = find_wheel(folder)
+    if wheel is None:
+        raise UserError(f"{folder} holds no llama_cpp_python-{LLAMA_VERSION} wheel")
+    flags_file = folder / "FLAGS"
+    if not flags_file.is_file():
+        raise UserError(f"{folder} has no FLAGS file saying how its wheel was built; {_REBUILD}")
+    check_flags(flags_file.read_text(), folder)
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            names = zf.namelist()
+    except (OSError, zipfile.BadZipFile) as e:
+        raise UserError(f"{wheel} is not a readable wheel: {e}") from None
+    check_libraries(names, wheel)
+    return wheel
+
+
+def build_wheel(flavour: str, folder: Path) -> Path:
+    """Compile llama-cpp-python with the flavour's flags into `folder` (about 7 minutes on 2 cores, once).
+
+    `pip wheel --no-cache-dir`: pip's wheel cache ignores CMAKE_ARGS and could return another flavour.
+    """
+    flags = FLAVOURS[flavour]
+    print(
+        f"build_installer: building llama-cpp-python {LLAMA_VERSION} ({flavour}) into {folder}; "
+        "about 7 minutes on 2 cores, once",
+        file=sys.stderr,
+    )
+    env = dict(os.environ, CMAKE_ARGS=flags, CMAKE_BUILD_PARALLEL_LEVEL=str(os.cpu_count() or 2))
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-cache-dir",
+            f"llama-cpp-python=={LLAMA_VERSION}",
+            "-w",
+            tmp,
+        ]
+        if subprocess.run(cmd, env=env).returncode != 0:
+            raise UserError(f"could not build llama-cpp-python ({flavour}): see pip's output above")
+        built = next(Path(tmp).glob("llama_cpp_python-*.whl"))
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "FLAGS").write_text(flags + "\n")
+        # Copy, then rename: a finished wheel appears in one step, never half-written.
+        partial = folder / ".partial"
+        shutil.copyfile(built, partial)
+        partial.replace(folder / built.name)
+    return folder / built.name

@@ -1,0 +1,275 @@
+"""build_installer.py: generated installer scripts, the refusal of non-portable llama.cpp builds, and (slow) a
+real Linux bundle installed into a scratch home and started with no Python on PATH."""
+
+from __future__ import annotations
+
+import configparser
+import os
+import plistlib
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from converters import sources
+from installer import bundle, flavour, lean, linux, macos, windows
+from installer.metadata import Meta, read_meta
+from runtime import hardware
+from runtime.errors import UserError
+from tests.conftest import REPO, assert_one_line_error
+
+META = Meta("SpecQuant", "1.2.3", "Desktop LLM runtime", with_demo=True)
+CLEAN_PATH = "/usr/bin:/bin"
+
+
+def build_installer(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(REPO / "build_installer.py"), *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=timeout,
+    )
+
+
+def fake_wheel_folder(folder: Path, flags: str, libs: list[str]) -> Path:
+    """A flavour folder as setup.sh writes it: a FLAGS file and a wheel holding these library names."""
+    folder.mkdir(parents=True)
+    (folder / "FLAGS").write_text(flags + "\n")
+    with zipfile.ZipFile(folder / f"llama_cpp_python-{flavour.LLAMA_VERSION}-py3-none-linux_x86_64.whl", "w") as zf:
+        for name in libs:
+            zf.writestr(name, b"\x7fELF")
+    return folder
+
+
+# --- generated scripts ---------------------------------------------------------------------------------
+
+
+def parse_desktop(text: str) -> dict[str, str]:
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]  (keys are case-sensitive)
+    parser.read_string(text)
+    return dict(parser["Desktop Entry"])
+
+
+def test_desktop_entry_is_a_launchable_application() -> None:
+    entry = parse_desktop(linux.desktop_entry(META))
+    assert entry["Type"] == "Application"
+    assert entry["Name"] == "SpecQuant"
+    assert entry["Exec"] == '"@APPDIR@/specquant-app"'  # the install script puts the real folder in
+    assert entry["Icon"] == "specquant"
+    assert entry["Terminal"] == "false"
+    assert entry["Categories"].endswith(";") and "Utility" in entry["Categories"].split(";")
+    assert entry["StartupWMClass"] == "specquant-app"
+
+
+def test_install_scripts_are_valid_shell_with_every_placeholder_filled() -> None:
+    for text in (linux.install_script(META), linux.uninstall_script(META)):
+        assert set(re.findall(r"@[A-Z_]+@", text)) <= {"@APPDIR@"}
+        assert subprocess.run(["sh", "-n"], input=text, text=True).returncode == 0
+    install = linux.install_script(META)
+    assert "specquant-app" in install and "uninstall.sh" in install and "applications" in install
+
+
+def iss_sections(text: str) -> dict[str, list[str]]:
+    sections: dict[str, list[str]] = {"": []}
+    current = ""
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith(";"):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            current = line[1:-1]
+            sections[current] = []
+        else:
+            sections[current].append(line)
+    return sections
+
+
+def test_inno_setup_script_has_name_version_start_menu_and_uninstaller() -> None:
+    text = windows.inno_script(META, "SpecQuant-1.2.3-windows-x86_64", "SpecQuant-1.2.3-windows-x86_64-setup")
+    sections = iss_sections(text)
+    assert '#define AppName "SpecQuant"' in sections[""] and '#define AppVersion "1.2.3"' in sections[""]
+    setup = dict(line.split("=", 1) for line in sections["Setup"])
+    assert setup["AppName"] == "{#AppName}" and setup["AppVersion"] == "{#AppVersion}"
+    assert re.fullmatch(r"\{\{[0-9A-F-]{36}\}", setup["AppId"])
+    assert setup["PrivilegesRequired"] == "lowest" and setup.get("Uninstallable", "yes") == "yes"
+    assert setup["OutputBaseFilename"] == "SpecQuant-1.2.3-windows-x86_64-setup"
+    assert any(line.startswith('Source: "SpecQuant-1.2.3-windows-x86_64\\*"') for line in sections["Files"])
+    icons = sections["Icons"]
+    assert any('Name: "{group}\\{#AppName}"' in i and 'Filename: "{app}\\specquant-app.exe"' in i for i in icons)
+    assert any('Filename: "{uninstallexe}"' in i for i in icons)
+    assert windows.app_id(META) == windows.app_id(Meta("SpecQuant", "9.9", "x"))  # upgrades keep one entry
+
+
+def test_macos_info_plist_parses_with_name_version_and_identifier() -> None:
+    plist = plistlib.loads(plistlib.dumps(macos.info_plist(META)))
+    assert plist["CFBundleName"] == "SpecQuant"
+    assert plist["CFBundleShortVersionString"] == "1.2.3" and plist["CFBundleVersion"] == "1.2.3"
+    assert plist["CFBundleExecutable"] == "specquant-app"
+    assert re.fullmatch(r"[A-Za-z0-9.-]+", plist["CFBundleIdentifier"])
+    assert plist["NSHighResolutionCapable"] is True
+
+
+def test_metadata_comes_from_pyproject() -> None:
+    meta = read_meta(REPO, "SpecQuant", with_demo=False)
+    assert re.fullmatch(r"\d+\.\d+\.\d+.*", meta.version)
+    assert meta.slug == "specquant"
+    assert meta.artefact_base("linux").startswith(f"SpecQuant-{meta.version}-linux-")
+    assert Meta("My App", "1", "", with_demo=True).artefact_base("linux").endswith("-demo")
+
+
+# --- what goes into the bundle --------------------------------------------------------------------------
+
+
+def test_lean_keeps_the_platform_plugins_and_english_only() -> None:
+    assert lean.keep_plugin("platforms", "/x/plugins/platforms/libqxcb.so")
+    assert lean.keep_plugin("platforms", "/x/plugins/platforms/libqoffscreen.so")
+    assert lean.keep_plugin("platforms", "C:/x/plugins/platforms/qwindows.dll")
+    assert not lean.keep_plugin("platforms", "/x/plugins/platforms/libqwayland.so")
+    assert not lean.keep_plugin("platformthemes", "/x/plugins/platformthemes/libqgtk3.so")
+    assert not lean.keep_plugin("platforminputcontexts", "/x/libqtvirtualkeyboardplugin.so")
+    assert not lean.keep("PySide6/Qt/translations/qtbase_de.qm")
+    assert not lean.keep("pyphen/dictionaries/hyph_de_DE.dic")
+    assert lean.keep("pyphen/dictionaries/hyph_en_US.dic")
+    assert lean.keep("PySide6/Qt/lib/libQt6Core.so.6")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="Windows bundles keep DLLs as they are")
+def test_identical_llama_libraries_become_links(tmp_path: Path) -> None:
+    package = tmp_path / "site" / "llama_cpp"
+    (package / "lib").mkdir(parents=True)
+    (tmp_path / "site" / "bin").mkdir()
+    for name in ("libllama.so", "libllama.so.0", "libllama.so.0.5.0"):
+        (package / "lib" / name).write_bytes(b"llama")
+    (package / "lib" / "libggml.so").write_bytes(b"ggml")
+    (tmp_path / "site" / "bin" / "libggml-cpu-haswell.so").write_bytes(b"haswell")
+    files, links = bundle.llama_libraries(package)
+    assert sorted(Path(f).name for f in files) == ["libggml-cpu-haswell.so", "libggml.so", "libllama.so"]
+    assert sorted(links) == [("libllama.so.0", "libllama.so"), ("libllama.so.0.5.0", "libllama.so")]
+
+
+# --- refusals: one line, exit 2 -------------------------------------------------------------------------
+
+VARIANTS = ["llama_cpp/lib/libllama.so", "bin/libggml-cpu-x64.so", "bin/libggml-cpu-haswell.so"]
+
+
+def test_a_native_build_is_refused(tmp_path: Path) -> None:
+    wheels = fake_wheel_folder(tmp_path / "native", "-DGGML_NATIVE=ON -DGGML_BACKEND_DL=ON", VARIANTS)
+    result = build_installer("--out", str(tmp_path / "out"), "--wheels", str(wheels))
+    assert_one_line_error(result, "GGML_NATIVE=ON")
+    assert not list((tmp_path / "out").iterdir())
+
+
+def test_a_build_without_dynamic_backends_is_refused(tmp_path: Path) -> None:
+    wheels = fake_wheel_folder(tmp_path / "avx2", "-DGGML_NATIVE=OFF -DGGML_AVX2=ON", VARIANTS)
+    assert_one_line_error(build_installer("--out", str(tmp_path / "out"), "--wheels", str(wheels)), "GGML_BACKEND_DL")
+
+
+def test_a_single_cpu_library_is_refused(tmp_path: Path) -> None:
+    wheels = fake_wheel_folder(tmp_path / "single", flavour.PORTABLE, ["llama_cpp/lib/libggml-cpu.so"])
+    result = build_installer("--out", str(tmp_path / "out"), "--wheels", str(wheels))
+    assert_one_line_error(result, "single libggml-cpu")
+    with pytest.raises(UserError, match="single libggml-cpu"):
+        flavour.check_libraries(["libggml-base.so", "libggml-cpu.so", "libllama.so"], tmp_path)
+    flavour.check_libraries(["libggml-cpu-x64.so", "libggml-cpu-haswell.so"], tmp_path)
+
+
+def test_bad_out_and_missing_wheel_folder_are_one_line_errors(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    assert_one_line_error(build_installer("--out", str(blocker / "out")), "--out")
+    missing = tmp_path / "no-such-wheels"
+    assert_one_line_error(build_installer("--out", str(tmp_path / "out"), "--wheels", str(missing)), "no such folder")
+
+
+# --- the runtime's side of a bundle ---------------------------------------------------------------------
+
+
+def test_bundled_demo_model_is_found_inside_a_frozen_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    monkeypatch.setattr(sys, "_MEIPASS", str(tmp_path), raising=False)
+    with pytest.raises(UserError, match="without the demo model"):
+        sources.demo_gguf()
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / sources.DEMO_FILE).write_bytes(b"GGUF")
+    assert sources.demo_gguf() == tmp_path / "models" / sources.DEMO_FILE
+
+
+class _NoCpuGgml:
+    """A libggml whose CPU backends all fail to load: what an unsupported processor sees."""
+
+    def ggml_backend_dev_count(self) -> int:
+        return 0
+
+    def ggml_backend_load_all_from_path(self, path: bytes) -> None:
+        pass
+
+
+def test_an_unsupported_cpu_gets_a_message_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hardware, "_backends_ready", False)
+    monkeypatch.setattr(hardware, "_libggml", lambda: _NoCpuGgml())
+    with pytest.raises(UserError, match="not supported by this build"):
+        hardware.ensure_backends()
+
+
+# --- the real thing -------------------------------------------------------------------------------------
+
+
+def run_clean(cmd: list[str], home: Path, timeout: float, **env: str) -> subprocess.CompletedProcess[str]:
+    """`cmd` as from a fresh login: a scratch home, no Python on PATH, nothing inherited."""
+    return subprocess.run(
+        cmd, env={"HOME": str(home), "PATH": CLEAN_PATH, **env}, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform != "linux", reason="the Linux installer is built and tested on Linux")
+def test_linux_bundle_installs_and_passes_its_self_test(tmp_path: Path) -> None:
+    started = time.monotonic()
+    out = tmp_path / "out"
+    built = build_installer("--out", str(out), "--with-demo-model", timeout=3600)
+    assert built.returncode == 0, built.stderr[-3000:]
+    tarballs = list(out.glob("SpecQuant-*-linux-*-demo.tar.gz"))
+    assert len(tarballs) == 1 and not list(out.glob("*.partial")) and not list(out.glob(".build-*"))
+    assert re.search(rf"{re.escape(str(tarballs[0]))}\s+[\d.]+ MB\s+sha256 [0-9a-f]{{64}}", built.stdout)
+    build_s = time.monotonic() - started
+
+    unpacked = tmp_path / "unpacked"
+    with tarfile.open(tarballs[0]) as tar:
+        tar.extractall(unpacked, filter="tar")
+    (top,) = unpacked.iterdir()
+    home = tmp_path / "home"
+    home.mkdir()
+    installed = run_clean(["sh", str(top / "install.sh")], home, timeout=120)
+    assert installed.returncode == 0, installed.stderr
+    shutil.rmtree(unpacked)  # the installed copy must stand alone
+
+    program = home / ".local/share/specquant-app"
+    entry = parse_desktop((home / ".local/share/applications/specquant.desktop").read_text())
+    assert entry["Exec"] == f'"{program}/specquant-app"'
+    assert (home / ".local/share/icons/hicolor/256x256/apps/specquant.png").is_file()
+    assert os.readlink(home / ".local/bin/specquant") == str(program / "specquant")
+
+    routed = run_clean([str(program / "specquant"), "route", "hello", "--json"], home, timeout=120)
+    assert routed.returncode == 0, routed.stderr
+    assert '"level"' in routed.stdout
+
+    checked = run_clean([str(program / "specquant-app"), "--self-test"], home, timeout=900, QT_QPA_PLATFORM="offscreen")
+    assert checked.returncode == 0, checked.stderr[-3000:]
+    assert "self-test passed" in checked.stdout
+    models = home / ".local/share/specquant/models"
+    assert (models / "smollm2-135m-instruct" / "manifest.json").is_file()  # converted offline from the bundle
+
+    removed = run_clean(["sh", str(program / "uninstall.sh")], home, timeout=60)
+    assert removed.returncode == 0, removed.stderr
+    assert not program.exists() and not (home / ".local/bin/specquant").exists()
+    assert not (home / ".local/share/applications/specquant.desktop").exists()
+    assert models.is_dir()  # the user's models outlive the program
+    print(f"build {build_s:.0f} s, total {time.monotonic() - started:.0f} s")
