@@ -422,26 +422,25 @@ class MainWindow(QMainWindow):
         if self._current(request_id):
             self.statusBar().showMessage(f"Loading {model}…")
 
-    def _on_chunk(self, request_id: int, chunk: Any) -> None:
+    def _absorb(self, request_id: int, chunk: Any) -> Live | None:
+        """Add a chunk to the answer in flight and show its stats; None for a request no longer current."""
         live = self._current(request_id)
-        if live is None:
-            return
-        live.text += chunk.text
-        live.flags.extend(chunk.draft_chars)
-        live.last = chunk
-        self._show_stats(chunk)
-        if not self._render_pending:
+        if live is not None:
+            live.text += chunk.text
+            live.flags.extend(chunk.draft_chars)
+            live.last = chunk
+            self._show_stats(chunk)
+        return live
+
+    def _on_chunk(self, request_id: int, chunk: Any) -> None:
+        if self._absorb(request_id, chunk) is not None and not self._render_pending:
             self._render_pending = True
             QTimer.singleShot(RENDER_INTERVAL_MS, self._render_live)
 
     def _on_finished(self, request_id: int, chunk: Any) -> None:
-        live = self._current(request_id)
+        live = self._absorb(request_id, chunk)
         if live is None:
             return
-        live.text += chunk.text
-        live.flags.extend(chunk.draft_chars)
-        live.last = chunk
-        self._show_stats(chunk)
         self.live = None
         text = live.text.strip()
         if text:

@@ -53,6 +53,16 @@ def ask(qtbot, w: MainWindow, text: str, timeout: int = ANSWER_MS) -> str:
     return blocker.args[0]
 
 
+def start_long_answer(qtbot, folder: Path) -> MainWindow:
+    """A window whose long answer has begun streaming."""
+    w = open_window(folder, max_tokens=400)
+    qtbot.addWidget(w)
+    w.input.setPlainText(LONG)
+    with qtbot.waitSignal(w.worker.chunk, timeout=ANSWER_MS):
+        w.send()
+    return w
+
+
 def test_send_streams_text_then_stats(qtbot, window: MainWindow) -> None:
     lengths: list[int] = []
     window.worker.chunk.connect(lambda _id, _c: lengths.append(len(window.live.text) if window.live else -1))
@@ -74,11 +84,7 @@ def test_send_streams_text_then_stats(qtbot, window: MainWindow) -> None:
 
 
 def test_stop_mid_answer_then_send_again(qtbot, demo_cache: Path, tmp_path: Path) -> None:
-    w = open_window(tmp_path, max_tokens=400)
-    qtbot.addWidget(w)
-    w.input.setPlainText(LONG)
-    with qtbot.waitSignal(w.worker.chunk, timeout=ANSWER_MS):
-        w.send()
+    w = start_long_answer(qtbot, tmp_path)
     with qtbot.waitSignal(w.answer_finished, timeout=5_000):
         qtbot.mouseClick(w.stop_button, Qt.MouseButton.LeftButton)
     stopped = w.store.messages(w.conversation)[-1]
@@ -188,11 +194,7 @@ def test_damaged_model_shows_a_banner_and_the_app_stays_usable(qtbot, window: Ma
 
 
 def test_closing_during_an_answer_cancels_cleanly(qtbot, demo_cache: Path, tmp_path: Path) -> None:
-    w = open_window(tmp_path, max_tokens=400)
-    qtbot.addWidget(w)
-    w.input.setPlainText(LONG)
-    with qtbot.waitSignal(w.worker.chunk, timeout=ANSWER_MS):
-        w.send()
+    w = start_long_answer(qtbot, tmp_path)
     w.close()
     assert w.worker_thread.isFinished()
     store = Store(tmp_path / "conversations.sqlite3")
