@@ -79,7 +79,7 @@ class MainWindow(QMainWindow):
         self.generate_requested.connect(self.worker.generate)
         self.release_requested.connect(self.worker.release, Qt.ConnectionType.BlockingQueuedConnection)
         self.shutdown_requested.connect(self.worker.shutdown)
-        self.worker.loading.connect(self._on_loading)
+        self.worker.status.connect(self._on_status)
         self.worker.chunk.connect(self._on_chunk)
         self.worker.finished.connect(self._on_finished)
         self.worker.failed.connect(self._on_failed)
@@ -418,14 +418,16 @@ class MainWindow(QMainWindow):
         live = self.live
         return live if live is not None and live.request.id == request_id else None
 
-    def _on_loading(self, request_id: int, model: str) -> None:
+    def _on_status(self, request_id: int, message: str) -> None:
         if self._current(request_id):
-            self.statusBar().showMessage(f"Loading {model}…")
+            self.statusBar().showMessage(message)
 
     def _absorb(self, request_id: int, chunk: Any) -> Live | None:
         """Add a chunk to the answer in flight and show its stats; None for a request no longer current."""
         live = self._current(request_id)
         if live is not None:
+            if live.last is None:
+                self.statusBar().clearMessage()  # "Loading…" ends with the first tokens
             live.text += chunk.text
             live.flags.extend(chunk.draft_chars)
             live.last = chunk

@@ -41,7 +41,7 @@ def readable(e: BaseException) -> str:
 class EngineWorker(QObject):
     """Owns one Engine, (re)built when the model or its settings change, and streams answers."""
 
-    loading = Signal(int, str)  # request id, model name: a model is being loaded
+    status = Signal(int, str)  # request id, what is happening before the first token (loading, calibrating)
     chunk = Signal(int, object)  # request id, runtime.engine.Chunk
     finished = Signal(int, object)  # request id, the last Chunk (done=True)
     failed = Signal(int, str)  # request id, a readable one-line reason
@@ -54,6 +54,9 @@ class EngineWorker(QObject):
     def generate(self, request: ChatRequest) -> None:
         try:
             engine = self._engine_for(request)
+            if request.options.preset == "auto" and not engine.calibrated:
+                self.status.emit(request.id, "Measuring this machine for the auto preset (once per model)…")
+                engine.calibration()
             if request.cancel.is_set():
                 raise Cancelled("stopped before the answer started")
             for chunk in engine.stream_chat(request.messages, request.options, request.cancel):
@@ -73,7 +76,7 @@ class EngineWorker(QObject):
         if e is not None and e.model.name == request.model and e.settings == request.settings:
             return e
         self._drop_engine()
-        self.loading.emit(request.id, request.model)
+        self.status.emit(request.id, f"Loading {request.model}…")
         self.engine = Engine(request.model, request.settings)
         return self.engine
 

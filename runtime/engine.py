@@ -194,6 +194,11 @@ class Engine:
         draft = self.facts(choice.draft) if choice.draft else None
         return plan(self.hardware, self.facts(choice.parent), draft, self.settings.placement)
 
+    @property
+    def calibrated(self) -> bool:
+        """Whether the auto preset's calibration is loaded (else the next auto request measures or reads it)."""
+        return self._calibration is not None
+
     def calibration(self) -> dict[str, Any]:
         if self._calibration is None:
             from runtime.calibrate import load_or_calibrate

@@ -292,3 +292,12 @@ def test_a_build_without_the_demo_offers_the_model_manager(
     qtbot.mouseClick(w.demo_button, Qt.MouseButton.LeftButton)
     assert w.models.isVisible() and w.models.demo_button.isHidden()
     w.close()
+
+
+def test_auto_preset_says_it_measures_then_answers(qtbot, window: MainWindow) -> None:
+    window.apply_settings(replace(window.settings, preset="auto", max_tokens=8))
+    messages: list[str] = []
+    window.worker.status.connect(lambda _id, text: messages.append(text))
+    assert ask(qtbot, window, LOW, timeout=180_000)
+    assert any("auto preset" in m for m in messages) and window.precision.text()
+    assert window.statusBar().currentMessage() == ""
