@@ -41,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
-    logging.getLogger("llama.cpp").setLevel(logging.DEBUG if args.verbose else logging.ERROR)
+    # llama.cpp logs an aborted decode (Stop) as errors; the window reports real failures itself, as banners.
+    logging.getLogger("llama.cpp").setLevel(logging.DEBUG if args.verbose else logging.CRITICAL)
     if args.screenshot and not args.self_test:
         print("specquant-app: error: --screenshot needs --self-test", file=sys.stderr)
         return 2

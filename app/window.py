@@ -58,6 +58,7 @@ class MainWindow(QMainWindow):
     release_requested = Signal()
     shutdown_requested = Signal()
     answer_finished = Signal(str)  # the answer's text ("" when it failed); tests and the self-test wait on it
+    chunk_shown = Signal(object)  # each streamed Chunk, once the window has taken it (on the GUI thread)
 
     def __init__(self, store: Store | None = None, qsettings: QSettings | None = None) -> None:
         super().__init__()
@@ -435,9 +436,12 @@ class MainWindow(QMainWindow):
         return live
 
     def _on_chunk(self, request_id: int, chunk: Any) -> None:
-        if self._absorb(request_id, chunk) is not None and not self._render_pending:
+        if self._absorb(request_id, chunk) is None:
+            return
+        if not self._render_pending:
             self._render_pending = True
             QTimer.singleShot(RENDER_INTERVAL_MS, self._render_live)
+        self.chunk_shown.emit(chunk)
 
     def _on_finished(self, request_id: int, chunk: Any) -> None:
         live = self._absorb(request_id, chunk)

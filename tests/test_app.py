@@ -58,14 +58,14 @@ def start_long_answer(qtbot, folder: Path) -> MainWindow:
     w = open_window(folder, max_tokens=400)
     qtbot.addWidget(w)
     w.input.setPlainText(LONG)
-    with qtbot.waitSignal(w.worker.chunk, timeout=ANSWER_MS):
+    with qtbot.waitSignal(w.chunk_shown, timeout=ANSWER_MS):
         w.send()
     return w
 
 
 def test_send_streams_text_then_stats(qtbot, window: MainWindow) -> None:
     lengths: list[int] = []
-    window.worker.chunk.connect(lambda _id, _c: lengths.append(len(window.live.text) if window.live else -1))
+    window.chunk_shown.connect(lambda _c: lengths.append(len(window.live.text) if window.live else -1))
     qtbot.keyClicks(window.input, "Name three primary colors.")
     qtbot.keyClick(window.input, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
     assert window.input.toPlainText().endswith("\n")  # Shift+Enter: a new line, not a send
@@ -297,7 +297,7 @@ def test_a_build_without_the_demo_offers_the_model_manager(
 def test_auto_preset_says_it_measures_then_answers(qtbot, window: MainWindow) -> None:
     window.apply_settings(replace(window.settings, preset="auto", max_tokens=8))
     messages: list[str] = []
-    window.worker.status.connect(lambda _id, text: messages.append(text))
+    window.statusBar().messageChanged.connect(messages.append)
     assert ask(qtbot, window, LOW, timeout=180_000)
     assert any("auto preset" in m for m in messages) and window.precision.text()
     assert window.statusBar().currentMessage() == ""
