@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.worker import ConvertJob, ConvertWorker, start_thread
-from runtime.cache import DEMO_NAME, CachedModel, cache_root, delete_model, list_models
+from runtime.cache import DEMO_NAME, TIERS, CachedModel, cache_root, delete_model, list_models
 from runtime.errors import UserError
 
 
@@ -60,6 +60,9 @@ class ModelsDialog(QDialog):
     models_changed = Signal()
     use_model = Signal(str)
     convert_requested = Signal(object)  # ConvertJob, queued to the worker thread
+    # On the GUI thread, once the dialog has shown them (the worker's own signals fire on its thread):
+    progressed = Signal(object)  # converters.convert.Progress
+    conversion_ended = Signal(str, str)  # model name ("" if none), error ("" on success or cancel)
 
     def __init__(self, release_engine: Callable[[], None], parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -155,7 +158,8 @@ class ModelsDialog(QDialog):
         for m in list_models(cache_root()):
             item = QTreeWidgetItem([m.name, model_summary(m), "" if m.complete else "incomplete"])
             item.setData(0, Qt.ItemDataRole.UserRole, m.name)
-            for tier, rec in (m.manifest or {}).get("tiers", {}).items():
+            tiers = (m.manifest or {}).get("tiers", {})
+            for tier, rec in ((t, tiers[t]) for t in TIERS if t in tiers):  # most precise first
                 fallbacks = f"{rec.get('fallbacks')} tensors on fallback types" if rec.get("fallbacks") else ""
                 item.addChild(QTreeWidgetItem([tier.upper(), size_text(rec["bytes"]), fallbacks]))
             self.tree.addTopLevelItem(item)
@@ -264,6 +268,7 @@ class ModelsDialog(QDialog):
             self.stage.setText(f"{STAGE_NAMES[stage]}: {size_text(done)} of about {size_text(total)}{note}")
         elif stage == "hash":
             self.stage.setText("Checking the tiers…")
+        self.progressed.emit(p)
 
     def _on_done(self, name: str) -> None:
         self.converting = ""
@@ -272,6 +277,7 @@ class ModelsDialog(QDialog):
         self.refresh()
         self.models_changed.emit()
         self.use_model.emit(name)
+        self.conversion_ended.emit(name, "")
 
     def _on_failed(self, message: str) -> None:
         self.converting = ""
@@ -280,6 +286,7 @@ class ModelsDialog(QDialog):
         self._say(message or "Conversion cancelled; nothing half-written was kept.", error=bool(message))
         self.refresh()
         self.models_changed.emit()
+        self.conversion_ended.emit("", message)
 
     def _show_idle(self) -> None:
         self.bar.setRange(0, 1000)

@@ -208,12 +208,10 @@ def test_conversion_shows_progress_and_cancel_leaves_no_partial(qtbot, isolated_
     qtbot.addWidget(w)
     assert w.welcome.isVisible() or not w.complete_models()  # first run: the demo button is offered
     dialog = w.models
-    reports: list[object] = []
-    dialog.worker.progress.connect(reports.append)
-    with qtbot.waitSignal(dialog.worker.progress, timeout=10_000, check_params_cb=lambda p: p.done > 0):
+    with qtbot.waitSignal(dialog.progressed, timeout=10_000, check_params_cb=lambda p: p.done > 0):
         qtbot.mouseClick(w.demo_button, Qt.MouseButton.LeftButton)
     assert dialog.bar.value() > 0 and "F16" in dialog.stage.text()
-    with qtbot.waitSignal(dialog.worker.failed, timeout=10_000):
+    with qtbot.waitSignal(dialog.conversion_ended, timeout=10_000):
         qtbot.mouseClick(dialog.cancel_button, Qt.MouseButton.LeftButton)
     assert "cancelled" in dialog.stage.text()
     assert not list(isolated_cache.rglob("*.partial")) and not (isolated_cache / DEMO_NAME).exists()
@@ -301,3 +299,39 @@ def test_auto_preset_says_it_measures_then_answers(qtbot, window: MainWindow) ->
     assert ask(qtbot, window, LOW, timeout=180_000)
     assert any("auto preset" in m for m in messages) and window.precision.text()
     assert window.statusBar().currentMessage() == ""
+
+
+def test_model_manager_adds_uses_and_deletes_a_model(
+    qtbot, demo_cache: Path, micro_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    w = open_window(tmp_path)
+    qtbot.addWidget(w)
+    dialog = w.models
+    w.show_models()
+    dialog.source.setText(str(micro_gguf))
+    dialog.name.setText("micro-added")
+    with qtbot.waitSignal(dialog.conversion_ended, timeout=60_000):
+        qtbot.mouseClick(dialog.add_button, Qt.MouseButton.LeftButton)
+    assert "micro-added is ready" in dialog.stage.text()
+    names = [dialog.tree.topLevelItem(i).text(0) for i in range(dialog.tree.topLevelItemCount())]
+    assert names == sorted([DEMO_NAME, "micro-added"])
+    assert w.model == "micro-added" and w.model_box.currentData() == "micro-added"  # the new model is used
+    item = dialog.tree.findItems("micro-added", Qt.MatchFlag.MatchExactly)[0]
+    assert [item.child(i).text(0) for i in range(item.childCount())] == ["F16", "Q8_0", "Q4_K_M"]
+    dialog.tree.setCurrentItem(item)
+    monkeypatch.setattr("app.models_dialog.QMessageBox.question", lambda *a, **k: QMessageBox.StandardButton.Yes)
+    qtbot.mouseClick(dialog.delete_button, Qt.MouseButton.LeftButton)
+    assert not (demo_cache / "micro-added").exists() and w.model == DEMO_NAME
+    w.close()
+
+
+def test_a_bad_source_is_one_line_in_the_manager(qtbot, demo_cache: Path, tmp_path: Path) -> None:
+    w = open_window(tmp_path)
+    qtbot.addWidget(w)
+    dialog = w.models
+    dialog.source.setText(str(tmp_path / "missing.gguf"))
+    with qtbot.waitSignal(dialog.conversion_ended, timeout=10_000):
+        qtbot.mouseClick(dialog.add_button, Qt.MouseButton.LeftButton)
+    assert "missing.gguf" in dialog.stage.text() and "\n" not in dialog.stage.text()
+    assert dialog.add_button.isEnabled()  # ready for the next try
+    w.close()
