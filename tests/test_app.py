@@ -335,3 +335,27 @@ def test_a_bad_source_is_one_line_in_the_manager(qtbot, demo_cache: Path, tmp_pa
     assert "missing.gguf" in dialog.stage.text() and "\n" not in dialog.stage.text()
     assert dialog.add_button.isEnabled()  # ready for the next try
     w.close()
+
+
+def test_dark_theme_and_zoom_apply_and_persist(qtbot, demo_cache: Path, tmp_path: Path) -> None:
+    from PySide6.QtGui import QPalette
+    from PySide6.QtWidgets import QApplication
+
+    w = open_window(tmp_path)
+    qtbot.addWidget(w)
+    base = QApplication.font().pointSizeF()
+    w.apply_settings(replace(w.settings, theme="dark"))
+    assert QApplication.palette().color(QPalette.ColorRole.Base).name() == "#1e1e1e"
+    w.activateWindow()
+    qtbot.waitUntil(w.isActiveWindow, timeout=5_000)  # shortcuts reach the active window only
+    qtbot.keyClick(w.input, Qt.Key.Key_Equal, Qt.KeyboardModifier.ControlModifier)  # Ctrl+= zooms in
+    assert QApplication.font().pointSizeF() == base + 1 and w.settings.zoom == 1
+    w.close()
+    again = open_window(tmp_path)  # both were saved
+    qtbot.addWidget(again)
+    assert again.settings.theme == "dark" and QApplication.font().pointSizeF() == base + 1
+    again.zoom(0)
+    again.apply_settings(replace(again.settings, theme="light"))
+    assert QApplication.font().pointSizeF() == base
+    assert QApplication.palette().color(QPalette.ColorRole.Base).name() != "#1e1e1e"
+    again.close()
