@@ -10,6 +10,10 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from app.window import MainWindow
 
 log = logging.getLogger("specquant.app")
 
@@ -97,27 +101,27 @@ def run_window(args: argparse.Namespace) -> int:
     return app.exec()
 
 
-def _self_test(window: object, screenshot: Path | None, prompt: str | None) -> int:
+def _self_test(window: MainWindow, screenshot: Path | None, prompt: str | None) -> int:
     from app.selftest import PROMPT, SelfTestFailed, run_self_test
 
     try:
-        print(run_self_test(window, screenshot, prompt or PROMPT))  # type: ignore[arg-type]
+        print(run_self_test(window, screenshot, prompt or PROMPT))
         code = 0
     except SelfTestFailed as e:
         print(f"specquant-app: self-test failed: {e}", file=sys.stderr)
         code = 1
-    window.close()  # type: ignore[attr-defined]
+    window.close()
     return code
 
 
-def _install_excepthook(window: object) -> None:
+def _install_excepthook(window: MainWindow) -> None:
     """A bug in a slot must not take the window (or the conversation) down: log it and show a banner."""
     from app.worker import readable
 
     def hook(kind: type[BaseException], value: BaseException, tb: object) -> None:
         log.error("unexpected error", exc_info=(kind, value, tb))  # type: ignore[arg-type]
         with contextlib.suppress(RuntimeError):  # the window may already be gone
-            window.banner.show_error(f"Something went wrong: {readable(value)}")  # type: ignore[attr-defined]
+            window.banner.show_error(f"Something went wrong: {readable(value)}")
 
     sys.excepthook = hook
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, QThread, Signal
 from PySide6.QtWidgets import (
@@ -26,6 +27,9 @@ from PySide6.QtWidgets import (
 from app.worker import ConvertJob, ConvertWorker, start_thread
 from runtime.cache import DEMO_NAME, TIERS, CachedModel, cache_root, delete_model, list_models
 from runtime.errors import UserError
+
+if TYPE_CHECKING:
+    from converters.convert import Progress
 
 
 def demo_available() -> bool:
@@ -258,13 +262,13 @@ class ModelsDialog(QDialog):
             self.cancel_button.setEnabled(False)
             self._say("Cancelling…")
 
-    def _on_progress(self, p: object) -> None:
-        stage = getattr(p, "stage", "")
+    def _on_progress(self, p: Progress) -> None:
+        stage = p.stage
         if stage in STAGE_NAMES:
-            done, total = p.done, max(p.total, 1)  # type: ignore[attr-defined]
+            done, total = p.done, max(p.total, 1)
             self.bar.setRange(0, 1000)
             self.bar.setValue(min(1000, int(1000 * done / total)))
-            note = f" ({p.message})" if p.message else ""  # type: ignore[attr-defined]
+            note = f" ({p.message})" if p.message else ""
             self.stage.setText(f"{STAGE_NAMES[stage]}: {size_text(done)} of about {size_text(total)}{note}")
         elif stage == "hash":
             self.stage.setText("Checking the tiers…")

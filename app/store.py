@@ -139,6 +139,13 @@ class Store:
         )
         return [StoredMessage(i, role, content, _load_meta(meta)) for i, role, content, meta in rows]
 
+    def last_message(self, conversation_id: int) -> StoredMessage | None:
+        row = self.db.execute(
+            "SELECT id, role, content, meta FROM messages WHERE conversation_id = ? ORDER BY id DESC LIMIT 1",
+            (conversation_id,),
+        ).fetchone()
+        return None if row is None else StoredMessage(row[0], row[1], row[2], _load_meta(row[3]))
+
     def add_message(self, conversation_id: int, role: str, content: str, meta: dict[str, Any] | None = None) -> int:
         """Append one message and bump the conversation, in one transaction."""
         now = time.time()

@@ -113,10 +113,6 @@ class TranscriptView(QTextBrowser):
             self._append(m.role, m.content, m.meta)
         self._scroll_to_end()
 
-    def show_placeholder(self, text: str) -> None:
-        self.show_messages([])
-        self.setPlaceholderText(text)
-
     # --- the answer in flight ----------------------------------------------------------------------
     def begin_live(self, role: str = "assistant") -> None:
         """Mark where the streamed answer starts; `update_live` redraws from here."""
@@ -136,9 +132,6 @@ class TranscriptView(QTextBrowser):
         self._append(self._live_role, text, meta or {})
         if at_bottom:
             self._scroll_to_end()
-
-    def end_live(self) -> None:
-        self._live_start = None
 
     # --- rendering ---------------------------------------------------------------------------------
     def _append(self, role: str, content: str, meta: dict) -> None:
@@ -244,6 +237,3 @@ class TranscriptView(QTextBrowser):
             if 0 <= index < len(self._codes):
                 QGuiApplication.clipboard().setText(self._codes[index])
                 self.copied.emit(self._codes[index])
-
-    def code_blocks(self) -> list[str]:
-        return list(self._codes)

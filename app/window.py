@@ -26,10 +26,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.models_dialog import ModelsDialog, demo_available
+from app.models_dialog import ModelsDialog
 from app.settings import AppSettings, load_settings, save_settings
 from app.settings_dialog import SettingsDialog
-from app.store import Store
+from app.store import Store, StoredMessage
 from app.theme import apply_look
 from app.transcript import TranscriptView, draft_mask
 from app.widgets import ErrorBanner, InputBox, LevelBadge
@@ -72,6 +72,7 @@ class MainWindow(QMainWindow):
         self._closing = False
         self.setWindowTitle("SpecQuant")
         self.resize(1100, 720)
+        self.models = ModelsDialog(self.release_engine, self)
         self._build()
         self._build_menus()
 
@@ -85,7 +86,6 @@ class MainWindow(QMainWindow):
         self.worker.finished.connect(self._on_finished)
         self.worker.failed.connect(self._on_failed)
 
-        self.models = ModelsDialog(self.release_engine, self)
         self.models.models_changed.connect(self.refresh_models)
         self.models.use_model.connect(self.select_model)
 
@@ -146,7 +146,7 @@ class MainWindow(QMainWindow):
 
         self.welcome = QWidget()
         welcome_layout = QVBoxLayout(self.welcome)
-        if demo_available():
+        if self.models.demo_shipped:
             text = QLabel(
                 "<h2>Welcome to SpecQuant</h2><p>There is no model on this computer yet. The demo model "
                 "(SmolLM2-135M-Instruct) comes with SpecQuant: setting it up takes about 15 seconds and needs "
@@ -374,8 +374,7 @@ class MainWindow(QMainWindow):
             self.conversation = self.store.create(title[:60] + ("…" if len(title) > 60 else ""))
         self.store.add_message(self.conversation, "user", text)  # saved before anything can fail
         self.input.clear()
-        self.open_conversation(self.conversation)
-        self._start(replaces=None)
+        self._start(self.store.messages(self.conversation), replaces=None)
 
     def regenerate(self, higher: bool) -> None:
         """Answer the last user message again; the old answer is replaced only when the new one is done."""
@@ -389,21 +388,23 @@ class MainWindow(QMainWindow):
         if higher and parent is None:
             self.statusBar().showMessage("That answer already came from F16, the highest precision.", 4000)
             return
-        self._start(replaces=old.id, parent=parent)
+        self._start(messages[:-1], replaces=old.id, parent=parent)
 
-    def _start(self, replaces: int | None, parent: str | None = None) -> None:
+    def _start(self, messages: list[StoredMessage], replaces: int | None, parent: str | None = None) -> None:
+        """Answer the chat `messages` (the conversation without the answer a regenerate replaces)."""
         assert self.conversation is not None
-        history = [m.as_chat() for m in self.store.messages(self.conversation) if m.id != replaces]
+        self.transcript.show_messages(messages)
+        self.refresh_conversations()
         try:
             options = self.settings.chat_options(parent=parent)
         except UserError as e:
             self.banner.show_error(str(e))
+            self._set_busy(False)
             return
+        history = [m.as_chat() for m in messages]
         request = ChatRequest(next(self._ids), self.model, self.settings.engine_settings(), history, options)
         self.live = Live(request, self.conversation, replaces)
         self.banner.hide()
-        if replaces is not None:  # show the transcript without the answer being replaced
-            self.transcript.show_messages([m for m in self.store.messages(self.conversation) if m.id != replaces])
         self.transcript.begin_live()
         self._render_live()
         self._set_busy(True)
@@ -496,10 +497,10 @@ class MainWindow(QMainWindow):
         has_model = bool(self.model)
         self.send_button.setEnabled(not busy and has_model)
         self.stop_button.setEnabled(busy)
-        last = self.store.messages(self.conversation)[-1:] if self.conversation is not None else []
-        can_regenerate = not busy and bool(last) and last[0].role == "assistant"
+        last = self.store.last_message(self.conversation) if self.conversation is not None and not busy else None
+        can_regenerate = last is not None and last.role == "assistant"
         self.regenerate_button.setEnabled(can_regenerate)
-        self.higher_action.setEnabled(can_regenerate and more_precise(last[0].meta.get("parent", "f16")) is not None)
+        self.higher_action.setEnabled(can_regenerate and more_precise(last.meta.get("parent", "f16")) is not None)
 
     def _on_banner_action(self, action: str) -> None:
         if action == "Set up demo model":
