@@ -20,7 +20,7 @@ from installer.artefact import human, sha256
 from installer.environment import cache_dir, ensure_environment
 from installer.flavour import FLAVOURS, build_wheel, check_wheel, default_wheel_dir, find_wheel
 from installer.metadata import Meta, read_meta
-from runtime.errors import SpecQuantError, UserError
+from runtime.errors import UserError, run_command
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -126,15 +126,9 @@ def report(artefacts: list[Path], size: int, took: float) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
+
+    def body() -> int:
         report(*build(args))
-    except UserError as e:
-        print(f"build_installer: error: {e}", file=sys.stderr)
-        return 2
-    except SpecQuantError as e:
-        print(f"build_installer: error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("\nbuild_installer: interrupted; no partial artefact was kept", file=sys.stderr)
-        return 130
-    return 0
+        return 0
+
+    return run_command("build_installer", body)

@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from runtime.cache import TIERS, ModelDir, cache_root, list_models
-from runtime.errors import Cancelled, SpecQuantError, UserError
+from runtime.errors import UserError, run_command
 
-log = logging.getLogger("specquant")
 TIER_CHOICES = TIERS
 
 
@@ -404,21 +403,7 @@ def _setup_logging(verbose: bool) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _setup_logging(args.verbose)
-    try:
-        return args.func(args)
-    except UserError as e:
-        print(f"specquant: error: {e}", file=sys.stderr)
-        return 2
-    except Cancelled:
-        print("specquant: cancelled", file=sys.stderr)
-        return 130
-    except KeyboardInterrupt:
-        print("\nspecquant: interrupted; nothing half-written was kept", file=sys.stderr)
-        return 130
-    except SpecQuantError as e:
-        log.debug("failure", exc_info=True)
-        print(f"specquant: error: {e}", file=sys.stderr)
-        return 1
+    return run_command("specquant", lambda: args.func(args))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,11 @@
 """The one small error hierarchy: the CLI and the app catch `UserError` at the edge."""
 
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+
 
 class SpecQuantError(Exception):
     """Base of every error SpecQuant raises on purpose."""
@@ -11,3 +17,25 @@ class UserError(SpecQuantError):
 
 class Cancelled(SpecQuantError):
     """The user asked to stop; whatever was half-written has been removed."""
+
+
+def run_command(prog: str, body: Callable[[], int]) -> int:
+    """Run a command's body; our errors become one line on stderr and an exit code, never a traceback.
+
+    UserError exits 2, a cancel or Ctrl-C 130, any other SpecQuantError 1.
+    """
+    try:
+        return body()
+    except UserError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    except Cancelled:
+        print(f"{prog}: cancelled", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print(f"\n{prog}: interrupted; nothing half-written was kept", file=sys.stderr)
+        return 130
+    except SpecQuantError as e:
+        logging.getLogger("specquant").debug("failure", exc_info=True)
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 1
