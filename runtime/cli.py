@@ -262,6 +262,7 @@ def _repl(engine: Any, options: Any) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    from runtime.hardware import ensure_backends
     from runtime.policy import PRESETS
 
     engine = _engine(args)
@@ -277,6 +278,7 @@ def cmd_info(args: argparse.Namespace) -> int:
             "reconstructed": engine.manifest.get("reconstructed"),
             "tiers": ModelDir(engine.model.root, engine.model.name).tier_rows(engine.manifest),
             "hardware": engine.hardware.as_dict(),
+            "cpu_kernels": ensure_backends().as_dict(),
             "placement": plans,
             "n_ctx": engine.settings.n_ctx,
         }
@@ -291,6 +293,7 @@ def cmd_info(args: argparse.Namespace) -> int:
             print(
                 f"machine {hw['cpu']}, {hw['physical_cores']} cores, {hw['ram_available_gb']} GB RAM free, GPUs: {gpus}"
             )
+            print(f"kernels {ensure_backends().describe()}")
             for level, p in plans.items():
                 print(f"  {level:<6} {p['reason']}")
     finally:

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import psutil
 
+from runtime import cpu_variant
+from runtime.cpu_variant import CpuKernels
 from runtime.errors import UserError
 
 _GPU_TYPES = {1: "gpu", 2: "igpu"}  # enum ggml_backend_dev_type: CPU 0, GPU 1, IGPU 2, ACCEL 3, META 4
@@ -71,7 +73,7 @@ def cpu_name() -> str:
 
 
 @functools.cache
-def _libggml() -> ctypes.CDLL | None:
+def libggml() -> ctypes.CDLL | None:
     """The libggml that libllama uses, with the device functions 0.3.36 does not bind declared once."""
     import llama_cpp
 
@@ -90,7 +92,8 @@ def _libggml() -> ctypes.CDLL | None:
         return None
     lib = ctypes.CDLL(str(path))
     lib.ggml_backend_dev_count.restype = ctypes.c_size_t
-    lib.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
+    lib.ggml_backend_load.argtypes = [ctypes.c_char_p]
+    lib.ggml_backend_load.restype = ctypes.c_void_p
     lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
     lib.ggml_backend_dev_get.restype = ctypes.c_void_p
     lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
@@ -102,7 +105,7 @@ def _libggml() -> ctypes.CDLL | None:
     return lib
 
 
-_backends_ready = False
+_kernels: CpuKernels | None = None
 _CPU_TYPE = 0  # enum ggml_backend_dev_type: CPU
 
 
@@ -112,38 +115,47 @@ def _has_cpu_device(lib: ctypes.CDLL) -> bool:
     return any(lib.ggml_backend_dev_type(dev) == _CPU_TYPE for dev in devices)
 
 
-def ensure_backends() -> None:
-    """Make sure ggml has a CPU device before the first model loads.
+def _unsupported(why: str) -> UserError:
+    return UserError(
+        f"this CPU ({cpu_name()}, {platform.machine()}) is not supported by this build of SpecQuant: {why}; "
+        "reinstall the build made for this machine, or install from source"
+    )
 
-    A build with GGML_BACKEND_DL (the portable `cpu-all-variants` flavour and the installers) keeps its CPU
-    kernels in separate libraries that ggml looks for only in its compile-time folder, the executable's
-    folder and the current one; inside a Python package or a bundle they sit elsewhere. Load them from
-    where the wheel or the bundle put them, and fail with a clear message if none fits this CPU: without
-    this check llama.cpp would abort the process when the first model loads.
-    """
-    global _backends_ready
-    if _backends_ready:
-        return
+
+def backend_folders() -> list[Path]:
+    """Where a wheel or a bundle keeps ggml's dynamically loaded backends."""
     import llama_cpp
 
-    lib = _libggml()
-    if lib is None:
-        _backends_ready = True
-        return
     package = Path(llama_cpp.__file__).parent
-    if not _has_cpu_device(lib):
-        for folder in (package / "lib", package.parent / "bin", Path(sys.executable).parent):
-            if folder.is_dir() and any(folder.glob("*ggml-cpu*")):
-                lib.ggml_backend_load_all_from_path(str(folder).encode())
-                if _has_cpu_device(lib):
-                    break
-    if not _has_cpu_device(lib):
-        raise UserError(
-            f"this CPU ({cpu_name()}, {platform.machine()}) is not supported by this build of SpecQuant: none of "
-            "its llama.cpp CPU backends (libggml-cpu-*) loads here (x86-64 builds run on any 64-bit x86 CPU, so "
-            "the install may be damaged); reinstall the build made for this machine, or install from source"
-        )
-    _backends_ready = True
+    return [package / "lib", package.parent / "bin", Path(sys.executable).parent]
+
+
+def ensure_backends() -> CpuKernels:
+    """Make sure ggml has a CPU device that works on this machine before the first model loads.
+
+    A build with GGML_BACKEND_DL (the portable `cpu-all-variants` flavour and the installers) keeps its CPU
+    kernels in separate libraries, one per micro-architecture, that ggml looks for only in its compile-time
+    folder, the executable's folder and the current one; inside a Python package or a bundle they sit
+    elsewhere. The variant to load is proven first (runtime.cpu_variant): CPUID alone can pick one that dies
+    with SIGILL. Builds with one CPU backend built in have nothing to choose.
+    """
+    global _kernels
+    if _kernels is not None:
+        return _kernels
+    lib = libggml()
+    if lib is None or _has_cpu_device(lib):
+        _kernels = CpuKernels("built-in")
+        return _kernels
+    folder = next((f for f in backend_folders() if cpu_variant.variant_libraries(f)), None)
+    if folder is None:
+        raise _unsupported("none of its llama.cpp CPU backends (libggml-cpu-*) was found: the install may be damaged")
+    variant, excluded, seconds, cached = cpu_variant.select(folder, min(physical_cores(), 4))
+    if not lib.ggml_backend_load(str(variant.path).encode()) or not _has_cpu_device(lib):
+        raise _unsupported(f"its {variant.name} CPU backend passed its check but does not load now")
+    for other in cpu_variant.other_backends(folder):
+        lib.ggml_backend_load(str(other).encode())  # GPU or RPC backends; one that finds no device is skipped
+    _kernels = CpuKernels(variant.name, str(variant.path), excluded, seconds, cached)
+    return _kernels
 
 
 def gpus() -> tuple[Gpu, ...]:
@@ -152,7 +164,7 @@ def gpus() -> tuple[Gpu, ...]:
 
     if not llama_cpp.llama_supports_gpu_offload():
         return ()
-    lib = _libggml()
+    lib = libggml()
     if lib is None:
         return ()
     found = []

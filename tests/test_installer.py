@@ -4,6 +4,7 @@ real Linux bundle installed into a scratch home and started with no Python on PA
 from __future__ import annotations
 
 import configparser
+import json
 import os
 import plistlib
 import re
@@ -20,7 +21,7 @@ import pytest
 from converters import sources
 from installer import bundle, flavour, lean, linux, macos, windows
 from installer.metadata import Meta, read_meta
-from runtime import hardware
+from runtime import cpu_variant
 from runtime.errors import UserError
 from tests.conftest import REPO, assert_one_line_error
 
@@ -202,23 +203,6 @@ def test_bundled_demo_model_is_found_inside_a_frozen_app(tmp_path: Path, monkeyp
     assert sources.demo_gguf() == tmp_path / "models" / sources.DEMO_FILE
 
 
-class _NoCpuGgml:
-    """A libggml whose CPU backends all fail to load: what an unsupported processor sees."""
-
-    def ggml_backend_dev_count(self) -> int:
-        return 0
-
-    def ggml_backend_load_all_from_path(self, path: bytes) -> None:
-        pass
-
-
-def test_an_unsupported_cpu_gets_a_message_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(hardware, "_backends_ready", False)
-    monkeypatch.setattr(hardware, "_libggml", lambda: _NoCpuGgml())
-    with pytest.raises(UserError, match="not supported by this build"):
-        hardware.ensure_backends()
-
-
 # --- the real thing -------------------------------------------------------------------------------------
 
 
@@ -266,6 +250,15 @@ def test_linux_bundle_installs_and_passes_its_self_test(tmp_path: Path) -> None:
     assert "self-test passed" in checked.stdout
     models = home / ".local/share/specquant/models"
     assert (models / "smollm2-135m-instruct" / "manifest.json").is_file()  # converted offline from the bundle
+
+    # The CPU variant was proven by the first start (in a child) and this start reads the verdict.
+    info = run_clean([str(program / "specquant"), "info", "--json"], home, timeout=120)
+    assert info.returncode == 0, info.stderr
+    kernels = json.loads(info.stdout)["cpu_kernels"]
+    bundled = {cpu_variant.variant_name(p) for p in cpu_variant.variant_libraries(program / "_internal/llama_cpp/lib")}
+    assert kernels["variant"] in bundled and kernels["cached"] is True, kernels
+    assert len(bundled) > 1  # every variant stays in the bundle; the choice is made per machine
+    print(f"CPU kernels: {kernels}")
 
     removed = run_clean(["sh", str(program / "uninstall.sh")], home, timeout=60)
     assert removed.returncode == 0, removed.stderr
