@@ -93,12 +93,17 @@ def run_llama_child(
 
     On failure or cancel a partially written `dst` is removed (quantize only).
     """
+    from runtime.hardware import ensure_backends
+
+    ensure_backends()  # choose the CPU kernels here, once: the child then reads the cached verdict
     ctx = multiprocessing.get_context("spawn")
     parent_conn, child_conn = ctx.Pipe(duplex=False)
+    # Not a daemon: a daemonic process may not start the CPU-variant probe if the verdict could not be
+    # cached. The child dies with its parent all the same (_watch_parent), and is killed on cancel.
     proc = ctx.Process(
         target=_child_main,
         args=(task, str(src), str(dst), ftype, physical_cores(), os.getpid(), child_conn),
-        daemon=True,
+        daemon=False,
     )
     proc.start()
     child_conn.close()
