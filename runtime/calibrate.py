@@ -15,7 +15,6 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from runtime import __version__
 from runtime.cache import atomic_write_text
 from runtime.engine import ChatOptions
 from runtime.policy import LOSSY_FLOORS, PRECISION, STRICT_FLOORS
@@ -38,25 +37,11 @@ PROMPTS = (
     "Explain in two sentences why the sky is blue.",
 )
 FILE = "calibration.json"
+CALIBRATION_K = 4
 
 
 def config_name(parent: str, draft: str | None) -> str:
     return parent if draft is None else f"{parent}<-{draft}"
-
-
-def machine_key(engine: Engine) -> dict[str, Any]:
-    import llama_cpp
-
-    hw = engine.hardware
-    return {
-        "cpu": hw.cpu,
-        "cores": hw.physical_cores,
-        "gpus": [g.name for g in hw.gpus],
-        "threads": engine.settings.n_threads,
-        "llama_cpp_python": llama_cpp.__version__,
-        "specquant": __version__,
-        "tiers": {t: r["sha256"] for t, r in engine.manifest["tiers"].items()},
-    }
 
 
 def pick(measured: dict[str, dict[str, Any]], floors: dict[str, str]) -> dict[str, dict[str, Any]]:
@@ -81,7 +66,8 @@ def calibrate(engine: Engine, rounds: int = 2, max_tokens: int = 32) -> dict[str
         for i, prompt in enumerate(PROMPTS):
             shift = (r * len(PROMPTS) + i) % len(CONFIGS)
             for parent, draft in CONFIGS[shift:] + CONFIGS[:shift]:
-                stats = _run(engine, parent, draft, prompt, ChatOptions(max_tokens=max_tokens))
+                greedy = ChatOptions(max_tokens=max_tokens, sampling=SamplingParams())
+                stats = _run(engine, parent, draft, prompt, greedy)
                 name = config_name(parent, draft)
                 samples[name].append(stats.tok_per_s)
                 accepted[name] += stats.accepted
@@ -97,7 +83,7 @@ def calibrate(engine: Engine, rounds: int = 2, max_tokens: int = 32) -> dict[str
             "acceptance": round(accepted[name] / drafted[name], 4) if drafted[name] else None,
         }
     result = {
-        "key": machine_key(engine),
+        "key": engine.machine_key(),
         "measured": measured,
         "choices": {"strict": pick(measured, STRICT_FLOORS), "lossy": pick(measured, LOSSY_FLOORS)},
         "seconds": round(time.perf_counter() - started, 1),
@@ -107,8 +93,11 @@ def calibrate(engine: Engine, rounds: int = 2, max_tokens: int = 32) -> dict[str
 
 
 def _run(engine: Engine, parent: str, draft: str | None, prompt: str, options: ChatOptions) -> Stats:
-    """Greedy answer with a pinned pair; returns its stats (decode speed excludes prefill)."""
-    pinned = replace(options, parent=parent, draft=draft or "none")
+    """Greedy answer with a pinned pair; returns its stats (decode speed excludes prefill).
+
+    A pair drafts with a fixed k, so what is timed is the pair itself: with the controller a pair that
+    does not pay would run as plain steps and tie with its parent alone."""
+    pinned = replace(options, parent=parent, draft=draft or "none", k=CALIBRATION_K if draft else None)
     last = None
     for chunk in engine.stream_chat([{"role": "user", "content": prompt}], pinned):
         last = chunk
@@ -118,7 +107,7 @@ def _run(engine: Engine, parent: str, draft: str | None, prompt: str, options: C
 
 def load_or_calibrate(engine: Engine) -> dict[str, Any]:
     path = engine.model.path / FILE
-    key = machine_key(engine)
+    key = engine.machine_key()
     try:
         cached = json.loads(path.read_text(encoding="utf-8"))
         if cached.get("key") == key:

@@ -86,6 +86,9 @@ class LlamaBackend:
     def token_bytes(self, token: int, special: bool = False) -> bytes:
         buf = ctypes.create_string_buffer(256)
         n = self._llama_cpp.llama_token_to_piece(self._model.vocab, token, buf, len(buf), 0, special)
+        if n < 0:  # a longer piece: llama.cpp says how long, as a negative length
+            buf = ctypes.create_string_buffer(-n)
+            n = self._llama_cpp.llama_token_to_piece(self._model.vocab, token, buf, len(buf), 0, special)
         return buf.raw[: max(n, 0)]
 
     def detokenize(self, tokens: Sequence[int], special: bool = False) -> str:

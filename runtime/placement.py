@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from runtime.cost_model import speedup
 from runtime.errors import UserError
 from runtime.hardware import Inventory
 
@@ -117,9 +118,7 @@ def _per_token_s(parent: TierFacts, draft: TierFacts | None, layers: tuple[int, 
     if draft is None:
         return tp
     td = _step_s(draft, layers[1], s)
-    a, k = s.acceptance, s.k
-    tokens_per_cycle = (1 - a ** (k + 1)) / (1 - a)
-    return (k * td + s.batch_cost * tp) / tokens_per_cycle
+    return tp / speedup(s.acceptance, s.k, td / tp, s.batch_cost)
 
 
 def _layers_fitting(t: TierFacts, budget: float) -> int:

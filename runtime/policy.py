@@ -1,8 +1,10 @@
-"""Presets: which parent and which draft answer each complexity level (DESIGN.md §4).
+"""Presets: which parent answers each complexity level, and which drafts may help it (DESIGN.md §4).
 
-`exact` and `paper` are fixed tables. `auto` reads a calibration (runtime/calibrate.py) measured once per
-model and machine: per level, the fastest configuration whose output precision meets the level's floor.
-A user can always pin a level, a parent/draft pair, or no speculation.
+The default, `exact`, answers with F16's own tokens at every level and offers the controller the cheapest
+tier and n-gram lookup as drafts: in exact mode speculation changes only the speed, and the controller
+(runtime/cost_model.py) uses a draft only in the cycles where it pays. `paper` is the paper's fixed table.
+`auto` reads a calibration (runtime/calibrate.py) measured once per model and machine. A user can always
+pin a level, a parent/draft pair, n-gram drafts only, or no speculation.
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ from runtime.cache import TIERS
 from runtime.errors import UserError
 
 PRESETS: dict[str, dict[str, tuple[str, str | None]]] = {
-    "exact": {"low": ("f16", "q4_k_m"), "medium": ("f16", "q8_0"), "high": ("f16", None)},
+    "exact": {"low": ("f16", "q4_k_m"), "medium": ("f16", "q4_k_m"), "high": ("f16", "q4_k_m")},
     "paper": {"low": ("q8_0", "q4_k_m"), "medium": ("f16", "q8_0"), "high": ("f16", None)},
 }
 PRESET_NAMES = ("exact", "paper", "auto")
+NGRAM_PRESETS = {"exact", "auto"}  # the paper's table has no n-gram drafts
+NGRAM = "ngram"  # `--draft ngram`: prompt lookup only, no draft tier
+DRAFT_CHOICES = (*TIERS, NGRAM, "none")
 PRECISION = {"q4_k_m": 0, "q8_0": 1, "f16": 2}  # higher is more precise
 STRICT_FLOORS = {"low": "f16", "medium": "f16", "high": "f16"}
 LOSSY_FLOORS = {"low": "q4_k_m", "medium": "q8_0", "high": "f16"}
@@ -29,13 +34,16 @@ class Choice:
 
     parent: str
     draft: str | None
-    k: int | None  # fixed draft length, or None for adaptive k from the default start
+    k: int | None  # fixed draft length, or None: the controller picks k every cycle
     why: str
+    ngram: bool = False  # n-gram lookup is offered to the controller as a draft source
 
     @property
     def label(self) -> str:
-        """As the window shows it: "F16 ← Q4_K_M", or "F16" alone."""
-        return self.parent.upper() if self.draft is None else f"{self.parent.upper()} ← {self.draft.upper()}"
+        """As the window shows it: "F16 ← Q4_K_M", "F16 ← n-gram", or "F16" alone."""
+        if self.draft is not None:
+            return f"{self.parent.upper()} ← {self.draft.upper()}"
+        return f"{self.parent.upper()} ← n-gram" if self.ngram else self.parent.upper()
 
 
 def more_precise(tier: str) -> str | None:
@@ -64,8 +72,8 @@ def choose(
 ) -> Choice:
     """The (parent, draft) for `level` under `preset`, with the user's pins applied last.
 
-    `draft` is a tier, "none", or None (= the preset's). A draft equal to or more precise than its parent
-    is refused: it could never pay.
+    `draft` is a tier, "ngram" (lookup only), "none" (plain decoding), or None (= the preset's). A draft
+    equal to or more precise than its parent is refused: it could never pay.
     """
     if preset not in PRESET_NAMES:
         raise UserError(f"unknown preset {preset!r}: choose from {', '.join(PRESET_NAMES)}")
@@ -81,7 +89,9 @@ def choose(
         base_k = None
         why = f"{preset} preset, {level} level"
     chosen_parent = check_tier(parent, "parent") if parent else base_parent
-    if no_spec or draft == "none":
+    # A pinned draft is exactly what runs: a tier alone, n-gram lookup alone, or nothing.
+    ngram = draft == NGRAM or (draft is None and not no_spec and preset in NGRAM_PRESETS)
+    if no_spec or draft in ("none", NGRAM):
         chosen_draft = None
     elif draft:
         chosen_draft = check_tier(draft, "draft")
@@ -95,4 +105,4 @@ def choose(
         chosen_draft = None  # a preset's draft for a pinned cheaper parent: speculation cannot pay
     if k is not None and k < 1:
         raise UserError(f"--k {k} must be at least 1")
-    return Choice(chosen_parent, chosen_draft, k if k is not None else base_k, why)
+    return Choice(chosen_parent, chosen_draft, k if k is not None else base_k, why, ngram)

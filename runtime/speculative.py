@@ -1,11 +1,13 @@
 """The speculative verify loop (DESIGN.md §5) as a generator of `Step`s.
 
-The state is the token sequence `seq`. At the top of every cycle the parent's KV cache holds exactly
-`seq[:-1]`; the draft's holds some prefix of `seq`. One cycle: the draft catches up and proposes up to k
-tokens; the parent decodes `[seq[-1]] + drafts` in ONE batch with logits for those rows only; the longest
-agreeing prefix is kept and the first miss corrected (greedy), or each draft is accepted with probability
-min(1, p/q) and a rejection resampled from the residual (sampled); both caches roll back to what was kept.
-With no draft the same code is plain decoding: a verify batch of one token.
+The state is the token sequence `seq`. At the top of every cycle after the first, the parent's KV cache
+holds exactly `seq[:-1]`; the draft's holds some prefix of `seq`. One cycle: the controller (cost_model)
+picks a draft source and k, or none; the source proposes up to k tokens (n-gram lookup for free, or the
+quantized draft after catching up); the parent decodes `[seq[-1]] + drafts` in ONE batch with logits for
+those rows only; the longest agreeing prefix is kept and the first miss corrected (greedy), or each draft is
+accepted with probability min(1, p/q) and a rejection resampled from the residual (sampled); both caches roll
+back to what was kept. The first cycle is the parent's prefill alone, so the first token comes as soon as in
+plain decoding. With no draft the same code is plain decoding: a verify batch of one token.
 """
 
 from __future__ import annotations
@@ -17,8 +19,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from runtime.cost_model import K_MAX, Controller, CycleFacts, Offer
 from runtime.llama_backend import LlamaBackend
-from runtime.sampling import SamplingParams, apply_penalties, sample, verify_sampled, warp
+from runtime.ngram import NgramIndex
+from runtime.sampling import SamplingParams, apply_penalties, one_hot, sample, verify_sampled, warp
+
+NGRAM = "ngram"
 
 
 @dataclass(frozen=True)
@@ -29,37 +35,20 @@ class Step:
     from_draft: tuple[bool, ...]  # True where the token is an accepted draft token
     drafted: int
     accepted: int
-    k: int  # the draft length this cycle asked for
+    k: int  # the draft length the controller chose this cycle (0: a plain step)
     draft_s: float
     verify_s: float
+    source: str | None = None  # "ngram", the draft tier's name, or None for a plain step
 
 
 @dataclass(frozen=True)
 class SpecConfig:
-    """Draft length: start at `k`; adaptive k grows after full accepts and shrinks after early misses."""
+    """How the loop drafts. k None: the controller picks k (and the source) every cycle from the cost model."""
 
-    k: int = 4
-    k_max: int = 6
-    adaptive: bool = True
+    k: int | None = None  # a fixed draft length, always used when a source can propose
+    ngram: bool = True  # prompt lookup as a draft source (costs nothing, needs no memory)
     p_min: float = 0.0  # greedy drafting stops when the draft's top probability falls below this
-
-    def next_k(self, k: int, drafted: int, accepted: int) -> int:
-        if not self.adaptive or drafted == 0:
-            return k
-        if accepted == drafted and drafted == k:
-            return min(k + 1, self.k_max)
-        if accepted < drafted // 2:
-            return max(1, k - 1)
-        return k
-
-
-def sync_prefix(model: LlamaBackend, seq: Sequence[int], keep_last: int) -> None:
-    """Make the KV cache hold `seq[:len(seq) - keep_last]`, reusing the longest common prefix."""
-    target = len(seq) - keep_last
-    n = min(model.common_prefix(seq), target)
-    model.truncate(n)
-    if n < target:
-        model.decode(seq[n:target])
+    k_max: int = K_MAX["tier"]  # the longest tier draft the controller considers (and the benchmark times)
 
 
 def _pick(row: np.ndarray, params: SamplingParams, history: Sequence[int]) -> int:
@@ -67,6 +56,14 @@ def _pick(row: np.ndarray, params: SamplingParams, history: Sequence[int]) -> in
     if params.repeat_penalty == 1.0:
         return int(np.argmax(row))
     return int(np.argmax(apply_penalties(row, history, params)))
+
+
+def _size_ratio(draft: LlamaBackend, parent: LlamaBackend) -> float:
+    """Draft bytes over parent bytes: on a CPU a decode step streams the weights, so this prices a step."""
+    try:
+        return draft.path.stat().st_size / max(1, parent.path.stat().st_size)
+    except OSError:
+        return 0.5
 
 
 def _top_prob(row: np.ndarray) -> float:
@@ -81,28 +78,62 @@ def generate_steps(
     params: SamplingParams,
     spec: SpecConfig | None = None,
     cancel: threading.Event | None = None,
+    *,
+    controller: Controller | None = None,
+    draft_name: str = "draft",
+    answer_tokens: int = 256,
 ) -> Iterator[Step]:
     """Yield Steps until the context is full, `cancel` is set, or the consumer stops iterating.
 
-    Stopping (EOS, max tokens, stop strings) is the consumer's job: whatever it keeps, both caches stay
-    valid prefixes of the sequence, so the next turn reuses them through `sync_prefix`.
+    `answer_tokens` is how long the answer is expected to be (the router's level as a prior, capped by the
+    token budget): a draft whose catch-up the rest of the answer cannot repay is not started. Stopping (EOS,
+    max tokens, stop strings) is the consumer's job: whatever it keeps, both caches stay valid prefixes of
+    the sequence, so the next turn reuses their common prefix.
     """
     spec = spec or SpecConfig()
+    controller = controller or Controller(fixed_k=spec.k)
     rng = np.random.default_rng(params.seed)
     seq = [int(t) for t in prompt]
     if not seq:
         raise ValueError("an empty prompt cannot be continued")
-    parent.set_abort_event(cancel)
-    sync_prefix(parent, seq, keep_last=1)
-    k = spec.k if draft is not None else 0
+    for model in (parent, draft):
+        if model is not None:
+            model.set_abort_event(cancel)  # Stop reaches a draft's long catch-up too
+    ngram = NgramIndex() if spec.ngram else None
+    # The first cycle's batch is the rest of the prompt: the prefill and the first token are one decode.
+    n = min(parent.common_prefix(seq), len(seq) - 1)
+    parent.truncate(n)
+    pending = seq[n:-1]
+    produced = 0
+    first = True
     while cancel is None or not cancel.is_set():
-        room = parent.n_ctx - parent.n_past  # the verify batch is 1 + len(drafts) tokens
+        room = parent.n_ctx - parent.n_past - len(pending)  # the verify batch is 1 + len(drafts) tokens
         if room < 1:
             return
         t0 = time.perf_counter()
-        drafts, qs = _propose(draft, seq, min(k, room - 1), params, spec, rng) if draft and k else ([], [])
+        offers: list[Offer] = []
+        candidates: list[int] = []
+        if ngram is not None:
+            candidates = ngram.lookup(seq, min(K_MAX[NGRAM], room - 1))
+            offers.append(Offer(NGRAM, NGRAM, len(candidates)))
+        if draft is not None:
+            behind = len(seq) - min(draft.common_prefix(seq), len(seq) - 1)
+            offers.append(Offer(draft_name, "tier", min(spec.k_max, room - 1), behind, _size_ratio(draft, parent)))
+        if first:  # nothing may come before the first token: the first cycle is the parent's alone
+            source, k = None, 0
+        else:
+            decision = controller.decide(offers, max(1, answer_tokens - produced))
+            source, k = decision.source, decision.k
+        caught_up, catch_up_s = 0, 0.0
+        if source == NGRAM:
+            drafts = candidates[:k]
+            qs = [] if params.greedy else [one_hot(parent.n_vocab, d) for d in drafts]
+        elif source is not None and draft is not None:
+            drafts, qs, caught_up, catch_up_s = _propose(draft, seq, k, params, spec, rng)
+        else:
+            drafts, qs = [], []
         t1 = time.perf_counter()
-        rows = parent.decode([seq[-1], *drafts], range(len(drafts) + 1))
+        rows = parent.decode([*pending, seq[-1], *drafts], range(len(pending), len(pending) + len(drafts) + 1))
         t2 = time.perf_counter()
 
         emitted: list[int] = []
@@ -125,14 +156,19 @@ def generate_steps(
             flags.append(False)
         accepted = sum(flags)
 
+        if not pending:  # a prefill is no sample of a verify's cost
+            kind = NGRAM if source == NGRAM else "tier"
+            facts = CycleFacts(source, kind, len(drafts), accepted, t1 - t0, t2 - t1, caught_up, catch_up_s)
+            controller.record(facts)
+        pending, first = [], False
         # Roll back: keep seq + accepted drafts; the corrected/bonus token is the new last, not yet cached.
         kept = len(seq) + accepted
         parent.truncate(kept)
         if draft is not None:
             draft.truncate(min(draft.n_past, kept))
         seq.extend(emitted)
-        yield Step(tuple(emitted), tuple(flags), len(drafts), accepted, k, t1 - t0, t2 - t1)
-        k = spec.next_k(k, len(drafts), accepted) if draft is not None else 0
+        produced += len(emitted)
+        yield Step(tuple(emitted), tuple(flags), len(drafts), accepted, k, t1 - t0, t2 - t1, source)
 
 
 def _propose(
@@ -142,16 +178,19 @@ def _propose(
     params: SamplingParams,
     spec: SpecConfig,
     rng: np.random.Generator,
-) -> tuple[list[int], list[np.ndarray]]:
-    """Up to k draft tokens, and (sampled mode) the warped draft distributions they were drawn from."""
+) -> tuple[list[int], list[np.ndarray], int, float]:
+    """Up to k draft tokens, (sampled mode) the warped draft distributions they were drawn from, and how
+    many tokens the draft caught up on first, in how many seconds."""
     drafts: list[int] = []
     qs: list[np.ndarray] = []
     if k <= 0:
-        return drafts, qs
+        return drafts, qs, 0, 0.0
     # Catch up on everything the draft has not seen, the last token included, in one batch.
+    t0 = time.perf_counter()
     n = min(draft.common_prefix(seq), len(seq) - 1)
     draft.truncate(n)
     logits = draft.decode(seq[n:], [len(seq) - n - 1])[0]
+    caught_up, catch_up_s = len(seq) - n, time.perf_counter() - t0
     for i in range(k):
         history = seq + drafts
         if params.greedy:
@@ -166,4 +205,4 @@ def _propose(
         drafts.append(tok)
         if i + 1 < k:
             logits = draft.decode([tok], [0])[0]
-    return drafts, qs
+    return drafts, qs, caught_up, catch_up_s

@@ -49,11 +49,18 @@ def tokenizer_metadata(demo_gguf: Path) -> list[tuple[str, object, gguf.GGUFValu
     return out
 
 
-def write_micro_gguf(path: Path, demo_gguf: Path, spec: MicroSpec = MicroSpec()) -> Path:
+def write_micro_gguf(
+    path: Path, demo_gguf: Path, spec: MicroSpec = MicroSpec(), token_texts: dict[int, str] | None = None
+) -> Path:
     """Write an F16 llama GGUF with random weights (std 0.02, like a fresh init, but scaled up so that
-    logits are not flat)."""
+    logits are not flat). `token_texts` replaces the text of some vocabulary entries."""
     rng = np.random.default_rng(spec.seed)
     meta = tokenizer_metadata(demo_gguf)
+    if token_texts:
+        meta = [
+            (k, [token_texts.get(i, t) for i, t in enumerate(v)] if k == "tokenizer.ggml.tokens" else v, kind, sub)
+            for k, v, kind, sub in meta
+        ]
     n_vocab = len(next(v for k, v, _, _ in meta if k == "tokenizer.ggml.tokens"))
     head_dim = spec.n_embd // spec.n_head
     w = gguf.GGUFWriter(path, "llama")

@@ -102,7 +102,7 @@ def test_badge_and_precision_follow_router_and_preset(qtbot, window: MainWindow)
     assert window.precision.text() == "F16 ← Q4_K_M"
     ask(qtbot, window, HIGH)
     assert window.badge.level == "high" and window.badge.toolTip() == route(HIGH).reason
-    assert window.precision.text() == "F16"
+    assert window.precision.text() == "F16 ← Q4_K_M"  # F16-exact at every level; drafts only where they pay
     window.apply_settings(replace(window.settings, preset="paper"))
     ask(qtbot, window, LOW)
     assert window.precision.text() == "Q8_0 ← Q4_K_M"

@@ -36,7 +36,10 @@ def test_choice_follows_router_and_preset(engine: Engine) -> None:
     _, low = collect(engine, user(LOW), ChatOptions(max_tokens=4))
     assert low[-1].route.level == "low" and low[-1].choice.label == "F16 ← Q4_K_M"
     _, high = collect(engine, user(HIGH), ChatOptions(max_tokens=4))
-    assert high[-1].route.level == "high" and high[-1].choice.label == "F16"
+    # F16-exact at every level: speculation changes only the speed, so a high level keeps its drafts.
+    assert high[-1].route.level == "high" and high[-1].choice.label == "F16 ← Q4_K_M" and high[-1].choice.ngram
+    _, lookup = collect(engine, user(HIGH), ChatOptions(max_tokens=4, draft="ngram"))
+    assert lookup[-1].choice.label == "F16 ← n-gram"
     _, paper = collect(engine, user(LOW), ChatOptions(max_tokens=4, preset="paper"))
     assert paper[-1].choice.label == "Q8_0 ← Q4_K_M"
     _, pinned = collect(engine, user(HIGH), ChatOptions(max_tokens=4, level="low", no_spec=True))
@@ -44,7 +47,7 @@ def test_choice_follows_router_and_preset(engine: Engine) -> None:
 
 
 def test_stream_then_stats(engine: Engine) -> None:
-    text, chunks = collect(engine, user("Name three primary colors."))
+    text, chunks = collect(engine, user("Name three primary colors."), ChatOptions(max_tokens=48, draft="q4_k_m", k=3))
     assert len(chunks) >= 3 and chunks[-1].done and not any(c.done for c in chunks[:-1])
     stats = chunks[-1].stats
     assert stats.tokens > 0 and text.strip()
@@ -55,7 +58,8 @@ def test_stream_then_stats(engine: Engine) -> None:
 def test_draft_characters_match_the_accepted_draft_tokens(engine: Engine) -> None:
     """Per-character draft flags (the window highlights them) cover exactly the accepted draft tokens' text."""
     parent = engine.backend("f16")
-    _, chunks = collect(engine, user("Name three primary colors."), ChatOptions(max_tokens=40))
+    options = ChatOptions(max_tokens=40, draft="q4_k_m", k=3)  # a fixed k: the draft runs every cycle
+    _, chunks = collect(engine, user("Name three primary colors."), options)
     assert all(len(c.draft_chars) == len(c.text) for c in chunks)
     flagged = sum(sum(c.draft_chars) for c in chunks)
     pairs = [(t, f) for c in chunks for t, f in zip(c.tokens, c.from_draft, strict=True)]
@@ -141,12 +145,12 @@ def test_stop_strings_are_held_back_and_cut() -> None:
 
 def test_damaged_tier_is_a_clear_error(demo_model: ModelDir, tmp_path: Path) -> None:
     shutil.copytree(demo_model.path, tmp_path / DEMO_NAME)
-    with open(tmp_path / DEMO_NAME / "q8_0.gguf", "r+b") as f:
+    with open(tmp_path / DEMO_NAME / "q4_k_m.gguf", "r+b") as f:
         f.truncate(1000)
     damaged = Engine(DEMO_NAME, root=tmp_path)
     with pytest.raises(UserError, match="missing or damaged"):
         collect(damaged, user("Explain the process of photosynthesis."))
-    text, _ = collect(damaged, user(HIGH), ChatOptions(max_tokens=4))  # other tiers still answer
+    text, _ = collect(damaged, user(HIGH), ChatOptions(max_tokens=4, draft="ngram"))  # other tiers still answer
     assert text is not None
     damaged.close()
 

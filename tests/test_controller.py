@@ -1,0 +1,292 @@
+"""The online controller and its draft sources: the cost model's choices, n-gram drafts (exact, greedy and
+sampled), the first token before any draft work, Stop during a draft's catch-up, and long token pieces."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from runtime.cache import DEMO_NAME, ModelDir
+from runtime.cost_model import Controller, CycleFacts, Estimates, Offer, Timing, expected_tokens, speedup
+from runtime.engine import ChatOptions, Engine, EngineSettings
+from runtime.llama_backend import LlamaBackend, LoadOptions
+from runtime.ngram import NgramIndex
+from runtime.sampling import SamplingParams, warp
+from runtime.speculative import NGRAM, SpecConfig, generate_steps
+from tests.micro_model import MicroSpec, write_micro_gguf
+from tests.test_speculative import (
+    N_SAMPLES,
+    NEAR_TIE,
+    SAMPLED,
+    chi2_critical,
+    chi2_statistic,
+    expected_joint,
+    greedy_plain,
+    load,
+)
+
+STEP = 0.100  # a parent step of 100 ms, for the cost tables below
+
+
+def table(verify: dict[int, float], sources: dict[str, tuple[str, list[float], float]]) -> Estimates:
+    """Estimates as if measured: verify seconds by batch size; per source its kind, acceptance, step seconds."""
+    est = Estimates()
+    for n, seconds in verify.items():
+        est.verify[n] = Timing([seconds] * 5)
+    for name, (kind, accept, step_s) in sources.items():
+        src = est.source(name, kind)
+        src.accept, src.step = list(accept), Timing([step_s] * 5)
+    return est
+
+
+VERIFY = {n: STEP * (1 + 0.15 * (n - 1)) for n in range(1, 14)}
+
+
+def test_nothing_pays_so_the_controller_runs_plain_steps() -> None:
+    # A draft costing 0.9 of a parent step with 50% acceptance (the 135M demo's situation).
+    est = table(VERIFY, {"q4_k_m": ("tier", [0.5] * 8, 0.09)})
+    decision = Controller(est).decide([Offer("q4_k_m", "tier", 8)], remaining=200)
+    assert (decision.source, decision.k) == (None, 0)
+    assert decision.rate == pytest.approx(1 / STEP)
+
+
+def test_a_cheap_accurate_draft_gets_a_long_k_and_a_better_one_wins() -> None:
+    est = table(VERIFY, {"q4_k_m": ("tier", [0.9] * 8, 0.03), NGRAM: ("ngram", [0.97] * 12, 0.0002)})
+    controller = Controller(est)
+    tier_only = controller.decide([Offer("q4_k_m", "tier", 8)], remaining=200)
+    assert tier_only.source == "q4_k_m" and tier_only.k >= 3
+    # The predicted rate is the cost model's own closed form (constant acceptance, c = 0.3).
+    want = speedup(0.9, tier_only.k, 0.3, 1 + 0.15 * tier_only.k) / STEP
+    assert tier_only.rate == pytest.approx(want, rel=1e-6)
+    both = controller.decide([Offer(NGRAM, NGRAM, 10), Offer("q4_k_m", "tier", 8)], remaining=200)
+    assert both.source == NGRAM and both.k >= 6  # near-free and more accurate
+    # No match this cycle: the n-gram source offers nothing, and the tier draft takes over.
+    assert controller.decide([Offer(NGRAM, NGRAM, 0), Offer("q4_k_m", "tier", 8)], 200).source == "q4_k_m"
+
+
+def test_a_catch_up_the_answer_cannot_repay_is_skipped() -> None:
+    est = table(VERIFY, {"q4_k_m": ("tier", [0.9] * 8, 0.03)})
+    est.sources["q4_k_m"].prefill = Timing([0.004] * 5)
+    behind = Offer("q4_k_m", "tier", 8, catch_up=2000)  # 8 s of catch-up
+    assert Controller(est).decide([behind], remaining=8).source is None  # a short answer: not worth it
+    assert Controller(est).decide([behind], remaining=2000).source == "q4_k_m"  # a long one: worth it
+
+
+def test_the_first_cycle_is_plain_and_timings_resist_one_outlier() -> None:
+    controller = Controller()
+    assert controller.decide([Offer("q4_k_m", "tier", 8)], 100).source is None  # nothing timed yet
+    for seconds in (0.1, 0.1, 0.1):
+        controller.record(CycleFacts(None, "tier", 0, 0, 0.0, seconds))
+    controller.record(CycleFacts(None, "tier", 0, 0, 0.0, 5.0))  # another program stole the CPU once
+    assert controller.estimates.step_s() == pytest.approx(0.1)
+
+
+def test_acceptance_is_learned_per_position() -> None:
+    controller = Controller()
+    for _ in range(40):  # position 1 always accepted, position 2 always rejected
+        controller.record(CycleFacts(NGRAM, NGRAM, 3, 1, 0.0001, 0.12))
+    accept = controller.estimates.source(NGRAM, NGRAM).accept
+    assert accept[0] > 0.95 and accept[1] < 0.05 and len(accept) == 3
+    assert expected_tokens(accept[:2]) == pytest.approx(1 + accept[0] + accept[0] * accept[1])
+
+
+def test_estimates_survive_a_round_trip_and_malformed_caches() -> None:
+    est = table(VERIFY, {"q4_k_m": ("tier", [0.8, 0.7], 0.03)})
+    back = Estimates.from_dict(est.as_dict())
+    assert back.as_dict() == est.as_dict()
+    junk = Estimates.from_dict({"verify": {"x": [1], "2": ["a", -1, float("nan")]}, "sources": {"s": {"kind": "?"}}})
+    assert junk.step_s() is None and not junk.sources and len(junk.verify[2]) == 0
+
+
+def test_ngram_lookup_finds_the_latest_longest_match() -> None:
+    index = NgramIndex()
+    seq = [1, 2, 3, 4, 9, 9, 1, 2, 3, 5, 7, 1, 2, 3]
+    assert index.lookup(seq, 3) == [5, 7, 1]  # the latest "1 2 3" continues with 5 7 1
+    assert index.lookup([*seq, 5], 2) == [7, 1]  # incremental: one more token
+    assert index.lookup([8, 8, 6], 4) == []  # a new sequence rebuilds the index; no earlier match
+    assert index.lookup([8, 8, 6, 8, 8], 4) == [6, 8, 8]
+
+
+# --- on real models ---------------------------------------------------------------------------------------
+
+
+def seeded(step_s: float = 0.001) -> Estimates:
+    """Estimates that know a parent step, so the controller may draft from the second cycle on."""
+    est = Estimates()
+    est.verify[1] = Timing([step_s] * 5)
+    return est
+
+
+@pytest.fixture(scope="module")
+def lookup_prompt(micro_model: ModelDir) -> tuple[LlamaBackend, list[int]]:
+    """A prompt in which most likely first answer tokens appeared before, each followed by the parent's own
+    favourite next token: the second token is then an n-gram proposal, accepted or rejected."""
+    parent = load(micro_model, "f16", n_ctx=256)
+    base = parent.tokenize("Once upon a time")
+    last = base[-1]
+    follow: dict[int, int] = {}
+    for _ in range(4):  # the candidates depend on the prompt they are part of: settle them
+        prompt = base + [t for c, y in follow.items() for t in (c, y, last)]
+        parent.truncate(0)
+        p1 = warp(parent.decode(prompt, [len(prompt) - 1])[0], SAMPLED, prompt)
+        for c in map(int, np.flatnonzero(p1)):
+            parent.truncate(len(prompt))
+            follow[c] = int(np.argmax(parent.decode([c], [0])[0]))
+    return parent, base + [t for c, y in follow.items() for t in (c, y, last)]
+
+
+def test_ngram_drafts_are_exact_in_greedy_mode(micro_model: ModelDir) -> None:
+    # A random micro model falls into a loop after ~140 greedy tokens: from then on the answer repeats
+    # itself, n-gram lookup proposes from its own earlier output, and proposals are accepted.
+    parent = load(micro_model, "f16", n_ctx=1024)
+    prompt = parent.tokenize("Once upon a time")
+    gen = generate_steps(
+        parent, None, prompt, SamplingParams(), SpecConfig(k=4), controller=Controller(seeded(), fixed_k=4)
+    )
+    out: list[int] = []
+    steps = []
+    for step in gen:
+        out.extend(step.tokens)
+        steps.append(step)
+        if len(out) >= 240:
+            break
+    gen.close()
+    lookups = [s for s in steps if s.source == NGRAM]
+    assert sum(s.accepted for s in lookups) > 0 and any(s.accepted < s.drafted for s in lookups)
+    plain, rows = greedy_plain(parent, prompt, 240)
+    for i, (a, b) in enumerate(zip(out[:240], plain, strict=True)):
+        if a != b:
+            top2 = np.sort(rows[i])[-2:]
+            assert top2[1] - top2[0] < NEAR_TIE, f"divergence at {i} is not a near-tie"
+            break
+
+
+def ngram_first_tokens(parent: LlamaBackend, prompt: list[int], n_samples: int) -> tuple[dict, int]:
+    counts: dict[tuple[int, ...], int] = {}
+    proposed = 0
+    for i in range(n_samples):
+        params = SamplingParams(**{**SAMPLED.__dict__, "seed": i})
+        controller = Controller(seeded(), fixed_k=2)
+        out: list[int] = []
+        for step in generate_steps(parent, None, prompt, params, SpecConfig(k=2), controller=controller):
+            out.extend(step.tokens)
+            proposed += step.source == NGRAM
+            if len(out) >= 2:
+                break
+        counts[tuple(out[:2])] = counts.get(tuple(out[:2]), 0) + 1
+    return counts, proposed
+
+
+def test_sampled_ngram_drafts_match_the_parent_distribution(lookup_prompt) -> None:
+    parent, prompt = lookup_prompt
+    expected = expected_joint(parent, prompt, SAMPLED)
+    counts, proposed = ngram_first_tokens(parent, prompt, N_SAMPLES)
+    assert proposed > N_SAMPLES // 2  # the second token really was an n-gram proposal most of the time
+    stat, df = chi2_statistic(counts, expected, N_SAMPLES)
+    assert df >= 10
+    assert stat < chi2_critical(df), f"chi2 {stat:.1f} over {df} df"
+
+
+def test_accepting_every_ngram_proposal_fails_the_same_test(lookup_prompt, monkeypatch) -> None:
+    """The test has teeth: a loop that trusted the lookup instead of verifying it is caught."""
+    import runtime.speculative as spec_module
+
+    parent, prompt = lookup_prompt
+    monkeypatch.setattr(spec_module, "verify_sampled", lambda p, q, token, rng: (True, token))
+    expected = expected_joint(parent, prompt, SAMPLED)
+    counts, _ = ngram_first_tokens(parent, prompt, N_SAMPLES)
+    stat, df = chi2_statistic(counts, expected, N_SAMPLES)
+    assert stat > chi2_critical(df)
+
+
+def record_calls(backend: LlamaBackend, name: str, log: list[str]) -> None:
+    real = backend.decode
+
+    def decode(tokens, logit_rows=()):
+        log.append(name)
+        return real(tokens, logit_rows)
+
+    backend.decode = decode  # type: ignore[method-assign]
+
+
+def test_the_first_token_comes_before_any_draft_work(micro_model: ModelDir) -> None:
+    parent, draft = load(micro_model, "f16"), load(micro_model, "q4_k_m")
+    calls: list[str] = []
+    record_calls(parent, "parent", calls)
+    record_calls(draft, "draft", calls)
+    prompt = parent.tokenize("Write a short story about a robot who learns to paint.")
+    # A controller that already knows the machine and must draft (fixed k) still starts with the parent.
+    gen = generate_steps(
+        parent,
+        draft,
+        prompt,
+        SamplingParams(),
+        SpecConfig(k=3, ngram=False),
+        controller=Controller(seeded(), fixed_k=3),
+    )
+    first = next(gen)
+    assert calls == ["parent"] and len(first.tokens) == 1 and first.source is None
+    second = next(gen)
+    gen.close()
+    assert second.source == "draft" and calls[1] == "draft"  # the draft catches up only afterwards
+
+
+@pytest.fixture(scope="module")
+def engine(demo_model: ModelDir):
+    e = Engine(DEMO_NAME, EngineSettings(n_ctx=2048), root=demo_model.root)
+    yield e
+    e.close()
+
+
+def test_stop_reaches_the_drafts_catch_up(engine: Engine) -> None:
+    long_prompt = "Summarize this: " + "The quick brown fox jumps over the lazy dog. " * 120
+    draft = engine.backend("q4_k_m")
+    cancel = threading.Event()
+    real = draft.decode
+
+    def decode(tokens, logit_rows=()):
+        if len(tokens) > 100:  # the draft's catch-up on the long prompt: the user presses Stop now
+            cancel.set()
+        return real(tokens, logit_rows)
+
+    draft.decode = decode  # type: ignore[method-assign]
+    try:
+        chunks = list(
+            engine.stream_chat(
+                [{"role": "user", "content": long_prompt}], ChatOptions(max_tokens=64, draft="q4_k_m", k=3), cancel
+            )
+        )
+    finally:
+        draft.decode = real  # type: ignore[method-assign]
+    stats = chunks[-1].stats
+    assert cancel.is_set() and stats.stop_reason == "cancelled" and stats.tokens <= 2
+    assert draft.n_past < stats.prompt_tokens - 1  # stopped inside the catch-up, not after it
+    again = list(engine.stream_chat([{"role": "user", "content": "Say yes."}], ChatOptions(max_tokens=8)))
+    assert again[-1].stats.tokens > 0 and again[-1].stats.stop_reason in ("eos", "max_tokens")
+
+
+def test_on_the_demo_model_the_quantized_draft_does_not_pay(engine: Engine) -> None:
+    """Its Q4_K_M is mostly fallback types, so a draft step costs nearly a parent step: after one answer the
+    controller's own measurements say to run plain steps rather than draft with it."""
+    prompt = [{"role": "user", "content": "Write a Python function that reverses a string, with type hints."}]
+    last = list(engine.stream_chat(prompt, ChatOptions(max_tokens=96, draft="q4_k_m")))[-1]
+    est = engine.estimates("f16", greedy=True)
+    src = est.source("q4_k_m", "tier")
+    c = (src.step.estimate() or 0) / (est.step_s() or 1)
+    assert len(src.step) > 0 and c > 0.5, c  # it was tried, and measured
+    decision = Controller(est).decide([Offer("q4_k_m", "tier", 8)], remaining=200)
+    assert decision.source is None, (c, src.accept)
+    assert last.stats.drafted < last.stats.tokens / 2  # mostly plain steps within the answer, too
+
+
+def test_a_token_piece_longer_than_256_bytes_round_trips(tmp_path: Path, demo_gguf: Path) -> None:
+    path = write_micro_gguf(tmp_path / "long.gguf", demo_gguf, MicroSpec(n_layer=1), token_texts={300: "a" * 300})
+    backend = LlamaBackend(path, LoadOptions(n_ctx=64))
+    try:
+        assert backend.token_bytes(300) == b"a" * 300
+        assert backend.detokenize([300, 300]) == "a" * 600
+    finally:
+        backend.close()
