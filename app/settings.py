@@ -24,7 +24,8 @@ class AppSettings:
     allow_lossy: bool = False
     level: str = "auto"  # auto, or a pinned level
     speculation: bool = True
-    temperature: float = 0.0
+    model_sampling: bool = True  # the model's recommended sampling; else the three values below
+    temperature: float = 0.8
     top_p: float = 0.95
     top_k: int = 40
     max_tokens: int = 512
@@ -54,7 +55,9 @@ class AppSettings:
             parent=parent,
             no_spec=not self.speculation,
             max_tokens=self.max_tokens,
-            sampling=SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k),
+            sampling=None
+            if self.model_sampling
+            else SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k),
         )
 
     def engine_settings(self) -> EngineSettings:

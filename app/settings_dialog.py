@@ -20,7 +20,7 @@ from app.settings import AppSettings
 from runtime.errors import UserError
 
 PRESETS = (
-    ("exact", "Exact: always the F16 model's own answer"),
+    ("exact", "Exact: always the F16 model's own answer, sooner wherever a draft pays"),
     ("paper", "Paper: the paper's pairs (Low answers with Q8_0)"),
     ("auto", "Auto: the fastest measured pair (calibrates once)"),
 )
@@ -51,10 +51,16 @@ class SettingsDialog(QDialog):
         self.level = _combo(LEVELS, s.level, "Complexity level")
         self.spec = QCheckBox("Speculative decoding (a cheap draft proposes, the parent verifies)")
         self.spec.setChecked(s.speculation)
+        self.model_sampling = QCheckBox("Sample as the model recommends (else llama.cpp's defaults)")
+        self.model_sampling.setToolTip("Untick to set temperature, top-p and top-k yourself; temperature 0 is greedy")
+        self.model_sampling.setChecked(s.model_sampling)
         self.temperature = QDoubleSpinBox(decimals=2, minimum=0.0, maximum=2.0, singleStep=0.1, value=s.temperature)
         self.temperature.setToolTip("0 always picks the most likely token")
         self.top_p = QDoubleSpinBox(decimals=2, minimum=0.01, maximum=1.0, singleStep=0.05, value=s.top_p)
         self.top_k = QSpinBox(minimum=0, maximum=1000, value=s.top_k)
+        for box in (self.temperature, self.top_p, self.top_k):
+            box.setEnabled(not s.model_sampling)
+            self.model_sampling.toggled.connect(lambda on, box=box: box.setEnabled(not on))
         self.max_tokens = QSpinBox(minimum=1, maximum=32768, value=s.max_tokens)
         self.n_ctx = QSpinBox(minimum=256, maximum=262144, singleStep=256, value=s.n_ctx)
         self.placement = _combo(PLACEMENTS, s.placement, "Placement")
@@ -72,6 +78,7 @@ class SettingsDialog(QDialog):
         form.addRow("", self.lossy)
         form.addRow("&Level:", self.level)
         form.addRow("", self.spec)
+        form.addRow("", self.model_sampling)
         form.addRow("&Temperature:", self.temperature)
         form.addRow("Top-&p:", self.top_p)
         form.addRow("Top-&k:", self.top_k)
@@ -90,6 +97,7 @@ class SettingsDialog(QDialog):
             allow_lossy=self.lossy.isChecked(),
             level=self.level.currentData(),
             speculation=self.spec.isChecked(),
+            model_sampling=self.model_sampling.isChecked(),
             temperature=self.temperature.value(),
             top_p=self.top_p.value(),
             top_k=self.top_k.value(),

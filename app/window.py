@@ -489,6 +489,11 @@ class MainWindow(QMainWindow):
         self.precision.setToolTip(chunk.choice.why)
         self.speed.setText(f"{s.tok_per_s:.1f} tok/s" if s.tok_per_s else "– tok/s")
         self.acceptance.setText(f"acceptance {s.acceptance:.0%}" if s.acceptance is not None else "no draft")
+        sources = f"accepted: {s.ngram_accepted} from n-gram lookup"
+        if chunk.choice.draft:
+            sources += f", {s.tier_accepted} from {chunk.choice.draft.upper()}"
+        tip = f"Share of drafted tokens the parent accepted ({sources}); first token after {s.ttft_s:.2f} s"
+        self.acceptance.setToolTip(tip)
         self.placement.setText(chunk.placement.label)
         self.placement.setToolTip(chunk.placement.reason)
         self.model_label.setText(self.model)

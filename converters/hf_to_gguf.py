@@ -127,6 +127,34 @@ def _add_hparams(w: gguf.GGUFWriter, config: dict[str, Any], head_dim: int, name
         raise UserError(f"config.json: rope_scaling type {kind!r} is not supported")
 
 
+# generation_config.json field -> (GGUFWriter method, type): the model's recommended sampling, which the
+# engine reads back as its chat default (llama.cpp's general.sampling.* keys).
+_SAMPLING = {
+    "temperature": ("add_sampling_temp", float),
+    "top_k": ("add_sampling_top_k", int),
+    "top_p": ("add_sampling_top_p", float),
+    "min_p": ("add_sampling_min_p", float),
+    "repetition_penalty": ("add_sampling_penalty_repeat", float),
+}
+
+
+def add_sampling_defaults(w: gguf.GGUFWriter, directory: Path) -> None:
+    """Copy generation_config.json's recommended sampling into the GGUF (nothing if there is none)."""
+    path = directory / "generation_config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(config, dict):
+        raise UserError(f"{path}: expected a JSON object")
+    for field, (method, kind) in _SAMPLING.items():
+        value = config.get(field)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            getattr(w, method)(kind(value))
+
+
 def plan_hf(directory: Path, name: str) -> F16Plan:
     """Check the checkpoint and plan its F16 tensors; nothing is read or written yet."""
     check_hf_dir(directory)
@@ -169,6 +197,7 @@ def plan_hf(directory: Path, name: str) -> F16Plan:
         w = gguf.GGUFWriter(path, gguf.MODEL_ARCH_NAMES[spec.arch])
         _add_hparams(w, config, head_dim, name)
         add_tokenizer(w, directory, vocab)
+        add_sampling_defaults(w, directory)
         return w
 
     return F16Plan(planned, make_writer, stats)

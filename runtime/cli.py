@@ -13,6 +13,7 @@ from typing import Any, TextIO
 
 from runtime.cache import TIERS, ModelDir, cache_root, list_models
 from runtime.errors import UserError, run_command
+from runtime.policy import DRAFT_CHOICES
 
 TIER_CHOICES = TIERS
 
@@ -155,11 +156,10 @@ def cmd_route(args: argparse.Namespace) -> int:
 
 def _chat_options(args: argparse.Namespace) -> Any:
     from runtime.engine import ChatOptions
-    from runtime.sampling import SamplingParams
 
-    sampling = SamplingParams(
-        temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, seed=args.seed
-    )
+    # Flags given override the model's recommended sampling one by one; none given: the model's own.
+    given = {"temperature": args.temp, "top_k": args.top_k, "top_p": args.top_p, "min_p": args.min_p, "seed": args.seed}
+    overrides = tuple((name, value) for name, value in given.items() if value is not None)
     return ChatOptions(
         level=args.level,
         preset=args.preset,
@@ -169,7 +169,7 @@ def _chat_options(args: argparse.Namespace) -> Any:
         no_spec=args.no_spec,
         k=args.k,
         max_tokens=args.max_tokens,
-        sampling=sampling,
+        sampling_overrides=overrides,
     )
 
 
@@ -198,6 +198,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 "route": last.route.as_dict(),
                 "parent": last.choice.parent,
                 "draft": last.choice.draft,
+                "ngram": last.choice.ngram,
                 "placement": last.placement.as_dict(),
                 "stats": last.stats.as_dict(),
             }
@@ -226,9 +227,15 @@ def _collect(engine: Any, messages: list[dict[str, str]], options: Any, stream: 
 def _stats_line(chunk: Any) -> str:
     s = chunk.stats
     acc = f", acceptance {s.acceptance:.0%}" if s.acceptance is not None else ""
+    sources = []
+    if s.ngram_accepted:
+        sources.append(f"{s.ngram_accepted} from n-gram")
+    if s.tier_accepted and chunk.choice.draft:
+        sources.append(f"{s.tier_accepted} from {chunk.choice.draft.upper()}")
+    drafted = f" ({', '.join(sources)})" if sources else ""
     return (
-        f"[{chunk.route.level} · {chunk.choice.label} · {s.tokens} tokens · {s.tok_per_s:.1f} tok/s{acc} · "
-        f"{chunk.placement.label}]"
+        f"[{chunk.route.level} · {chunk.choice.label} · {s.tokens} tokens{drafted} · {s.tok_per_s:.1f} tok/s{acc} · "
+        f"first token {s.ttft_s:.2f} s · {chunk.placement.label}]"
     )
 
 
@@ -362,15 +369,20 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--preset", default="exact", choices=("exact", "paper", "auto"))
         p.add_argument("--allow-lossy", action="store_true", help="auto preset: accept lower precision where faster")
         p.add_argument("--parent", choices=TIER_CHOICES, help="answer with this tier")
-        p.add_argument("--draft", choices=(*TIER_CHOICES, "none"), help="draft with this tier, or none")
+        p.add_argument(
+            "--draft",
+            choices=DRAFT_CHOICES,
+            help="draft with this tier alone, n-gram lookup alone (ngram), or none (default: both, where they pay)",
+        )
         p.add_argument("--no-spec", action="store_true", help="no speculation (same as --draft none)")
-        p.add_argument("--k", type=int, help="fixed draft length (default: adaptive)")
+        p.add_argument("--k", type=int, help="fixed draft length (default: the controller picks k each cycle)")
         p.add_argument("--max-tokens", type=int, default=512)
-        p.add_argument("--temp", type=float, default=0.0, help="temperature; 0 is greedy (default)")
-        p.add_argument("--top-k", type=int, default=40)
-        p.add_argument("--top-p", type=float, default=0.95)
-        p.add_argument("--min-p", type=float, default=0.05)
-        p.add_argument("--seed", type=int, default=0)
+        model_says = "default: the model's recommendation, else llama.cpp's"
+        p.add_argument("--temp", type=float, help=f"temperature; 0 is greedy ({model_says}: 0.8)")
+        p.add_argument("--top-k", type=int, help=f"{model_says} (40)")
+        p.add_argument("--top-p", type=float, help=f"{model_says} (0.95)")
+        p.add_argument("--min-p", type=float, help=f"{model_says} (0.05)")
+        p.add_argument("--seed", type=int, help="random seed of sampled decoding (default 0)")
 
     p = sub.add_parser("bench", help="measure configurations side by side (interleaved, medians, ratios)")
     p.add_argument("--model", help="model name in the cache")

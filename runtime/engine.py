@@ -8,6 +8,7 @@ only consume Chunks.
 from __future__ import annotations
 
 import codecs
+import json
 import logging
 import threading
 import time
@@ -17,18 +18,22 @@ from pathlib import Path
 from typing import Any
 
 from runtime import router
-from runtime.cache import DEMO_NAME, ModelDir, cache_root, check_name, list_models
+from runtime.cache import DEMO_NAME, ModelDir, atomic_write_text, cache_root, check_name, list_models
+from runtime.cost_model import Controller, Estimates
 from runtime.errors import Cancelled, UserError
 from runtime.hardware import Inventory, inventory
 from runtime.llama_backend import LlamaBackend, LoadOptions
 from runtime.placement import PlacementSettings, Plan, TierFacts, plan, tier_facts
 from runtime.policy import PRESET_NAMES, Choice, choose
 from runtime.router import Route, RouterSettings
-from runtime.sampling import SamplingParams
-from runtime.speculative import SpecConfig, Step, generate_steps
+from runtime.sampling import LLAMA_DEFAULTS, SamplingParams, recommended
+from runtime.speculative import NGRAM, SpecConfig, Step, generate_steps
 
 log = logging.getLogger("specquant.engine")
 Message = dict[str, str]
+# The router's level as a prior on the answer's length: a draft's catch-up must be repaid within it.
+EXPECTED_ANSWER_TOKENS = {"low": 96, "medium": 256, "high": 512}
+ESTIMATES_FILE = "controller.json"
 
 
 @dataclass(frozen=True)
@@ -52,7 +57,10 @@ class ChatOptions:
     no_spec: bool = False
     k: int | None = None  # fixed draft length; None = adaptive
     max_tokens: int = 512
-    sampling: SamplingParams = field(default_factory=SamplingParams)
+    # None: the model's own recommendation (its GGUF's general.sampling.* keys, else llama.cpp's defaults),
+    # with `sampling_overrides` (field name, value) applied on top; SamplingParams() is greedy.
+    sampling: SamplingParams | None = None
+    sampling_overrides: tuple[tuple[str, float], ...] = ()
     stop: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -62,6 +70,7 @@ class ChatOptions:
             raise UserError(f"unknown preset {self.preset!r}: choose from {', '.join(PRESET_NAMES)}")
         if self.max_tokens < 1:
             raise UserError(f"max tokens {self.max_tokens} must be at least 1")
+        replace(self.sampling or LLAMA_DEFAULTS, **dict(self.sampling_overrides))  # bad values fail here
 
 
 @dataclass(frozen=True)
@@ -75,6 +84,8 @@ class Stats:
     decode_s: float = 0.0  # time after the first cycle
     drafted: int = 0
     accepted: int = 0
+    ngram_accepted: int = 0  # accepted tokens proposed by n-gram lookup
+    tier_accepted: int = 0  # accepted tokens proposed by the draft tier
     draft_s: float = 0.0
     verify_s: float = 0.0
     cycles: int = 0
@@ -98,6 +109,8 @@ class Stats:
             "drafted": self.drafted,
             "accepted": self.accepted,
             "acceptance": None if self.acceptance is None else round(self.acceptance, 4),
+            "ngram_accepted": self.ngram_accepted,
+            "tier_accepted": self.tier_accepted,
             "draft_s": round(self.draft_s, 4),
             "verify_s": round(self.verify_s, 4),
             "cycles": self.cycles,
@@ -163,6 +176,7 @@ class Engine:
         self._tokenizer: LlamaBackend | None = None
         self._calibration: dict[str, Any] | None = None
         self._formatters: dict[str, Any] = {}
+        self._estimates: dict[str, Estimates] | None = None
         router.warm_up()
 
     # --- decisions ---------------------------------------------------------------------------------
@@ -193,6 +207,48 @@ class Engine:
     def plan(self, choice: Choice) -> Plan:
         draft = self.facts(choice.draft) if choice.draft else None
         return plan(self.hardware, self.facts(choice.parent), draft, self.settings.placement)
+
+    def machine_key(self) -> dict[str, Any]:
+        """What measured speeds depend on: the machine, its kernels, the threads and the tiers' bytes."""
+        import llama_cpp
+
+        from runtime import __version__
+        from runtime.hardware import ensure_backends
+
+        hw = self.hardware
+        return {
+            "cpu": hw.cpu,
+            "cores": hw.physical_cores,
+            "gpus": [g.name for g in hw.gpus],
+            "threads": self.settings.n_threads,
+            "cpu_kernels": ensure_backends().variant,
+            "llama_cpp_python": llama_cpp.__version__,
+            "specquant": __version__,
+            "tiers": {t: r["sha256"] for t, r in self.manifest["tiers"].items()},
+        }
+
+    def estimates(self, parent: str, greedy: bool) -> Estimates:
+        """The controller's running estimates for this parent and sampling mode, seeded from earlier answers
+        on this machine (cached in the model's folder, keyed like the calibration)."""
+        if self._estimates is None:
+            self._estimates = {}
+            try:
+                cached = json.loads((self.model.path / ESTIMATES_FILE).read_text(encoding="utf-8"))
+                if cached.get("key") == json.loads(json.dumps(self.machine_key())):
+                    self._estimates = {k: Estimates.from_dict(v) for k, v in cached.get("estimates", {}).items()}
+            except (OSError, ValueError, AttributeError):
+                pass  # none yet, or unreadable: priors, refined within a few cycles
+        key = f"{parent}:{'greedy' if greedy else 'sampled'}"
+        return self._estimates.setdefault(key, Estimates())
+
+    def save_estimates(self) -> None:
+        if not self._estimates:
+            return
+        data = {"key": self.machine_key(), "estimates": {k: v.as_dict() for k, v in self._estimates.items()}}
+        try:
+            atomic_write_text(self.model.path / ESTIMATES_FILE, json.dumps(data) + "\n")
+        except OSError as e:  # a read-only cache costs the next start its priors, nothing more
+            log.debug("could not save the controller's estimates: %s", e)
 
     @property
     def calibrated(self) -> bool:
@@ -272,6 +328,11 @@ class Engine:
                 raise UserError(f"the model's chat template rejected this chat: {e}") from None
         return parent.tokenize(text, add_bos=False, special=True)
 
+    def sampling(self, parent: LlamaBackend, options: ChatOptions) -> SamplingParams:
+        """The request's sampling: its own, or the model's recommendation, with its overrides on top."""
+        base = options.sampling if options.sampling is not None else recommended(parent.metadata())
+        return replace(base, **dict(options.sampling_overrides)) if options.sampling_overrides else base
+
     def fit_context(self, parent: LlamaBackend, messages: list[Message], reserve: int) -> tuple[list[int], int]:
         """Drop the oldest turns (never the system prompt, never the last message) until the prompt fits."""
         dropped = 0
@@ -305,9 +366,12 @@ class Engine:
         reserve = min(options.max_tokens, parent.n_ctx // 4)
         prompt, dropped = self.fit_context(parent, list(messages), reserve)
         reused = min(parent.common_prefix(prompt), len(prompt) - 1)
-        spec = self.settings.spec
+        spec = replace(self.settings.spec, ngram=self.settings.spec.ngram and choice.ngram)
         if choice.k is not None:  # a fixed draft length (pinned by the user or calibrated)
-            spec = replace(spec, k=choice.k, adaptive=False)
+            spec = replace(spec, k=choice.k)
+        level = route.level if options.level == "auto" else options.level
+        params = self.sampling(parent, options)
+        controller = Controller(self.estimates(choice.parent, params.greedy), fixed_k=spec.k)
 
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         stats = Stats(prompt_tokens=len(prompt), reused_tokens=reused, dropped_turns=dropped)
@@ -315,7 +379,17 @@ class Engine:
         held_flags: tuple[bool, ...] = ()
         t_start = time.perf_counter()
         t_first: float | None = None
-        steps = generate_steps(parent, draft, prompt, options.sampling, spec, cancel)
+        steps = generate_steps(
+            parent,
+            draft,
+            prompt,
+            params,
+            spec,
+            cancel,
+            controller=controller,
+            draft_name=choice.draft or "draft",
+            answer_tokens=min(options.max_tokens, EXPECTED_ANSWER_TOKENS[level]),
+        )
         reason: str | None = "length"
         try:
             for step in steps:
@@ -342,6 +416,7 @@ class Engine:
             reason = "cancelled"
         finally:
             steps.close()
+            self.save_estimates()
         tail, tail_flags = ("", ()) if reason == "stop" else (held + decoder.decode(b"", final=True), held_flags)
         tail_flags += (False,) * (len(tail) - len(tail_flags))
         stats = replace(stats, stop_reason=reason)
@@ -389,6 +464,8 @@ def _add_step(stats: Stats, step: Step, n_out: int, elapsed: float, decode_s: fl
         decode_s=decode_s,
         drafted=stats.drafted + step.drafted,
         accepted=stats.accepted + step.accepted,
+        ngram_accepted=stats.ngram_accepted + (step.accepted if step.source == NGRAM else 0),
+        tier_accepted=stats.tier_accepted + (step.accepted if step.source not in (None, NGRAM) else 0),
         draft_s=stats.draft_s + step.draft_s,
         verify_s=stats.verify_s + step.verify_s,
         cycles=stats.cycles + 1,

@@ -111,3 +111,42 @@ def verify_sampled(p: np.ndarray, q: np.ndarray, token: int, rng: np.random.Gene
     if rng.random() < accept_probability(p, q, token):
         return True, token
     return False, sample(residual(p, q), rng)
+
+
+def one_hot(n_vocab: int, token: int) -> np.ndarray:
+    """The proposal distribution of a deterministic drafter (n-gram lookup): all mass on its token."""
+    q = np.zeros(n_vocab)
+    q[token] = 1.0
+    return q
+
+
+# llama.cpp's own defaults, for a model that recommends nothing.
+LLAMA_DEFAULTS = SamplingParams(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05)
+# GGUF keys (written by the converter from generation_config.json) -> SamplingParams fields.
+GGUF_SAMPLING_KEYS = {
+    "general.sampling.temp": "temperature",
+    "general.sampling.top_k": "top_k",
+    "general.sampling.top_p": "top_p",
+    "general.sampling.min_p": "min_p",
+    "general.sampling.penalty_repeat": "repeat_penalty",
+    "general.sampling.penalty_last_n": "penalty_last_n",
+}
+
+
+def recommended(metadata: dict[str, str]) -> SamplingParams:
+    """The model's own recommended sampling (its GGUF's general.sampling.* keys), else llama.cpp's defaults.
+    A malformed value is skipped: a model file must not stop an answer over a sampling hint."""
+    values: dict[str, float | int] = {}
+    for key, name in GGUF_SAMPLING_KEYS.items():
+        raw = metadata.get(key)
+        if raw is None:
+            continue
+        try:
+            kind = type(getattr(LLAMA_DEFAULTS, name))
+            values[name] = kind(float(raw)) if kind is int else float(raw)
+        except (TypeError, ValueError):
+            continue
+    try:
+        return SamplingParams(**{**LLAMA_DEFAULTS.__dict__, **values})
+    except UserError:
+        return LLAMA_DEFAULTS

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import gguf
@@ -17,6 +18,7 @@ import pytest
 from converters.convert import convert
 from runtime.cache import ModelDir
 from runtime.llama_backend import LlamaBackend, LoadOptions
+from runtime.sampling import recommended
 from tests.hf_export import export_to_hf, llama_to_qwen
 from tests.numpy_reference import hf_llama_logits
 
@@ -39,7 +41,12 @@ def all_logits(path: Path, ids: list[int]) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def demo_hf(tmp_path_factory: pytest.TempPathFactory, demo_gguf: Path) -> Path:
-    return export_to_hf(demo_gguf, tmp_path_factory.mktemp("demo-hf") / "SmolLM2-135M-Instruct")
+    out = export_to_hf(demo_gguf, tmp_path_factory.mktemp("demo-hf") / "SmolLM2-135M-Instruct")
+    # Qwen2.5's recommendation, as its generation_config.json gives it (it has no min_p).
+    (out / "generation_config.json").write_text(
+        json.dumps({"do_sample": True, "temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05})
+    )
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -143,3 +150,14 @@ def test_qwen_architectures_match_numpy_forward(arch: str, micro_gguf: Path, tmp
     want = hf_llama_logits(src, ids)
     assert np.abs(got - want).max() < 0.005 * np.abs(want).max()
     assert (got.argmax(axis=1) == want.argmax(axis=1)).mean() >= 0.9
+
+
+def test_the_models_recommended_sampling_reaches_every_tier(converted_hf: ModelDir, demo_model: ModelDir) -> None:
+    for tier in ("f16", "q4_k_m"):
+        with LlamaBackend(converted_hf.tier_path(tier), LoadOptions(n_ctx=64)) as b:
+            params = recommended(b.metadata())
+        assert (params.temperature, params.top_p, params.top_k) == pytest.approx((0.7, 0.8, 20))
+        assert params.repeat_penalty == pytest.approx(1.05) and params.min_p == pytest.approx(0.05)  # llama.cpp's
+    with LlamaBackend(demo_model.tier_path("f16"), LoadOptions(n_ctx=64)) as b:  # recommends nothing
+        params = recommended(b.metadata())
+    assert (params.temperature, params.top_k, params.top_p, params.min_p) == pytest.approx((0.8, 40, 0.95, 0.05))
