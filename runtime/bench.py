@@ -14,13 +14,14 @@ import re
 import resource
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 import psutil
 
+from runtime.cost_model import speedup
 from runtime.engine import ChatOptions, Engine
 from runtime.errors import UserError
 from runtime.llama_backend import LlamaBackend, LoadOptions
@@ -29,7 +30,8 @@ from runtime.sampling import SamplingParams
 from runtime.speculative import SpecConfig, generate_steps
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "prompts"
-DEFAULT_SETS = ("mmlu", "alpaca", "gsm8k", "code")
+DEFAULT_SETS = ("mmlu", "alpaca", "gsm8k", "code", "edit")
+GREEDY = SamplingParams()  # the fidelity tables compare greedy texts
 STOCK = "llama-cpp-python"
 LOOKUP = "prompt-lookup"  # llama-cpp-python's LlamaPromptLookupDecoding, the only speculation it ships
 
@@ -39,19 +41,20 @@ class BenchConfig:
     name: str
     parent: str | None = None
     draft: str | None = None
-    k: int | None = None  # fixed draft length; None = adaptive
+    k: int | None = None  # fixed draft length; None = the controller picks k
     preset: str | None = None  # routed preset instead of a pinned pair
     stock: bool = False  # llama-cpp-python's own greedy decoding of the parent file, as a peer
     lookup: bool = False  # ... with its prompt-lookup draft (it needs logits_all=True by design)
 
     def options(self, max_tokens: int) -> ChatOptions:
         if self.preset:
-            return ChatOptions(preset=self.preset, max_tokens=max_tokens)
-        return ChatOptions(parent=self.parent, draft=self.draft or "none", k=self.k, max_tokens=max_tokens)
+            return ChatOptions(preset=self.preset, max_tokens=max_tokens, sampling=GREEDY)
+        pinned = {"parent": self.parent, "draft": self.draft or "none", "k": self.k}
+        return ChatOptions(**pinned, max_tokens=max_tokens, sampling=GREEDY)
 
 
 def parse_config(name: str) -> BenchConfig:
-    """`f16`, `f16<-q4_k_m`, `f16<-q4_k_m:k4`, a preset name, or `llama-cpp-python`."""
+    """`f16`, `f16<-q4_k_m`, `f16<-q4_k_m:k4`, `f16<-ngram`, a preset name, or `llama-cpp-python`."""
     if name == STOCK:
         return BenchConfig(name, parent="f16", stock=True)
     if name == LOOKUP:
@@ -61,7 +64,7 @@ def parse_config(name: str) -> BenchConfig:
     pair, _, k = name.partition(":k")
     parent, _, draft = pair.partition("<-")
     tiers = ("f16", "q8_0", "q4_k_m")
-    if parent not in tiers or (draft and draft not in tiers) or (k and not k.isdigit()):
+    if parent not in tiers or (draft and draft not in (*tiers, "ngram")) or (k and not k.isdigit()):
         raise UserError(f"unknown bench config {name!r}: use a tier, PARENT<-DRAFT[:kN], a preset, {STOCK} or {LOOKUP}")
     return BenchConfig(name, parent=parent, draft=draft or None, k=int(k) if k else None)
 
@@ -72,6 +75,7 @@ DEFAULT_CONFIGS = (
     "q4_k_m",
     "f16<-q4_k_m",
     "f16<-q4_k_m:k4",
+    "f16<-ngram",
     "f16<-q8_0",
     "f16<-q8_0:k4",
     "q8_0<-q4_k_m",
@@ -282,6 +286,8 @@ def run_engine(engine: Engine, config: BenchConfig, prompt: str, max_tokens: int
         "drafted": s.drafted,
         "accepted": s.accepted,
         "acceptance": s.acceptance,
+        "ngram_accepted": s.ngram_accepted,
+        "tier_accepted": s.tier_accepted,
         "cycles": s.cycles,
         "level": last.route.level,
         "parent": last.choice.parent,
@@ -334,8 +340,7 @@ def agreement(tokens: list[int], reference: list[int]) -> float:
 def predicted_speedup(acceptance: float, k: float, c: float, v: dict[int, float]) -> float:
     """DESIGN.md §6: [(1 - a^(k+1)) / (1 - a)] / (k c + v(k+1)), k rounded to the nearest measured batch."""
     kk = max(1, min(round(k), max(v) - 1))
-    a = min(acceptance, 0.999999)
-    return ((1 - a ** (kk + 1)) / (1 - a)) / (kk * c + v[kk + 1])
+    return speedup(acceptance, kk, c, v[kk + 1])
 
 
 SWEEP_DRAFTS = ("q4_k_m", "q3_k_m", "q2_k")
@@ -409,7 +414,7 @@ def sweep(engine: Engine, prompts: list[dict[str, Any]], max_tokens: int, log=pr
                 quantize(engine.model.tier_path("f16"), path, tier)
                 drafts[tier] = LlamaBackend(path, opts)
                 extra.append(drafts[tier])
-            spec = engine.settings.spec
+            spec = replace(engine.settings.spec, ngram=False)  # the sweep measures tier drafts alone
             costs = batch_costs({"f16": parent, **drafts}, spec.k_max + 1)
             v = {n: t / costs["f16"][1] for n, t in costs["f16"].items()}
             names = ["f16", *drafts]
@@ -595,7 +600,7 @@ def bench(
         x["matches_baseline"] = None if ref is None else x["text"] == ref["text"]
         x["token_agreement"] = None if ref is None else agreement(x["token_ids"], ref["token_ids"])
 
-    tiers = sorted({t for c in configs for t in (c.parent, c.draft) if t} | {"f16"})
+    tiers = sorted({t for c in configs for t in (c.parent, c.draft) if t and t != "ngram"} | {"f16"})
     n_max = 1 + max([c.k or engine.settings.spec.k_max for c in configs if c.draft or c.preset], default=4)
     costs = {} if interrupted else batch_costs({t: engine.backend(t) for t in tiers}, n_max)
     summary = summarize(runs, configs, baseline, costs)

@@ -31,7 +31,7 @@ def test_bench_writes_results(demo_cache: Path, tmp_path: Path) -> None:
     assert data["baseline"] == "f16"
     assert {"machine", "versions", "model", "configs", "runs", "summary", "batch_cost_ms"} <= set(data)
     assert [c["name"] for c in data["configs"]] == ["f16", "f16<-q4_k_m:k2", "llama-cpp-python"]
-    assert len(data["runs"]) == 4 * 2 * 3  # four sets, two prompts each, three configs
+    assert len(data["runs"]) == 5 * 2 * 3  # five sets, two prompts each, three configs
     run = data["runs"][0]
     for key in (
         "ttft_s",
@@ -54,7 +54,7 @@ def test_bench_writes_results(demo_cache: Path, tmp_path: Path) -> None:
     assert code["f16"]["accuracy"] is None  # no key for open code tasks
     assert data["summary"]["mmlu"]["f16"]["accuracy"] is not None  # keyed: a letter
     assert data["summary"]["gsm8k"]["f16"]["accuracy"] is not None  # keyed: a number
-    assert set(data["routing"]) == {"mmlu", "alpaca", "gsm8k", "code"}
+    assert set(data["routing"]) == {"mmlu", "alpaca", "gsm8k", "code", "edit"}
     assert all(abs(sum(r.values()) - 1) < 1e-6 for r in data["routing"].values())
     assert data["peak_rss_mb"] > 100
     assert "speed-up" in result.stdout and "routing:" in result.stdout
@@ -119,15 +119,16 @@ def test_bench_on_the_micro_model(micro_model, isolated_cache: Path, tmp_path: P
         "--configs",
         "f16",
         "q8_0",
-        "f16<-q4_k_m",
+        "f16<-q4_k_m:k2",
         "exact",
         "--out",
         str(tmp_path),
     )
     assert result.returncode == 0, result.stderr
     data = json.loads((tmp_path / "results.json").read_text())
-    assert set(data["summary"]) == {"mmlu", "alpaca", "gsm8k", "code"}
-    assert data["summary"]["code"]["f16<-q4_k_m"]["acceptance"] < 1.0  # random weights: real rejections
+    assert set(data["summary"]) == {"mmlu", "alpaca", "gsm8k", "code", "edit"}
+    # A fixed k drafts every cycle after the first two; random weights: real rejections.
+    assert data["summary"]["code"]["f16<-q4_k_m:k2"]["acceptance"] < 1.0
     check_aggregates(data)
     assert (tmp_path / "report.md").is_file()
 
@@ -201,6 +202,7 @@ def test_sweep_and_prompt_lookup_peer(demo_model, demo_cache: Path, tmp_path: Pa
     # The extra drafts were for this experiment only: nothing is left beside the model.
     assert sorted(p.name for p in (isolated_cache / demo_model.name).iterdir()) == [
         ".lock",
+        "controller.json",  # the controller's measurements of this machine, for the next answer
         "f16.gguf",
         "manifest.json",
         "q4_k_m.gguf",
