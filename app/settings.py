@@ -31,6 +31,7 @@ class AppSettings:
     max_tokens: int = 512
     n_ctx: int = 4096
     placement: str = "auto"  # auto | cpu | gpu
+    max_memory_gb: float = 0.0  # memory the model may use; 0: what is available, less a margin
     theme: str = "system"
     highlight_draft: bool = False
     zoom: int = 0  # points added to the system font size (Ctrl+ / Ctrl-)
@@ -61,7 +62,11 @@ class AppSettings:
         )
 
     def engine_settings(self) -> EngineSettings:
-        return EngineSettings(n_ctx=self.n_ctx, placement=PlacementSettings(mode=self.placement))
+        if self.max_memory_gb < 0:
+            raise UserError(f"memory budget {self.max_memory_gb:g} GB must be 0 (no budget) or more")
+        budget = int(self.max_memory_gb * 1e9) if self.max_memory_gb > 0 else None
+        placement = PlacementSettings(mode=self.placement, max_memory_bytes=budget)
+        return EngineSettings(n_ctx=self.n_ctx, placement=placement)
 
 
 def load_settings(store: QSettings | None = None) -> AppSettings:

@@ -64,6 +64,10 @@ class SettingsDialog(QDialog):
         self.max_tokens = QSpinBox(minimum=1, maximum=32768, value=s.max_tokens)
         self.n_ctx = QSpinBox(minimum=256, maximum=262144, singleStep=256, value=s.n_ctx)
         self.placement = _combo(PLACEMENTS, s.placement, "Placement")
+        self.max_memory = QDoubleSpinBox(decimals=1, minimum=0.0, maximum=4096.0, singleStep=1.0, value=s.max_memory_gb)
+        self.max_memory.setSpecialValueText("What is free")
+        self.max_memory.setSuffix(" GB")
+        self.max_memory.setToolTip("Memory the model may use; the most precise tier that fits answers")
         self.theme = _combo(THEMES, s.theme, "Theme")
         self.highlight = QCheckBox("Highlight tokens that came from the draft")
         self.highlight.setChecked(s.highlight_draft)
@@ -85,6 +89,7 @@ class SettingsDialog(QDialog):
         form.addRow("&Max tokens:", self.max_tokens)
         form.addRow("&Context size:", self.n_ctx)
         form.addRow("P&lacement:", self.placement)
+        form.addRow("Memory &budget:", self.max_memory)
         form.addRow("T&heme:", self.theme)
         form.addRow("", self.highlight)
         form.addRow(self.error)
@@ -104,6 +109,7 @@ class SettingsDialog(QDialog):
             max_tokens=self.max_tokens.value(),
             n_ctx=self.n_ctx.value(),
             placement=self.placement.currentData(),
+            max_memory_gb=self.max_memory.value(),
             theme=self.theme.currentData(),
             highlight_draft=self.highlight.isChecked(),
         )

@@ -522,6 +522,9 @@ def summarize(
                 continue
             pairs = [(x, base.get((x["workload"], x["prompt_id"], x["repeat"]))) for x in mine]
             ratios = [a["tok_per_s"] / b["tok_per_s"] for a, b in pairs if b and a["tok_per_s"] and b["tok_per_s"]]
+            # The user's numbers, paired the same way: how much sooner the whole answer, and its first token.
+            latency = [b["latency_s"] / a["latency_s"] for a, b in pairs if b and a["latency_s"] and b["latency_s"]]
+            ttft = [a["ttft_s"] / b["ttft_s"] for a, b in pairs if b and a["ttft_s"] and b["ttft_s"]]
             compared = [x for x in mine if x["matches_baseline"] is not None]
             drafted = sum(x["drafted"] for x in mine)
             accepted = sum(x["accepted"] for x in mine)
@@ -530,6 +533,8 @@ def summarize(
                 "latency_s": _spread([x["latency_s"] for x in mine]),
                 "ttft_s": _spread([x["ttft_s"] for x in mine]),
                 "speedup_vs_baseline": round(statistics.median(ratios), 4) if ratios else None,
+                "latency_speedup_vs_baseline": round(statistics.median(latency), 4) if latency else None,
+                "ttft_vs_baseline": round(statistics.median(ttft), 4) if ttft else None,
                 "acceptance": round(accepted / drafted, 4) if drafted else None,
                 "overhead": _spread([x["overhead"] for x in mine]),
                 "fidelity": {
@@ -638,8 +643,8 @@ def format_table(result: dict[str, Any]) -> str:
     for workload, rows in result["summary"].items():
         lines.append(f"\n{workload}  (baseline {result['baseline']}; medians, min-max)")
         lines.append(
-            f"{'config':<18} {'tok/s':>7} {'range':>13} {'speed-up':>9} {'predicted':>9} {'accept':>7} "
-            f"{'overhead':>8} {'same text':>9} {'agree':>6} {'accuracy':>8}"
+            f"{'config':<18} {'tok/s':>7} {'range':>13} {'speed-up':>9} {'end-to-end':>10} {'TTFT':>6} "
+            f"{'predicted':>9} {'accept':>7} {'overhead':>8} {'same text':>9} {'agree':>6} {'accuracy':>8}"
         )
         for name, e in rows.items():
             t = e["tok_per_s"]
@@ -650,6 +655,7 @@ def format_table(result: dict[str, Any]) -> str:
                 f"{name:<18} {_num(t and t['median'], 7, 2)} "
                 f"{_num(t and t['min'], 6, 1)}-{_num(t and t['max'], -6, 1)} "
                 f"{_num(e['speedup_vs_baseline'], 8, 2)}x "
+                f"{_num(e.get('latency_speedup_vs_baseline'), 9, 2)}x {_num(e.get('ttft_vs_baseline'), 5, 2)}x "
                 f"{pred:>9} {acc:>7} {ovh:>8} {_pct(e['fidelity']['exact_match_rate']):>9} "
                 f"{_pct(e['fidelity']['token_agreement']):>6} {_pct(e['accuracy']):>8}"
             )

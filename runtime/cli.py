@@ -16,6 +16,7 @@ from runtime.errors import UserError, run_command
 from runtime.policy import DRAFT_CHOICES
 
 TIER_CHOICES = TIERS
+MAX_MEMORY_HELP = "memory the model may use, in GB (default: what is available, less a margin)"
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -179,8 +180,17 @@ def _engine(args: argparse.Namespace) -> Any:
 
     if args.ctx < 256:
         raise UserError(f"--ctx {args.ctx} is too small (at least 256)")
-    settings = EngineSettings(n_ctx=args.ctx, n_threads=args.threads, placement=PlacementSettings(mode=args.placement))
+    placement = PlacementSettings(mode=args.placement, max_memory_bytes=_memory_budget(args))
+    settings = EngineSettings(n_ctx=args.ctx, n_threads=args.threads, placement=placement)
     return Engine(args.model, settings)
+
+
+def _memory_budget(args: argparse.Namespace) -> int | None:
+    if args.max_memory is None:
+        return None
+    if not args.max_memory > 0:
+        raise UserError(f"--max-memory {args.max_memory:g} must be more than 0 GB")
+    return int(args.max_memory * 1e9)
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
@@ -199,6 +209,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 "parent": last.choice.parent,
                 "draft": last.choice.draft,
                 "ngram": last.choice.ngram,
+                "why": last.choice.why,
                 "placement": last.placement.as_dict(),
                 "stats": last.stats.as_dict(),
             }
@@ -236,6 +247,7 @@ def _stats_line(chunk: Any) -> str:
     return (
         f"[{chunk.route.level} · {chunk.choice.label} · {s.tokens} tokens{drafted} · {s.tok_per_s:.1f} tok/s{acc} · "
         f"first token {s.ttft_s:.2f} s · {chunk.placement.label}]"
+        + (f"\n[{chunk.placement.precision_note}]" if chunk.placement.precision_note else "")
     )
 
 
@@ -311,6 +323,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from runtime.bench import main_bench
     from runtime.engine import EngineSettings
+    from runtime.placement import PlacementSettings
 
     main_bench(
         args.model,
@@ -320,7 +333,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         args.repeats,
         args.quick,
         args.out,
-        EngineSettings(n_ctx=args.ctx, n_threads=args.threads),
+        EngineSettings(
+            n_ctx=args.ctx,
+            n_threads=args.threads,
+            placement=PlacementSettings(max_memory_bytes=_memory_budget(args)),
+        ),
         with_sweep=args.sweep,
         allow_exec=args.allow_exec,
     )
@@ -358,6 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--ctx", type=int, default=4096, help="context size in tokens (default 4096)")
         p.add_argument("--threads", type=int, default=0, help="threads (default: physical cores)")
         p.add_argument("--placement", default="auto", choices=("auto", "cpu", "gpu"), help="where tiers run")
+        p.add_argument("--max-memory", type=float, metavar="GB", help=MAX_MEMORY_HELP)
         p.add_argument("--json", action="store_true", help="print one JSON object")
         p.set_defaults(func=func)
         if name == "info":
@@ -399,6 +417,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sweep", action="store_true", help="add the acceptance sweep (q4_k_m/q3_k_m/q2_k drafts, T=0/1)")
     p.add_argument("--ctx", type=int, default=4096)
     p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--max-memory", type=float, metavar="GB", help=MAX_MEMORY_HELP)
     p.add_argument("--out", help="write results.json into this folder")
     p.set_defaults(func=cmd_bench)
     return parser

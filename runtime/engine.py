@@ -23,7 +23,7 @@ from runtime.cost_model import Controller, Estimates
 from runtime.errors import Cancelled, UserError
 from runtime.hardware import Inventory, inventory
 from runtime.llama_backend import LlamaBackend, LoadOptions
-from runtime.placement import PlacementSettings, Plan, TierFacts, plan, tier_facts
+from runtime.placement import PlacementSettings, Plan, TierFacts, plan_precision, tier_facts
 from runtime.policy import PRESET_NAMES, Choice, choose
 from runtime.router import Route, RouterSettings
 from runtime.sampling import LLAMA_DEFAULTS, SamplingParams, recommended
@@ -31,8 +31,9 @@ from runtime.speculative import NGRAM, SpecConfig, Step, generate_steps
 
 log = logging.getLogger("specquant.engine")
 Message = dict[str, str]
-# The router's level as a prior on the answer's length: a draft's catch-up must be repaid within it.
-EXPECTED_ANSWER_TOKENS = {"low": 96, "medium": 256, "high": 512}
+# The router's level as a prior on the answer's length before the answer itself says more: a draft's
+# catch-up must be repaid within the rest of the answer.
+EXPECTED_ANSWER_TOKENS = {"low": 16, "medium": 48, "high": 96}
 ESTIMATES_FILE = "controller.json"
 
 
@@ -55,7 +56,7 @@ class ChatOptions:
     parent: str | None = None
     draft: str | None = None  # a tier, "none", or None for the preset's
     no_spec: bool = False
-    k: int | None = None  # fixed draft length; None = adaptive
+    k: int | None = None  # fixed draft length; None: the controller picks k each cycle
     max_tokens: int = 512
     # None: the model's own recommendation (its GGUF's general.sampling.* keys, else llama.cpp's defaults),
     # with `sampling_overrides` (field name, value) applied on top; SamplingParams() is greedy.
@@ -204,9 +205,21 @@ class Engine:
             raise UserError(f"model {self.model.name!r} predates placement facts: run `specquant convert` again")
         return tier_facts(tier, rec["bytes"], hparams, self.settings.n_ctx)
 
-    def plan(self, choice: Choice) -> Plan:
-        draft = self.facts(choice.draft) if choice.draft else None
-        return plan(self.hardware, self.facts(choice.parent), draft, self.settings.placement)
+    def plan(self, choice: Choice, pinned: bool = False) -> Plan:
+        """Where the pair runs. Unless the parent is `pinned`, precision gives way to memory: the most
+        precise tier up to the choice's parent that fits answers (see `placement.plan_precision`)."""
+        tiers = {t: self.facts(t) for t in self.manifest["tiers"]}
+        return plan_precision(self.hardware, tiers, choice.parent, choice.draft, self.settings.placement, pinned)
+
+    def fit(self, choice: Choice, placement: Plan) -> Choice:
+        """The choice as the plan allows it: a less precise parent, or no draft, when memory is short."""
+        draft = placement.draft.tier if placement.draft is not None else None
+        if (placement.parent.tier, draft) == (choice.parent, choice.draft):
+            return choice
+        why = f"{choice.why}; {placement.precision_note}" if placement.precision_note else choice.why
+        if draft is None and choice.draft is not None and not placement.precision_note:
+            why += "; draft dropped for memory"
+        return replace(choice, parent=placement.parent.tier, draft=draft, why=why)
 
     def machine_key(self) -> dict[str, Any]:
         """What measured speeds depend on: the machine, its kernels, the threads and the tiers' bytes."""
@@ -359,10 +372,9 @@ class Engine:
             raise UserError("the chat must end with a user message")
         route = self.route(messages[-1]["content"])
         choice = self.choose(route, options)
-        placement = self.plan(choice)
+        placement = self.plan(choice, pinned=options.parent is not None)
+        choice = self.fit(choice, placement)
         parent, draft = self.pair(choice, placement)
-        if draft is None and choice.draft is not None:
-            choice = Choice(choice.parent, None, None, choice.why + "; draft dropped for memory")
         reserve = min(options.max_tokens, parent.n_ctx // 4)
         prompt, dropped = self.fit_context(parent, list(messages), reserve)
         reused = min(parent.common_prefix(prompt), len(prompt) - 1)
@@ -388,7 +400,8 @@ class Engine:
             cancel,
             controller=controller,
             draft_name=choice.draft or "draft",
-            answer_tokens=min(options.max_tokens, EXPECTED_ANSWER_TOKENS[level]),
+            answer_tokens=EXPECTED_ANSWER_TOKENS[level],
+            max_tokens=options.max_tokens,
         )
         reason: str | None = "length"
         try:

@@ -8,7 +8,7 @@ memory-bound, so a tier's step time is the bytes it reads per token over the ban
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from runtime.cost_model import speedup
@@ -54,10 +54,18 @@ class PlacementSettings:
     acceptance: float = 0.8  # assumed when ranking candidates before anything is measured
     batch_cost: float = 1.3  # v(k+1): a (k+1)-token verify costs about 1.3 single steps on a CPU
     margin_bytes: int = 512 * 1024 * 1024
+    max_memory_bytes: int | None = None  # the user's budget (--max-memory): taken as it is, no margin off it
 
     def __post_init__(self) -> None:
         if self.mode not in ("auto", "cpu", "gpu"):
             raise UserError(f"unknown placement {self.mode!r}: choose auto, cpu or gpu")
+        if self.max_memory_bytes is not None and self.max_memory_bytes <= 0:
+            raise UserError(f"memory budget {self.max_memory_bytes / GB:g} GB must be more than 0")
+
+    def ram_budget(self, inv: Inventory) -> float:
+        """What planning may use: available RAM less a margin, or the user's budget if that is smaller."""
+        free = inv.ram_available_bytes - self.margin_bytes
+        return free if self.max_memory_bytes is None else min(free, self.max_memory_bytes)
 
 
 @dataclass(frozen=True)
@@ -81,6 +89,7 @@ class Plan:
     vram_bytes: int
     predicted_token_s: float
     reason: str
+    precision_note: str = ""  # why the parent is less precise than asked for ("" when it is not)
 
     @property
     def label(self) -> str:
@@ -97,6 +106,7 @@ class Plan:
             "vram_gb": round(self.vram_bytes / GB, 2),
             "predicted_ms_per_token": round(self.predicted_token_s * 1000, 2),
             "reason": self.reason,
+            "precision_note": self.precision_note or None,
         }
 
 
@@ -121,6 +131,14 @@ def _per_token_s(parent: TierFacts, draft: TierFacts | None, layers: tuple[int, 
     return tp / speedup(s.acceptance, s.k, td / tp, s.batch_cost)
 
 
+class NotEnoughMemory(UserError):
+    """A tier that does not fit; `advise` turns it into the one-line error with what to do instead."""
+
+    def __init__(self, tier: str, need: float, have: float, budget: str) -> None:
+        self.tier, self.need, self.have, self.budget = tier, need, have, budget
+        super().__init__(f"not enough memory for the {tier} tier: it needs {need / GB:.1f} GB, {budget}")
+
+
 def _layers_fitting(t: TierFacts, budget: float) -> int:
     fixed = t.compute_bytes
     if budget <= fixed:
@@ -140,7 +158,11 @@ def plan(inv: Inventory, parent: TierFacts, draft: TierFacts | None, settings: P
     """Pick the fastest candidate that fits; drop the draft first when memory is short; explain why."""
     s = settings or PlacementSettings()
     notes: list[str] = []
-    ram = inv.ram_available_bytes - s.margin_bytes
+    ram = s.ram_budget(inv)
+    capped = ram == s.max_memory_bytes
+    # Said as a user reads it: what is available (the margin counted in the need), or their own budget.
+    extra = 0 if capped else s.margin_bytes
+    budget = f"{ram / GB:.1f} GB (your budget)" if capped else f"{inv.ram_available_bytes / GB:.1f} GB available"
     gpu = max((g for g in inv.gpus if g.kind == "gpu"), key=lambda g: g.free_bytes, default=None)
     if s.mode == "gpu" and gpu is None:
         raise UserError("placement 'gpu' asked for, but llama.cpp sees no GPU (a CPU-only build, or no device)")
@@ -172,15 +194,11 @@ def plan(inv: Inventory, parent: TierFacts, draft: TierFacts | None, settings: P
         if d is not None:
             need = _ram_need(parent, 0) + _ram_need(d, 0)
             notes.append(
-                f"the {d.tier} draft was dropped: {parent.tier} and {d.tier} need {need / GB:.1f} GB of RAM, "
-                f"{inv.ram_available_bytes / GB:.1f} GB available"
+                f"the {d.tier} draft was dropped: {parent.tier} and {d.tier} need {(need + extra) / GB:.1f} GB of RAM, "
+                f"{budget}"
             )
     if chosen is None:
-        need = _ram_need(parent, 0) + s.margin_bytes
-        raise UserError(
-            f"not enough memory for the {parent.tier} tier: it needs {need / GB:.1f} GB, "
-            f"{inv.ram_available_bytes / GB:.1f} GB available; choose a smaller parent (e.g. --parent q8_0)"
-        )
+        raise NotEnoughMemory(parent.tier, _ram_need(parent, 0) + extra, ram + extra, budget)
     d, (name, p_layers, d_layers) = chosen
     on_gpu = (p_layers > 0) or (d_layers > 0)
     full = p_layers >= parent.n_layer + 1 and (d is None or d_layers >= d.n_layer + 1)
@@ -197,3 +215,56 @@ def plan(inv: Inventory, parent: TierFacts, draft: TierFacts | None, settings: P
     if notes:
         reason += "; " + "; ".join(notes)
     return Plan(mode, name, p_place, d_place, inv.physical_cores, int(ram_used), int(vram_used), per_token, reason)
+
+
+PRECISION_ORDER = ("f16", "q8_0", "q4_k_m")  # most precise first
+
+
+def plan_precision(
+    inv: Inventory,
+    tiers: dict[str, TierFacts],
+    parent: str,
+    draft: str | None,
+    settings: PlacementSettings | None = None,
+    pinned: bool = False,
+) -> Plan:
+    """The most precise tier, at most `parent`, that fits (exactly `parent` when pinned), with the draft
+    where it fits beside it; the reason says when precision had to give way to memory.
+
+    A pinned parent that does not fit is a one-line error whose advice names a tier that fits, or says that
+    none does and how much memory is missing.
+    """
+    ceiling = PRECISION_ORDER.index(parent)
+    order = [parent] if pinned else [t for t in PRECISION_ORDER[ceiling:] if t in tiers]
+    first_miss: NotEnoughMemory | None = None
+    for tier in order:
+        d = tiers[draft] if draft and PRECISION_ORDER.index(draft) > PRECISION_ORDER.index(tier) else None
+        try:
+            chosen = plan(inv, tiers[tier], d, settings)
+        except NotEnoughMemory as e:
+            first_miss = first_miss or e
+            continue
+        if first_miss is None:
+            return chosen
+        note = (
+            f"{tier.upper()} precision: {first_miss.tier.upper()} needs {first_miss.need / GB:.1f} GB, "
+            f"{first_miss.budget}"
+        )
+        return replace(chosen, reason=f"{note}; {chosen.reason}", precision_note=note)
+    assert first_miss is not None
+    smaller = [t for t in PRECISION_ORDER[PRECISION_ORDER.index(parent) + 1 :] if t in tiers]
+    for tier in smaller:
+        try:
+            plan(inv, tiers[tier], None, settings)
+        except NotEnoughMemory:
+            continue
+        raise UserError(f"{first_miss}; --parent {tier} fits") from None
+    least = min((tiers[t] for t in tiers), key=lambda t: _ram_need(t, 0))
+    try:
+        plan(inv, least, None, settings)
+    except NotEnoughMemory as e:
+        raise UserError(
+            f"{first_miss}; no tier of this model fits: even {least.tier} needs {e.need / GB:.1f} GB "
+            f"({(e.need - e.have) / GB:.1f} GB more than is available)"
+        ) from None
+    raise first_miss

@@ -81,12 +81,13 @@ def generate_steps(
     *,
     controller: Controller | None = None,
     draft_name: str = "draft",
-    answer_tokens: int = 256,
+    answer_tokens: int = 16,
+    max_tokens: int = 1 << 30,
 ) -> Iterator[Step]:
     """Yield Steps until the context is full, `cancel` is set, or the consumer stops iterating.
 
-    `answer_tokens` is how long the answer is expected to be (the router's level as a prior, capped by the
-    token budget): a draft whose catch-up the rest of the answer cannot repay is not started. Stopping (EOS,
+    `answer_tokens` is the least the answer is expected to run (the router's level as a prior), `max_tokens`
+    its budget: a draft whose catch-up the rest of the answer is not expected to repay is not started. Stopping (EOS,
     max tokens, stop strings) is the consumer's job: whatever it keeps, both caches stay valid prefixes of
     the sequence, so the next turn reuses their common prefix.
     """
@@ -122,7 +123,11 @@ def generate_steps(
         if first:  # nothing may come before the first token: the first cycle is the parent's alone
             source, k = None, 0
         else:
-            decision = controller.decide(offers, max(1, answer_tokens - produced))
+            # How much more answer will repay a draft's catch-up: as much as has come so far (an answer
+            # that ran long tends to run on), at least the level's prior, at most the token budget. So a
+            # costly catch-up starts only once the answer has shown it is long (the ski-rental rule).
+            horizon = min(max_tokens - produced, max(produced, answer_tokens))
+            decision = controller.decide(offers, max(1, horizon))
             source, k = decision.source, decision.k
         caught_up, catch_up_s = 0, 0.0
         if source == NGRAM:

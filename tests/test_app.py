@@ -359,3 +359,19 @@ def test_dark_theme_and_zoom_apply_and_persist(qtbot, demo_cache: Path, tmp_path
     assert QApplication.font().pointSizeF() == base
     assert QApplication.palette().color(QPalette.ColorRole.Base).name() != "#1e1e1e"
     again.close()
+
+
+def test_a_memory_budget_in_the_settings_lowers_the_precision_and_says_why(qtbot, window: MainWindow) -> None:
+    from runtime.engine import Engine
+    from runtime.placement import _ram_need
+
+    engine = Engine(DEMO_NAME)
+    q4_gb = _ram_need(engine.facts("q4_k_m"), 0) / 1e9
+    engine.close()
+    window.apply_settings(replace(window.settings, max_tokens=4, max_memory_gb=round(q4_gb * 1.05, 3)))
+    ask(qtbot, window, LOW)
+    assert window.precision.text() == "Q4_K_M"
+    assert "Q4_K_M precision: F16 needs" in window.precision.toolTip()
+    window.apply_settings(replace(window.settings, max_memory_gb=0.0))  # no budget: F16 again
+    ask(qtbot, window, LOW)
+    assert window.precision.text().startswith("F16")
