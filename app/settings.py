@@ -24,6 +24,7 @@ class AppSettings:
     allow_lossy: bool = False
     level: str = "auto"  # auto, or a pinned level
     speculation: bool = True
+    draft_length: int = 0  # 0: the controller picks k each cycle; N: always draft N tokens
     model_sampling: bool = True  # the model's recommended sampling; else the three values below
     temperature: float = 0.8
     top_p: float = 0.95
@@ -43,6 +44,9 @@ class AppSettings:
             raise UserError(f"unknown theme {self.theme!r}")
         if self.n_ctx < 256:
             raise UserError(f"context size {self.n_ctx} is too small (at least 256)")
+        if self.draft_length < 0:
+            raise UserError(f"draft length {self.draft_length} must be 0 (automatic) or more")
+        SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k)  # checked even if unused
         self.chat_options()
         self.engine_settings()
         return self
@@ -55,6 +59,7 @@ class AppSettings:
             allow_lossy=self.allow_lossy,
             parent=parent,
             no_spec=not self.speculation,
+            k=self.draft_length or None,
             max_tokens=self.max_tokens,
             sampling=None
             if self.model_sampling

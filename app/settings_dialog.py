@@ -51,6 +51,9 @@ class SettingsDialog(QDialog):
         self.level = _combo(LEVELS, s.level, "Complexity level")
         self.spec = QCheckBox("Speculative decoding (a cheap draft proposes, the parent verifies)")
         self.spec.setChecked(s.speculation)
+        self.draft_length = QSpinBox(minimum=0, maximum=16, value=s.draft_length)
+        self.draft_length.setSpecialValueText("Automatic")
+        self.draft_length.setToolTip("Tokens the draft proposes each cycle; Automatic: only where it pays")
         self.model_sampling = QCheckBox("Sample as the model recommends (else llama.cpp's defaults)")
         self.model_sampling.setToolTip("Untick to set temperature, top-p and top-k yourself; temperature 0 is greedy")
         self.model_sampling.setChecked(s.model_sampling)
@@ -82,6 +85,7 @@ class SettingsDialog(QDialog):
         form.addRow("", self.lossy)
         form.addRow("&Level:", self.level)
         form.addRow("", self.spec)
+        form.addRow("&Draft length:", self.draft_length)
         form.addRow("", self.model_sampling)
         form.addRow("&Temperature:", self.temperature)
         form.addRow("Top-&p:", self.top_p)
@@ -102,6 +106,7 @@ class SettingsDialog(QDialog):
             allow_lossy=self.lossy.isChecked(),
             level=self.level.currentData(),
             speculation=self.spec.isChecked(),
+            draft_length=self.draft_length.value(),
             model_sampling=self.model_sampling.isChecked(),
             temperature=self.temperature.value(),
             top_p=self.top_p.value(),

@@ -345,6 +345,7 @@ def predicted_speedup(acceptance: float, k: float, c: float, v: dict[int, float]
 
 SWEEP_DRAFTS = ("q4_k_m", "q3_k_m", "q2_k")
 SWEEP_TEMPERATURES = (0.0, 1.0)
+SWEEP_K = 4
 
 
 def time_steps(
@@ -414,7 +415,8 @@ def sweep(engine: Engine, prompts: list[dict[str, Any]], max_tokens: int, log=pr
                 quantize(engine.model.tier_path("f16"), path, tier)
                 drafts[tier] = LlamaBackend(path, opts)
                 extra.append(drafts[tier])
-            spec = replace(engine.settings.spec, ngram=False)  # the sweep measures tier drafts alone
+            # The sweep measures each tier draft itself: drafting every cycle with a fixed k, no n-gram lookup.
+            spec = replace(engine.settings.spec, ngram=False, k=SWEEP_K)
             costs = batch_costs({"f16": parent, **drafts}, spec.k_max + 1)
             v = {n: t / costs["f16"][1] for n, t in costs["f16"].items()}
             names = ["f16", *drafts]

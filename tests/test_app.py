@@ -125,7 +125,8 @@ def test_regenerate_at_higher_precision_replaces_the_answer(qtbot, window: MainW
 
 
 def test_draft_tokens_are_highlighted(qtbot, window: MainWindow) -> None:
-    window.apply_settings(replace(window.settings, highlight_draft=True))
+    # A fixed draft length: the controller would rightly not draft with the demo's q4_k_m at all.
+    window.apply_settings(replace(window.settings, highlight_draft=True, draft_length=3))
     ask(qtbot, window, "Name three primary colors.")
     meta = window.store.messages(window.conversation)[-1].meta
     assert meta["draft_mask"], "the demo's q4_k_m draft is accepted often"
@@ -244,7 +245,7 @@ def test_damaged_settings_fall_back_to_defaults(qapp, tmp_path: Path) -> None:
     for key, value in (("preset", "fastest"), ("temperature", "-3"), ("n_ctx", "ten"), ("theme", "dark")):
         qs.setValue(key, value)
     s = load_settings(qs)
-    assert (s.preset, s.temperature, s.n_ctx, s.theme) == ("exact", 0.0, 4096, "dark")
+    assert (s.preset, s.temperature, s.n_ctx, s.theme) == ("exact", 0.8, 4096, "dark")
     assert s == replace(AppSettings(), theme="dark")
 
 
@@ -370,7 +371,7 @@ def test_a_memory_budget_in_the_settings_lowers_the_precision_and_says_why(qtbot
     engine.close()
     window.apply_settings(replace(window.settings, max_tokens=4, max_memory_gb=round(q4_gb * 1.05, 3)))
     ask(qtbot, window, LOW)
-    assert window.precision.text() == "Q4_K_M"
+    assert window.precision.text().startswith("Q4_K_M")  # with n-gram lookup, which needs no memory
     assert "Q4_K_M precision: F16 needs" in window.precision.toolTip()
     window.apply_settings(replace(window.settings, max_memory_gb=0.0))  # no budget: F16 again
     ask(qtbot, window, LOW)

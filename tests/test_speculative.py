@@ -79,9 +79,13 @@ def test_greedy_is_exact(which: str, draft_tier: str, micro_model: ModelDir, dem
             assert tok == int(np.argmax(rows[j])), f"token {pos + j} is not the parent's argmax"
         pos += len(step.tokens)
     assert pos >= 64
-    # 2. Against plain one-token greedy decoding: identical, or the first divergence is a near-tie.
-    plain, plain_rows = greedy_plain(parent, prompt, 64)
-    for i, (a, b) in enumerate(zip(emitted[:64], plain, strict=True)):
+    assert_same_as_plain_greedy(parent, prompt, emitted, 64)
+
+
+def assert_same_as_plain_greedy(parent: LlamaBackend, prompt: list[int], emitted: list[int], n: int) -> None:
+    """Against plain one-token greedy decoding: identical, or the first divergence is a near-tie."""
+    plain, plain_rows = greedy_plain(parent, prompt, n)
+    for i, (a, b) in enumerate(zip(emitted[:n], plain, strict=True)):
         if a != b:
             top2 = np.sort(plain_rows[i])[-2:]
             assert top2[1] - top2[0] < NEAR_TIE, f"divergence at {i} is not a near-tie"
