@@ -21,7 +21,7 @@ from typing import Any
 
 import psutil
 
-from runtime.cost_model import speedup
+from runtime.cost_model import NGRAM, speedup
 from runtime.engine import ChatOptions, Engine
 from runtime.errors import UserError
 from runtime.llama_backend import LlamaBackend, LoadOptions
@@ -64,7 +64,7 @@ def parse_config(name: str) -> BenchConfig:
     pair, _, k = name.partition(":k")
     parent, _, draft = pair.partition("<-")
     tiers = ("f16", "q8_0", "q4_k_m")
-    if parent not in tiers or (draft and draft not in (*tiers, "ngram")) or (k and not k.isdigit()):
+    if parent not in tiers or (draft and draft not in (*tiers, NGRAM)) or (k and not k.isdigit()):
         raise UserError(f"unknown bench config {name!r}: use a tier, PARENT<-DRAFT[:kN], a preset, {STOCK} or {LOOKUP}")
     return BenchConfig(name, parent=parent, draft=draft or None, k=int(k) if k else None)
 
@@ -607,7 +607,7 @@ def bench(
         x["matches_baseline"] = None if ref is None else x["text"] == ref["text"]
         x["token_agreement"] = None if ref is None else agreement(x["token_ids"], ref["token_ids"])
 
-    tiers = sorted({t for c in configs for t in (c.parent, c.draft) if t and t != "ngram"} | {"f16"})
+    tiers = sorted({t for c in configs for t in (c.parent, c.draft) if t and t != NGRAM} | {"f16"})
     n_max = 1 + max([c.k or engine.settings.spec.k_max for c in configs if c.draft or c.preset], default=4)
     costs = {} if interrupted else batch_costs({t: engine.backend(t) for t in tiers}, n_max)
     summary = summarize(runs, configs, baseline, costs)

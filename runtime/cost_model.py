@@ -19,10 +19,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+NGRAM = "ngram"  # the n-gram lookup source: its kind, and its name (a tier draft's name is its tier)
 # Priors for a machine and model never measured. They only decide the first cycles: every term is replaced
 # by measurements within a few cycles.
 PRIOR_VERIFY_SLOPE = 0.15  # each verify row past the first costs ~0.15 of a step on 2 CPU cores (§6)
-PRIOR_ACCEPTANCE = {"ngram": 0.6, "tier": 0.8}
+PRIOR_ACCEPTANCE = {NGRAM: 0.6, "tier": 0.8}
 # A caught-up token costs 0.3-0.5 of a draft step when batched (measured: q4_k_m of the 1.5B, 2 cores).
 PRIOR_PREFILL_FRACTION = 0.4
 EWMA = 0.15  # weight of the newest acceptance sample
@@ -30,7 +31,7 @@ WINDOW = 9  # recent timings kept per term (their median is the estimate)
 PRIOR_WEIGHT = 2  # pseudo-samples a prior counts for while fewer than 4 timings are known
 MIN_RATE_GAIN = 1.03  # speculate only when it predicts at least 3% more tokens per second than plain
 EXPLORE_EVERY = 48  # cycles between retries of a source that is predicted not to pay, to refresh its estimates
-K_MAX = {"tier": 8, "ngram": 12}
+K_MAX = {"tier": 8, NGRAM: 12}
 
 
 def expected_tokens(acceptance: Sequence[float]) -> float:
@@ -198,7 +199,7 @@ class Controller:
     def _costs(self, offer: Offer, k: int, step: float) -> tuple[float, float]:
         """(seconds of k proposals, seconds paid once first: the catch-up of a draft that fell behind)."""
         src = self.estimates.source(offer.name, offer.kind)
-        if offer.kind == "ngram":
+        if offer.kind == NGRAM:
             return src.step.estimate(0.0) or 0.0, 0.0
         per_step = src.step.estimate(offer.size_ratio * step) or 0.0
         per_prefill = src.prefill.estimate(PRIOR_PREFILL_FRACTION * per_step) or 0.0
@@ -250,7 +251,7 @@ class Controller:
             return
         src = self.estimates.source(cycle.source, cycle.kind)
         src.record(cycle.drafted, cycle.accepted)
-        if cycle.kind == "ngram":
+        if cycle.kind == NGRAM:
             src.step.add(cycle.draft_s)
         elif cycle.caught_up > 2:  # a real catch-up: its cost per token, and the steps after it
             src.prefill.add(cycle.catch_up_s / cycle.caught_up)

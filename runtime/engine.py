@@ -19,7 +19,7 @@ from typing import Any
 
 from runtime import router
 from runtime.cache import DEMO_NAME, ModelDir, atomic_write_text, cache_root, check_name, list_models
-from runtime.cost_model import Controller, Estimates
+from runtime.cost_model import NGRAM, Controller, Estimates
 from runtime.errors import Cancelled, UserError
 from runtime.hardware import Inventory, inventory
 from runtime.llama_backend import LlamaBackend, LoadOptions
@@ -27,7 +27,7 @@ from runtime.placement import PlacementSettings, Plan, TierFacts, plan_precision
 from runtime.policy import PRESET_NAMES, Choice, choose
 from runtime.router import Route, RouterSettings
 from runtime.sampling import LLAMA_DEFAULTS, SamplingParams, recommended
-from runtime.speculative import NGRAM, SpecConfig, Step, generate_steps
+from runtime.speculative import SpecConfig, Step, generate_steps
 
 log = logging.getLogger("specquant.engine")
 Message = dict[str, str]

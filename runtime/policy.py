@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runtime.cache import TIERS
+from runtime.cost_model import NGRAM  # `--draft ngram`: prompt lookup only, no draft tier
 from runtime.errors import UserError
 
 PRESETS: dict[str, dict[str, tuple[str, str | None]]] = {
@@ -21,7 +22,6 @@ PRESETS: dict[str, dict[str, tuple[str, str | None]]] = {
 }
 PRESET_NAMES = ("exact", "paper", "auto")
 NGRAM_PRESETS = {"exact", "auto"}  # the paper's table has no n-gram drafts
-NGRAM = "ngram"  # `--draft ngram`: prompt lookup only, no draft tier
 DRAFT_CHOICES = (*TIERS, NGRAM, "none")
 PRECISION = {"q4_k_m": 0, "q8_0": 1, "f16": 2}  # higher is more precise
 STRICT_FLOORS = {"low": "f16", "medium": "f16", "high": "f16"}

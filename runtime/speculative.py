@@ -19,12 +19,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from runtime.cost_model import K_MAX, Controller, CycleFacts, Offer
+from runtime.cost_model import K_MAX, NGRAM, Controller, CycleFacts, Offer
 from runtime.llama_backend import LlamaBackend
 from runtime.ngram import NgramIndex
 from runtime.sampling import SamplingParams, apply_penalties, one_hot, sample, verify_sampled, warp
-
-NGRAM = "ngram"
 
 
 @dataclass(frozen=True)
@@ -101,6 +99,11 @@ def generate_steps(
         if model is not None:
             model.set_abort_event(cancel)  # Stop reaches a draft's long catch-up too
     ngram = NgramIndex() if spec.ngram else None
+    if draft is not None:
+        # Keep what the draft shares with this sequence; from here on its cache is always a prefix of `seq`
+        # (it decodes only `seq` and drafts, and rolls back to what was kept), so `n_past` says how far behind.
+        draft.truncate(min(draft.common_prefix(seq), len(seq) - 1))
+        size_ratio = _size_ratio(draft, parent)
     # The first cycle's batch is the rest of the prompt: the prefill and the first token are one decode.
     n = min(parent.common_prefix(seq), len(seq) - 1)
     parent.truncate(n)
@@ -118,8 +121,8 @@ def generate_steps(
             candidates = ngram.lookup(seq, min(K_MAX[NGRAM], room - 1))
             offers.append(Offer(NGRAM, NGRAM, len(candidates)))
         if draft is not None:
-            behind = len(seq) - min(draft.common_prefix(seq), len(seq) - 1)
-            offers.append(Offer(draft_name, "tier", min(spec.k_max, room - 1), behind, _size_ratio(draft, parent)))
+            behind = len(seq) - draft.n_past
+            offers.append(Offer(draft_name, "tier", min(spec.k_max, room - 1), behind, size_ratio))
         if first:  # nothing may come before the first token: the first cycle is the parent's alone
             source, k = None, 0
         else:
@@ -190,10 +193,10 @@ def _propose(
     qs: list[np.ndarray] = []
     if k <= 0:
         return drafts, qs, 0, 0.0
-    # Catch up on everything the draft has not seen, the last token included, in one batch.
+    # Catch up on everything the draft has not seen, the last token included, in one batch (its cache is
+    # a prefix of `seq`: generate_steps keeps it so).
     t0 = time.perf_counter()
-    n = min(draft.common_prefix(seq), len(seq) - 1)
-    draft.truncate(n)
+    n = draft.n_past
     logits = draft.decode(seq[n:], [len(seq) - n - 1])[0]
     caught_up, catch_up_s = len(seq) - n, time.perf_counter() - t0
     for i in range(k):
