@@ -263,16 +263,19 @@ def test_stop_reaches_the_drafts_catch_up(engine: Engine) -> None:
 
 
 def test_on_the_demo_model_the_quantized_draft_does_not_pay(engine: Engine) -> None:
-    """Its Q4_K_M is mostly fallback types, so a draft step costs nearly a parent step: after one answer the
-    controller's own measurements say to run plain steps rather than draft with it."""
+    """Its Q4_K_M is mostly fallback types, so a draft step costs nearly a parent step: once the controller
+    has measured it (an answer drafting with a fixed k), its own measurements say to run plain steps."""
     prompt = [{"role": "user", "content": "Write a Python function that reverses a string, with type hints."}]
-    last = list(engine.stream_chat(prompt, ChatOptions(max_tokens=96, draft="q4_k_m")))[-1]
+    greedy = SamplingParams()  # the greedy estimates are the ones read below
+    measure = ChatOptions(max_tokens=48, draft="q4_k_m", k=3, sampling=greedy)
+    list(engine.stream_chat(prompt, measure))
     est = engine.estimates("f16", greedy=True)
     src = est.source("q4_k_m", "tier")
     c = (src.step.estimate() or 0) / (est.step_s() or 1)
     assert len(src.step) > 0 and c > 0.5, c  # it was tried, and measured
     decision = Controller(est).decide([Offer("q4_k_m", "tier", 8)], remaining=200)
     assert decision.source is None, (c, src.accept)
+    last = list(engine.stream_chat(prompt, ChatOptions(max_tokens=96, draft="q4_k_m", sampling=greedy)))[-1]
     assert last.stats.drafted < last.stats.tokens / 2  # mostly plain steps within the answer, too
 
 
