@@ -2,6 +2,7 @@
 # Install SpecQuant into the active Python environment.
 #   ./setup.sh        runtime, converter and the demo model
 #   ./setup.sh test   the same plus the test tools
+#   ./setup.sh bench  the same plus llama.cpp's own llama-speculative-simple, for `specquant bench`
 # llama-cpp-python is compiled once per flavour into a wheel folder outside the checkout and installed
 # from there: pip's own wheel cache ignores CMAKE_ARGS, so it could hand back a build with other CPU flags.
 set -euo pipefail
@@ -16,12 +17,13 @@ case "$FLAVOUR" in
   *) echo "setup.sh: unknown SPECQUANT_FLAVOUR '$FLAVOUR' (cpu-avx2 or cpu-all-variants)" >&2; exit 2 ;;
 esac
 WHEELS=${SPECQUANT_WHEELS:-${XDG_CACHE_HOME:-$HOME/.cache}/specquant/wheels}/$FLAVOUR
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
 
 wheel=$(ls "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl 2>/dev/null | head -n 1 || true)
 if [ -z "$wheel" ]; then
   echo "setup.sh: building llama-cpp-python $LLAMA_VERSION ($FLAVOUR) into $WHEELS; about 7 minutes on 2 cores, once" >&2
-  tmp=$(mktemp -d)
-  trap 'rm -rf "$tmp"' EXIT
+  tmp=$work/wheel
   CMAKE_ARGS="$FLAGS" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc 2>/dev/null || echo 2) \
     "$PY" -m pip wheel --no-deps --no-cache-dir "llama-cpp-python==$LLAMA_VERSION" -w "$tmp"
   mkdir -p "$WHEELS"
@@ -30,6 +32,25 @@ if [ -z "$wheel" ]; then
   cp "$built" "$WHEELS/.partial"            # copy, then rename: a finished wheel appears in one step
   mv "$WHEELS/.partial" "$WHEELS/$(basename "$built")"
   wheel=$(ls "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl | head -n 1)
+fi
+
+# llama.cpp's own speculative decoder, built from the source llama-cpp-python vendors, with the flavour's
+# flags: the benchmark's anchor. Shared libraries beside the binary ($ORIGIN), as ggml's backend loader expects.
+if [ "${1:-}" = "bench" ] && [ ! -x "$WHEELS/llama.cpp/llama-speculative-simple" ]; then
+  echo "setup.sh: building llama.cpp's llama-speculative-simple ($FLAVOUR) into $WHEELS/llama.cpp; about 10 minutes on 2 cores, once" >&2
+  src=$work/llama.cpp
+  "$PY" -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$LLAMA_VERSION" -d "$src"
+  tar -xzf "$src"/llama_cpp_python-"$LLAMA_VERSION".tar.gz -C "$src"
+  vendored="$src/llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp"
+  # shellcheck disable=SC2086  # FLAGS is a list of words
+  cmake -S "$vendored" -B "$src/build" -G Ninja -DCMAKE_BUILD_TYPE=Release $FLAGS -DBUILD_SHARED_LIBS=ON \
+    -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF \
+    -DLLAMA_BUILD_EXAMPLES=ON >/dev/null
+  cmake --build "$src/build" --target llama-speculative-simple -j "$(nproc 2>/dev/null || echo 2)" >/dev/null
+  mkdir -p "$WHEELS/.llama.cpp.partial"
+  cp -P "$src"/build/bin/llama-speculative-simple "$src"/build/bin/*.so* "$WHEELS/.llama.cpp.partial/"
+  printf '%s\n' "$FLAGS" > "$WHEELS/.llama.cpp.partial/FLAGS"
+  rm -rf "$WHEELS/llama.cpp" && mv "$WHEELS/.llama.cpp.partial" "$WHEELS/llama.cpp"
 fi
 
 # Qt's runtime libraries and a font, for the offscreen GUI tests; only what is missing, only where apt exists.

@@ -24,7 +24,7 @@ from converters.gguf_stream import F16Plan
 from converters.gguf_to_f16 import plan_gguf
 from converters.hf_to_gguf import plan_hf
 from converters.quantize import QUANT_TYPES, check_loads, expected_bytes, quantize
-from converters.verify import summarize_tier
+from converters.verify import hparams_from_shapes, summarize_tier
 from runtime import __version__
 from runtime.cache import (
     MANIFEST_SCHEMA,
@@ -54,6 +54,7 @@ class Progress:
 
 
 ProgressFn = Callable[[Progress], None]
+SizesFn = Callable[[dict[str, int], "dict[str, int] | None"], None]  # tier -> expected bytes; shape facts
 
 
 def _versions() -> dict[str, str]:
@@ -102,8 +103,10 @@ def convert(
     root: Path | None = None,
     on_progress: ProgressFn | None = None,
     cancel: threading.Event | None = None,
+    on_sizes: SizesFn | None = None,
 ) -> dict[str, Any]:
-    """Convert `source_text` into the cache and return the model's manifest."""
+    """Convert `source_text` into the cache and return the model's manifest. `on_sizes` hears the tiers'
+    expected sizes and shape facts before any tier is written (to say which will fit in memory)."""
     report = on_progress or (lambda p: None)
     cancelled = cancel.is_set if cancel is not None else None
     source = sources.resolve(source_text)
@@ -118,7 +121,7 @@ def convert(
     try:
         with model.lock():
             return _convert_locked(
-                model, source, lambda: planned or plan_f16(source, name, allow_requant), report, cancelled
+                model, source, lambda: planned or plan_f16(source, name, allow_requant), report, cancelled, on_sizes
             )
     except BaseException:
         if created:
@@ -133,6 +136,7 @@ def _convert_locked(
     get_plan: Callable[[], tuple[F16Plan, bool]],
     report: ProgressFn,
     cancelled: Callable[[], bool] | None,
+    on_sizes: SizesFn | None = None,
 ) -> dict[str, Any]:
     model.remove_partials()
     old = model.read_manifest()
@@ -168,6 +172,8 @@ def _convert_locked(
     }
     f16_bytes = intact["f16"]["bytes"] if "f16" in intact else plan.nbytes
     sizes = {"f16": plan.nbytes} | {t: expected_bytes(f16_bytes, QUANT_TYPES[t]) for t in TIERS[1:]}
+    if on_sizes is not None:
+        on_sizes(sizes, hparams_from_shapes({t.name: t.shape for t in plan.tensors}))
     _check_space(model.path, sum(sizes[t] for t in TIERS if t not in intact), model.name)
 
     for tier in TIERS:

@@ -32,6 +32,19 @@ class TierSummary:
     hparams: dict[str, int]
 
 
+def hparams_from_shapes(shapes: dict[str, tuple[int, ...]]) -> dict[str, int] | None:
+    """The same shape facts from the planned tensors alone, before any tier is written (for convert's
+    memory pre-check); None when the names are not llama.cpp's. Only n_head_kv x head_dim counts for the
+    KV cache, so the key width stands for both."""
+    embd, k = shapes.get("token_embd.weight"), shapes.get("blk.0.attn_k.weight")
+    if not embd or not k or len(embd) != 2 or len(k) != 2:
+        return None
+    n_embd, n_vocab = min(embd), max(embd)
+    blocks = {int(name.split(".")[1]) for name in shapes if name.startswith("blk.") and name.split(".")[1].isdigit()}
+    kv = k[0] if k[1] == n_embd else k[1]
+    return {"n_layer": len(blocks), "n_embd": n_embd, "n_head_kv": 1, "head_dim": kv, "n_vocab": n_vocab}
+
+
 def read_hparams(reader: gguf.GGUFReader) -> dict[str, int]:
     """The shape facts placement needs, from GGUF metadata."""
     f = reader.fields

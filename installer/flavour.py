@@ -16,7 +16,10 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from runtime.cache import default_wheel_dir
 from runtime.errors import UserError
+
+__all__ = ["default_wheel_dir"]  # setup.sh's layout lives in runtime.cache; the installer's callers use it here
 
 LLAMA_VERSION = "0.3.36"
 PORTABLE = "-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DLLAVA_BUILD=OFF"
@@ -30,12 +33,6 @@ FLAVOURS = {
 }
 _CPU_VARIANT = re.compile(r"(^|/)(lib)?ggml-cpu-[\w.]+\.(so|dll|dylib)$")
 _CPU_SINGLE = re.compile(r"(^|/)(lib)?ggml-cpu\.(so|dll|dylib)$")
-
-
-def default_wheel_dir(flavour: str) -> Path:
-    """setup.sh's layout: $SPECQUANT_WHEELS or ~/.cache/specquant/wheels, one folder per flavour."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return Path(os.environ.get("SPECQUANT_WHEELS") or cache / "specquant" / "wheels") / flavour
 
 
 def find_wheel(folder: Path) -> Path | None:

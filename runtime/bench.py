@@ -21,11 +21,15 @@ from typing import Any
 
 import psutil
 
+from runtime.bench_anchor import ANCHOR, ANCHOR_PAIR, LlamaCppRunner, missing_reason, tool_path
+from runtime.bench_memory import format_memory
+from runtime.bench_memory import measure as measure_memory
 from runtime.cost_model import NGRAM, speedup
 from runtime.engine import ChatOptions, Engine
 from runtime.errors import UserError
 from runtime.llama_backend import LlamaBackend, LoadOptions
 from runtime.policy import PRESET_NAMES
+from runtime.resources import Rapl, cpu_seconds
 from runtime.sampling import SamplingParams
 from runtime.speculative import SpecConfig, generate_steps
 
@@ -45,16 +49,25 @@ class BenchConfig:
     preset: str | None = None  # routed preset instead of a pinned pair
     stock: bool = False  # llama-cpp-python's own greedy decoding of the parent file, as a peer
     lookup: bool = False  # ... with its prompt-lookup draft (it needs logits_all=True by design)
+    anchor: bool = False  # llama.cpp's own llama-speculative-simple on parent <- draft, n-max k
 
-    def options(self, max_tokens: int) -> ChatOptions:
+    def options(self, max_tokens: int, sampling: SamplingParams | None = GREEDY) -> ChatOptions:
+        """The request; `sampling` None is the model's own recommendation (seeded), as a user gets it."""
         if self.preset:
-            return ChatOptions(preset=self.preset, max_tokens=max_tokens, sampling=GREEDY)
+            return ChatOptions(preset=self.preset, max_tokens=max_tokens, sampling=sampling)
         pinned = {"parent": self.parent, "draft": self.draft or "none", "k": self.k}
-        return ChatOptions(**pinned, max_tokens=max_tokens, sampling=GREEDY)
+        return ChatOptions(**pinned, max_tokens=max_tokens, sampling=sampling)
 
 
 def parse_config(name: str) -> BenchConfig:
-    """`f16`, `f16<-q4_k_m`, `f16<-q4_k_m:k4`, `f16<-ngram`, a preset name, or `llama-cpp-python`."""
+    """`f16`, `f16<-q4_k_m`, `f16<-q4_k_m:k4`, `f16<-ngram`, a preset name, `llama-cpp-python`, or
+    `llama.cpp[:kN]` (llama.cpp's own speculative decoding of f16 <- q4_k_m, n-max N, default 4)."""
+    anchor, _, n_max = name.partition(":k")
+    if anchor == ANCHOR:
+        if n_max and not n_max.isdigit():
+            raise UserError(f"unknown bench config {name!r}: use {ANCHOR} or {ANCHOR}:kN")
+        parent, draft = ANCHOR_PAIR
+        return BenchConfig(name, parent=parent, draft=draft, k=int(n_max or 4), stock=True, anchor=True)
     if name == STOCK:
         return BenchConfig(name, parent="f16", stock=True)
     if name == LOOKUP:
@@ -65,7 +78,10 @@ def parse_config(name: str) -> BenchConfig:
     parent, _, draft = pair.partition("<-")
     tiers = ("f16", "q8_0", "q4_k_m")
     if parent not in tiers or (draft and draft not in (*tiers, NGRAM)) or (k and not k.isdigit()):
-        raise UserError(f"unknown bench config {name!r}: use a tier, PARENT<-DRAFT[:kN], a preset, {STOCK} or {LOOKUP}")
+        raise UserError(
+            f"unknown bench config {name!r}: use a tier, PARENT<-DRAFT[:kN], a preset, "
+            f"{STOCK}, {LOOKUP} or {ANCHOR}[:kN]"
+        )
     return BenchConfig(name, parent=parent, draft=draft or None, k=int(k) if k else None)
 
 
@@ -265,12 +281,14 @@ class StockRunner:
         }
 
 
-def run_engine(engine: Engine, config: BenchConfig, prompt: str, max_tokens: int) -> dict[str, Any]:
+def run_engine(
+    engine: Engine, config: BenchConfig, prompt: str, max_tokens: int, sampling: SamplingParams | None = GREEDY
+) -> dict[str, Any]:
     engine.reset_caches()
     llama0 = engine.llama_seconds()
     t0 = time.perf_counter()
     parts, ids, last = [], [], None
-    for chunk in engine.stream_chat([{"role": "user", "content": prompt}], config.options(max_tokens)):
+    for chunk in engine.stream_chat([{"role": "user", "content": prompt}], config.options(max_tokens, sampling)):
         parts.append(chunk.text)
         ids.extend(chunk.tokens)
         last = chunk
@@ -296,6 +314,7 @@ def run_engine(engine: Engine, config: BenchConfig, prompt: str, max_tokens: int
         "token_ids": ids,
         # Python time outside llama_decode, as a share of the whole answer (prefill included).
         "overhead": max(0.0, 1.0 - (engine.llama_seconds() - llama0) / wall) if wall > 0 else None,
+        "plan_ram_bytes": last.placement.ram_bytes,
     }
 
 
@@ -549,10 +568,15 @@ def summarize(
                 },
                 "accuracy": _accuracy(mine),
                 "rss_mb": _spread([x["rss_mb"] for x in mine]),
+                # What an answer costs a laptop's battery: CPU time (all threads) and energy per new token.
+                "cpu_s_per_token": _spread([x["cpu_s"] / x["tokens"] for x in mine if x["tokens"]]),
+                "energy_j_per_token": _spread(
+                    [x["energy_j"] / x["tokens"] for x in mine if x["tokens"] and x.get("energy_j") is not None]
+                ),
                 "predicted_speedup": None,
             }
-            if cfg.draft and drafted and cfg.parent in costs and cfg.draft in costs:
-                cycles = sum(x.get("cycles", 0) for x in mine)
+            cycles = sum(x.get("cycles", 0) for x in mine)  # llama.cpp's tool does not say
+            if cfg.draft and drafted and cycles and cfg.parent in costs and cfg.draft in costs:
                 v = {n: t / costs[cfg.parent][1] for n, t in costs[cfg.parent].items()}
                 c = costs[cfg.draft][1] / costs[cfg.parent][1]
                 entry["predicted_speedup"] = round(predicted_speedup(accepted / drafted, drafted / cycles, c, v), 4)
@@ -567,15 +591,36 @@ def bench(
     max_tokens: int = 128,
     repeats: int = 1,
     log=print,
+    memory: bool = True,
+    sampled: bool = False,
 ) -> dict[str, Any]:
+    """Run every configuration on every prompt, interleaved; then (with `memory`) each configuration once
+    more in a process of its own, for its peak resident memory beside the plan's estimate. `sampled`: the
+    model's recommended sampling with a fixed seed instead of greedy (speed ratios only: texts differ)."""
     baseline = configs[0].name
-    stock = {c.name: StockRunner(engine, c.parent, c.lookup) for c in configs if c.stock}
+    sampling = None if sampled else GREEDY
+    if sampled and any(c.stock for c in configs):
+        raise UserError(f"--sampled: {STOCK}, {LOOKUP} and {ANCHOR} configurations run greedy only; leave them out")
+    skipped: dict[str, str] = {}
+    tool = tool_path()
+    if tool is None and any(c.anchor for c in configs):
+        for c in configs:
+            if c.anchor:
+                skipped[c.name] = missing_reason()
+                log(f"skipping {c.name}: {skipped[c.name]}")
+        configs = [c for c in configs if not c.anchor]
+    stock: dict[str, Any] = {
+        c.name: LlamaCppRunner(engine, c.k or 4, tool) if c.anchor and tool else StockRunner(engine, c.parent, c.lookup)
+        for c in configs
+        if c.stock
+    }
 
     def run(cfg: BenchConfig, prompt: str, n: int) -> dict[str, Any]:
-        return stock[cfg.name].run(prompt, n) if cfg.stock else run_engine(engine, cfg, prompt, n)
+        return stock[cfg.name].run(prompt, n) if cfg.stock else run_engine(engine, cfg, prompt, n, sampling)
 
     for cfg in configs:  # warm-up: load every tier, touch its pages
         run(cfg, prompts[0]["prompt"], 8)
+    rapl = Rapl()
     runs: list[dict[str, Any]] = []
     total = repeats * len(prompts) * len(configs)
     started = time.perf_counter()
@@ -585,7 +630,10 @@ def bench(
             for i, p in enumerate(prompts):
                 shift = (r * len(prompts) + i) % len(configs)
                 for cfg in configs[shift:] + configs[:shift]:
+                    cpu0, energy0 = cpu_seconds(), rapl.read()
                     rec = run(cfg, p["prompt"], max_tokens)
+                    rec["cpu_s"] = round(cpu_seconds() - cpu0, 3)
+                    rec["energy_j"] = rapl.joules_since(energy0)
                     rec.update({"workload": p["workload"], "prompt_id": p["id"], "config": cfg.name, "repeat": r})
                     rec["correct"] = score(p, rec["text"])
                     rec["rss_mb"] = round(psutil.Process().memory_info().rss / 1e6, 1)
@@ -604,13 +652,25 @@ def bench(
     base = {(x["workload"], x["prompt_id"], x["repeat"]): x for x in runs if x["config"] == baseline}
     for x in runs:
         ref = base.get((x["workload"], x["prompt_id"], x["repeat"]))
-        x["matches_baseline"] = None if ref is None else x["text"] == ref["text"]
-        x["token_agreement"] = None if ref is None else agreement(x["token_ids"], ref["token_ids"])
+        x["matches_baseline"] = None if ref is None or sampled else x["text"] == ref["text"]
+        x["token_agreement"] = None if ref is None or sampled else agreement(x["token_ids"], ref["token_ids"])
 
     tiers = sorted({t for c in configs for t in (c.parent, c.draft) if t and t != NGRAM} | {"f16"})
     n_max = 1 + max([c.k or engine.settings.spec.k_max for c in configs if c.draft or c.preset], default=4)
     costs = {} if interrupted else batch_costs({t: engine.backend(t) for t in tiers}, n_max)
     summary = summarize(runs, configs, baseline, costs)
+    peaks: dict[str, dict[str, Any]] = {}
+    if memory and not interrupted:
+        for cfg in configs:
+            if cfg.anchor:  # its own process already: the largest peak of its runs
+                mine = [x["peak_memory"] for x in runs if x["config"] == cfg.name]
+                peaks[cfg.name] = max(mine, key=lambda m: m["total_mb"]) if mine else {"error": "no run"}
+            if cfg.stock:
+                continue
+            log(f"memory: {cfg.name} in a process of its own")
+            peaks[cfg.name] = measure_memory(
+                engine.model.root, engine.model.name, engine.settings, cfg.name, prompts[0]["prompt"], max_tokens
+            )
     from runtime.hardware import inventory
 
     return {
@@ -622,11 +682,15 @@ def bench(
             {"name": c.name, "parent": c.parent, "draft": c.draft, "k": c.k, "preset": c.preset} for c in configs
         ],
         "max_tokens": max_tokens,
+        "sampling": "the model's recommendation, seeded" if sampled else "greedy",
         "batch_cost_ms": costs,
         "runs": runs,
         "summary": summary,
         "routing": routing(engine, prompts),
         "interrupted": interrupted,
+        "energy": "RAPL package counters" if rapl.available else rapl.reason,
+        "memory": peaks,
+        "skipped": skipped,
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3, 1),
     }
 
@@ -646,7 +710,8 @@ def format_table(result: dict[str, Any]) -> str:
         lines.append(f"\n{workload}  (baseline {result['baseline']}; medians, min-max)")
         lines.append(
             f"{'config':<18} {'tok/s':>7} {'range':>13} {'speed-up':>9} {'end-to-end':>10} {'TTFT':>6} "
-            f"{'predicted':>9} {'accept':>7} {'overhead':>8} {'same text':>9} {'agree':>6} {'accuracy':>8}"
+            f"{'predicted':>9} {'accept':>7} {'overhead':>8} {'same text':>9} {'agree':>6} {'accuracy':>8} "
+            f"{'CPU s/tok':>9}"
         )
         for name, e in rows.items():
             t = e["tok_per_s"]
@@ -659,7 +724,8 @@ def format_table(result: dict[str, Any]) -> str:
                 f"{_num(e['speedup_vs_baseline'], 8, 2)}x "
                 f"{_num(e.get('latency_speedup_vs_baseline'), 9, 2)}x {_num(e.get('ttft_vs_baseline'), 5, 2)}x "
                 f"{pred:>9} {acc:>7} {ovh:>8} {_pct(e['fidelity']['exact_match_rate']):>9} "
-                f"{_pct(e['fidelity']['token_agreement']):>6} {_pct(e['accuracy']):>8}"
+                f"{_pct(e['fidelity']['token_agreement']):>6} {_pct(e['accuracy']):>8} "
+                f"{_num((e.get('cpu_s_per_token') or {}).get('median'), 9, 3)}"
             )
         share = result["routing"].get(workload, {})
         lines.append("routing: " + ", ".join(f"{lvl} {share.get(lvl, 0):.0%}" for lvl in ("low", "medium", "high")))
@@ -671,6 +737,12 @@ def format_table(result: dict[str, Any]) -> str:
             if tier != "f16":
                 lines.append(f"draft cost c of {tier}: {row[1] / f16[1]:.2f}")
     lines.append(f"peak RSS {result['peak_rss_mb']:.0f} MB")
+    if result.get("memory"):
+        lines += ["", format_memory(result["memory"])]
+    if result.get("energy"):
+        lines.append(f"energy: {result['energy']}")
+    for name, why in (result.get("skipped") or {}).items():
+        lines.append(f"skipped {name}: {why}")
     return "\n".join(lines)
 
 
@@ -811,6 +883,8 @@ def main_bench(
     engine_settings=None,
     with_sweep: bool = False,
     allow_exec: bool = False,
+    memory: bool = True,
+    sampled: bool = False,
 ) -> dict[str, Any]:
     configs = [parse_config(n) for n in (config_names or DEFAULT_CONFIGS)]
     prompts = load_prompts(prompt_files, quick, allow_exec)
@@ -818,7 +892,8 @@ def main_bench(
         raise UserError("--max-tokens and --repeats must be at least 1")
     engine = Engine(model, engine_settings)
     try:
-        result = bench(engine, configs, prompts, max_tokens, repeats, log=lambda m: print(m, flush=True))
+        log = lambda m: print(m, flush=True)  # noqa: E731
+        result = bench(engine, configs, prompts, max_tokens, repeats, log, memory=memory, sampled=sampled)
         if with_sweep:
             result["sweep"] = sweep(engine, prompts, max_tokens, log=lambda m: print(m, flush=True))
     finally:

@@ -42,6 +42,14 @@ def cache_root() -> Path:
     return Path(platformdirs.user_data_dir("specquant", appauthor=False)) / "models"
 
 
+def default_wheel_dir(flavour: str) -> Path:
+    """setup.sh's build folder for one llama-cpp-python flavour: $SPECQUANT_WHEELS or
+    ~/.cache/specquant/wheels, then the flavour; it holds the wheel and, after `./setup.sh bench`, llama.cpp's
+    own tools."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return Path(os.environ.get("SPECQUANT_WHEELS") or cache / "specquant" / "wheels") / flavour
+
+
 def check_name(name: str) -> str:
     """A model name is a folder name: lower-case letters, digits, '.', '_' and '-'."""
     if not _NAME_RE.match(name) or name in (".", ".."):

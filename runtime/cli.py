@@ -66,9 +66,24 @@ class ProgressPrinter:
 
 def cmd_convert(args: argparse.Namespace) -> int:
     from converters.convert import convert
+    from runtime.hardware import inventory
+    from runtime.placement import PlacementSettings, will_fit
+
+    budget = PlacementSettings(max_memory_bytes=_memory_budget(args))
+
+    def say_fit(sizes: dict[str, int], hparams: dict[str, int] | None) -> None:
+        """Before the work: which tiers this machine can run (a warning, not a refusal: the model may be
+        meant for another machine)."""
+        fits, line = will_fit(inventory(), sizes, hparams, settings=budget)
+        if fits:
+            print(line, file=sys.stderr)
+        else:
+            logging.getLogger(__name__).warning("%s", line)
 
     printer = ProgressPrinter(sys.stderr)
-    manifest = convert(args.source, name=args.name, allow_requant=args.allow_requant, on_progress=printer)
+    manifest = convert(
+        args.source, name=args.name, allow_requant=args.allow_requant, on_progress=printer, on_sizes=say_fit
+    )
     model = ModelDir(cache_root(), manifest["name"])
     rows = model.tier_rows(manifest)
     if args.json:
@@ -340,6 +355,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         ),
         with_sweep=args.sweep,
         allow_exec=args.allow_exec,
+        memory=not args.no_memory,
+        sampled=args.sampled,
     )
     return 0
 
@@ -353,6 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("source", help="Hugging Face directory or repo id (org/name), a .gguf file, or 'demo'")
     p.add_argument("--name", help="model name in the cache (default: from the source)")
     p.add_argument("--allow-requant", action="store_true", help="accept a quantized GGUF (reconstructs F16)")
+    p.add_argument("--max-memory", type=float, metavar="GB", help=MAX_MEMORY_HELP)
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.set_defaults(func=cmd_convert)
 
@@ -415,6 +433,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="add HumanEval: runs model-written code in a subprocess with a timeout",
     )
     p.add_argument("--sweep", action="store_true", help="add the acceptance sweep (q4_k_m/q3_k_m/q2_k drafts, T=0/1)")
+    p.add_argument(
+        "--sampled",
+        action="store_true",
+        help="decode at the model's recommended sampling (seeded) instead of greedy; texts are then not compared",
+    )
+    p.add_argument("--no-memory", action="store_true", help="skip the per-configuration peak-memory runs")
     p.add_argument("--ctx", type=int, default=4096)
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--max-memory", type=float, metavar="GB", help=MAX_MEMORY_HELP)

@@ -34,6 +34,7 @@ Message = dict[str, str]
 # The router's level as a prior on the answer's length before the answer itself says more: a draft's
 # catch-up must be repaid within the rest of the answer.
 EXPECTED_ANSWER_TOKENS = {"low": 16, "medium": 48, "high": 96}
+SHORT_ANSWER_TOKENS = 8  # "Answer with the letter": the letter, maybe a few words and the end token
 ESTIMATES_FILE = "controller.json"
 
 
@@ -400,7 +401,7 @@ class Engine:
             cancel,
             controller=controller,
             draft_name=choice.draft or "draft",
-            answer_tokens=EXPECTED_ANSWER_TOKENS[level],
+            answer_tokens=SHORT_ANSWER_TOKENS if route.short_answer else EXPECTED_ANSWER_TOKENS[level],
             max_tokens=options.max_tokens,
         )
         reason: str | None = "length"

@@ -268,3 +268,31 @@ def plan_precision(
             f"({(e.need - e.have) / GB:.1f} GB more than is available)"
         ) from None
     raise first_miss
+
+
+def will_fit(
+    inv: Inventory,
+    sizes: dict[str, int],
+    hparams: dict[str, int] | None,
+    n_ctx: int = 4096,
+    settings: PlacementSettings | None = None,
+) -> tuple[bool, str]:
+    """Before a conversion: would this machine answer with one of these tiers, and with which? (fits, one
+    line to say). `sizes` are the tiers' expected file sizes; without shape facts the KV cache is left out."""
+    shape = hparams or {"n_layer": 1, "n_head_kv": 0, "head_dim": 0, "n_vocab": 0, "n_embd": 0}
+    facts = {t: tier_facts(t, b, shape, n_ctx) for t, b in sizes.items()}
+    try:
+        chosen = plan_precision(inv, facts, PRECISION_ORDER[0], PRECISION_ORDER[-1], settings)
+    except UserError as e:
+        least = min(facts.values(), key=lambda t: _ram_need(t, 0))
+        try:
+            plan(inv, least, None, settings)
+        except NotEnoughMemory as miss:
+            return False, (
+                f"no tier of this model will fit in this machine's memory: even {miss.tier.upper()} needs "
+                f"{miss.need / GB:.1f} GB, {miss.budget}"
+            )
+        return False, str(e)
+    pair = chosen.parent.tier.upper() + (f" ← {chosen.draft.tier.upper()}" if chosen.draft else "")
+    why = f" ({chosen.precision_note})" if chosen.precision_note else ""
+    return True, f"this machine will answer with {pair}, {chosen.ram_bytes / GB:.1f} GB of RAM{why}"

@@ -53,6 +53,16 @@ _DATE = re.compile(
 )
 _QUOTED = re.compile(r"\"[^\"\n]{1,60}\"|“[^”\n]{1,60}”")
 _SAMPLE_CHARS = 2000
+# Prompts that ask for a one-token-ish answer ("Answer with the letter", "yes or no", "in one word"). The
+# level says how hard the prompt is; this says how long the answer will be, which is what decides whether a
+# draft's catch-up can repay itself (cost_model's horizon).
+_SHORT_ANSWER = re.compile(
+    r"\b(?:answer|reply|respond)(?:\s+\w+){0,2}?\s+(?:with|in|using)\s+(?:only\s+|just\s+)?(?:the|a|one|a single)?\s*"
+    r"(?:letter|number|digit|word|option|choice|name)s?\b"
+    r"|\b(?:yes or no|true or false)\b|\bin (?:one|a single) (?:word|number)\b|\bone[- ]word answer\b"
+    r"|\bjust (?:the|a) (?:letter|number|word|name|answer)\b",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True)
@@ -82,9 +92,16 @@ class Route:
     score: float
     features: dict[str, float]
     reason: str
+    short_answer: bool = False  # the prompt asks for a letter, a number, a word or yes/no
 
     def as_dict(self) -> dict[str, object]:
-        return {"level": self.level, "score": self.score, "features": self.features, "reason": self.reason}
+        return {
+            "level": self.level,
+            "score": self.score,
+            "features": self.features,
+            "reason": self.reason,
+            "short_answer": self.short_answer,
+        }
 
 
 def warm_up() -> None:
@@ -133,10 +150,11 @@ def route(text: str, settings: RouterSettings | None = None, count_tokens: Calla
     }
     score = round(sum(s.weights[k] * v for k, v in parts.items()), 4)
     level = "high" if score >= s.high_at else "medium" if score >= s.medium_at else "low"
-    return Route(level, score, f, _reason(level, f, parts, count_tokens is not None))
+    short = bool(_SHORT_ANSWER.search(text[-_SAMPLE_CHARS:]))  # such an instruction usually ends the prompt
+    return Route(level, score, f, _reason(level, f, parts, count_tokens is not None, short), short)
 
 
-def _reason(level: str, f: dict[str, float], parts: dict[str, float], tokens: bool) -> str:
+def _reason(level: str, f: dict[str, float], parts: dict[str, float], tokens: bool, short: bool) -> str:
     unit = "tokens" if tokens else "words"
     size = "short" if parts["length"] < 0.5 else "long" if parts["length"] >= 0.9 else "medium-length"
     syntax = "simple" if parts["grade"] < 0.5 else "complex" if parts["grade"] >= 0.75 else "moderate"
@@ -145,5 +163,5 @@ def _reason(level: str, f: dict[str, float], parts: dict[str, float], tokens: bo
     dense = ", many names and numbers" if parts["entities"] >= 0.5 else ""
     return (
         f"{level.capitalize()}: {size} prompt ({int(f['length'])} {unit}) with {syntax} wording "
-        f"(grade {f['grade']:.1f}{extra}){dense}."
+        f"(grade {f['grade']:.1f}{extra}){dense}{'; asks for a short answer' if short else ''}."
     )

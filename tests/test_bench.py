@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from runtime.bench import parse_config, predicted_speedup, score
+from runtime.bench_anchor import tool_path
 from runtime.errors import UserError
 from tests.conftest import assert_one_line_error, run_cli
 
@@ -58,6 +59,22 @@ def test_bench_writes_results(demo_cache: Path, tmp_path: Path) -> None:
     assert all(abs(sum(r.values()) - 1) < 1e-6 for r in data["routing"].values())
     assert data["peak_rss_mb"] > 100
     assert "speed-up" in result.stdout and "routing:" in result.stdout
+    # CPU time per token: measured for every configuration, and more than nothing (2 threads decoding).
+    for name in ("f16", "f16<-q4_k_m:k2", "llama-cpp-python"):
+        assert code[name]["cpu_s_per_token"]["median"] > 0
+    assert all(r["cpu_s"] > 0 for r in data["runs"])
+    # Peak memory of each of our configurations in a process of its own, beside the plan's estimate: the
+    # f16 weights are mapped and read, so the file-backed part holds at least most of the f16 file.
+    f16_mb = (demo_cache / "smollm2-135m-instruct" / "f16.gguf").stat().st_size / 1e6
+    memory = data["memory"]
+    assert set(memory) == {"f16", "f16<-q4_k_m:k2"}  # llama-cpp-python shares the bench's process
+    for name, m in memory.items():
+        assert m["file_mb"] > 0.8 * f16_mb, (name, m)
+        assert m["anon_mb"] > 0 and m["estimate_mb"] > 0
+        assert m["total_mb"] == pytest.approx(m["anon_mb"] + m["file_mb"], abs=0.2)
+    assert memory["f16<-q4_k_m:k2"]["total_mb"] > memory["f16"]["total_mb"]  # the draft's own weights
+    assert "peak resident memory" in result.stdout
+    assert data["energy"]  # RAPL's joules, or the reason they are not available
     report = (out / "report.md").read_text()
     assert "Table I" in report and "Table II" in report and "## Routing" in report and "paper" in report
     assert (out / "tok_per_s.png").stat().st_size > 1000
@@ -249,3 +266,40 @@ def test_humaneval_end_to_end(demo_cache: Path, tmp_path: Path) -> None:
     data = json.loads((tmp_path / "results.json").read_text())
     assert data["summary"]["humaneval"]["f16"]["accuracy"] is not None
     assert all(r["correct"] in (True, False) for r in data["runs"])
+
+
+def test_llama_cpp_anchor_config_names() -> None:
+    cfg = parse_config("llama.cpp:k3")
+    assert (cfg.parent, cfg.draft, cfg.k, cfg.anchor, cfg.stock) == ("f16", "q4_k_m", 3, True, True)
+    assert parse_config("llama.cpp").k == 4
+    with pytest.raises(UserError, match=r"llama\.cpp:kN"):
+        parse_config("llama.cpp:kx")
+
+
+def test_llama_cpp_anchor_missing_is_said_and_skipped(demo_cache: Path, tmp_path: Path) -> None:
+    result = run_cli(
+        "bench", "--quick", "--max-tokens", "4", "--prompts", "assets/prompts/mmlu.jsonl", "--configs", "f16", "llama.cpp:k3",
+        "--no-memory", "--out", str(tmp_path),
+        env={"SPECQUANT_LLAMA_CPP_TOOL": str(tmp_path / "absent")},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert "./setup.sh bench" in data["skipped"]["llama.cpp:k3"]
+    assert [c["name"] for c in data["configs"]] == ["f16"]
+    assert "skipping llama.cpp:k3" in result.stdout and data["memory"] == {}
+
+
+@pytest.mark.skipif(tool_path() is None, reason="llama.cpp's llama-speculative-simple is not built (./setup.sh bench)")
+def test_llama_cpp_anchor_runs_the_same_prompt(demo_cache: Path, tmp_path: Path) -> None:
+    """llama.cpp's own speculative decoding of the same pair, greedy, on the same chat-formatted tokens:
+    the f16's own text, so the two loops are compared on the same work."""
+    result = run_cli(
+        "bench", "--quick", "--max-tokens", "24", "--prompts", "assets/prompts/code.jsonl", "--configs", "f16", "llama.cpp:k3",
+        "--out", str(tmp_path),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    data = json.loads((tmp_path / "results.json").read_text())
+    runs = [r for r in data["runs"] if r["config"] == "llama.cpp:k3"]
+    assert runs and all(r["matches_baseline"] for r in runs)
+    assert all(r["drafted"] > 0 and r["tok_per_s"] > 0 for r in runs)
+    assert data["memory"]["llama.cpp:k3"]["file_mb"] > 0

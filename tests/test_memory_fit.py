@@ -12,7 +12,7 @@ from runtime.cache import DEMO_NAME, ModelDir
 from runtime.engine import Engine, EngineSettings
 from runtime.errors import UserError
 from runtime.hardware import Inventory
-from runtime.placement import PRECISION_ORDER, PlacementSettings, _ram_need, plan_precision, tier_facts
+from runtime.placement import PRECISION_ORDER, PlacementSettings, _ram_need, plan_precision, tier_facts, will_fit
 from tests.conftest import assert_one_line_error, run_cli
 
 GB = 10**9
@@ -146,3 +146,32 @@ def test_a_budget_too_small_for_any_tier_is_one_line(demo_cache: Path, needs) ->
     assert_one_line_error(chat(needs["q4_k_m"] / 2), "no tier of this model fits")
     assert_one_line_error(chat(-1), "--max-memory")
     assert_one_line_error(chat(needs["q4_k_m"] * 1.01, "--parent", "f16"), "--parent q4_k_m fits")
+
+
+def test_the_pre_check_of_a_conversion_names_what_will_answer() -> None:
+    """convert's pre-check (sizes and shapes before any tier is written) agrees with the planner."""
+    sizes = {t: f.file_bytes for t, f in tiers("7B").items()}
+    hp = {"n_layer": 28, "n_head_kv": 4, "head_dim": 128, "n_embd": 3584, "n_vocab": 152064}
+    said = {ram: will_fit(laptop(ram), sizes, hp) for ram in (4, 8, 16, 32)}
+    need = (_ram_need(tiers("7B")["q4_k_m"], 0) + PlacementSettings().margin_bytes) / GB
+    assert said[4] == (
+        False,
+        f"no tier of this model will fit in this machine's memory: even Q4_K_M needs {need:.1f} GB, 3.0 GB available",
+    )
+    assert said[8][0] and said[8][1].startswith("this machine will answer with Q4_K_M,")
+    assert said[16][0] and "answer with Q8_0," in said[16][1] and "F16 needs" in said[16][1]
+    f16_pair = default("7B", 32)
+    assert said[32] == (True, f"this machine will answer with F16 ← Q4_K_M, {f16_pair.ram_bytes / GB:.1f} GB of RAM")
+
+
+def test_convert_says_before_the_work_which_tier_will_answer(micro_gguf: Path, isolated_cache: Path) -> None:
+    """A budget too small for any tier: a warning before the first tier is written, and the model still
+    converts (it may be meant for another machine); a budget that holds it: the pair that will answer."""
+    small = run_cli("convert", str(micro_gguf), "--name", "small", "--max-memory", "0.001")
+    assert small.returncode == 0, small.stderr
+    warning = "warning: no tier of this model will fit in this machine's memory"
+    assert warning in small.stderr
+    assert small.stderr.index(warning) < small.stderr.index("f16: writing")
+    roomy = run_cli("convert", str(micro_gguf), "--name", "roomy", "--max-memory", "8")
+    assert roomy.returncode == 0, roomy.stderr
+    assert "this machine will answer with F16 ← Q4_K_M" in roomy.stderr

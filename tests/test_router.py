@@ -66,7 +66,7 @@ def test_thresholds_come_from_settings() -> None:
 def test_deterministic_and_json_ready() -> None:
     a, b = route("Compare Rust and Go for CLI tools."), route("Compare Rust and Go for CLI tools.")
     assert a == b
-    assert set(a.as_dict()) == {"level", "score", "features", "reason"}
+    assert set(a.as_dict()) == {"level", "score", "features", "reason", "short_answer"}
 
 
 def test_token_counts_replace_words_when_given() -> None:
@@ -84,3 +84,24 @@ def test_warm_latency_is_well_under_a_millisecond_budget() -> None:
         route(long + str(i))
         times.append(time.perf_counter() - t)
     assert statistics.median(times) < 0.005
+
+
+@pytest.mark.parametrize(
+    ("text", "short"),
+    [
+        ("What is 7 x 8?\nA. 54\nB. 56\nAnswer with the letter of the correct option.", True),
+        ("Is the sun a star? Answer yes or no.", True),
+        ("How many legs does a spider have? Reply with just the number.", True),
+        ("Capital of France, in one word?", True),
+        ("Write a letter to my landlord about the broken heating.", False),
+        ("Explain how a number is stored in floating point.", False),
+        ("List the planets and give one fact about each.", False),
+    ],
+)
+def test_short_answer_intent(text: str, short: bool) -> None:
+    """The answer's expected length (which decides whether a draft's catch-up can repay itself) follows
+    what the prompt asks for, not its level; the reason says so."""
+    r = route(text)
+    assert r.short_answer is short
+    assert ("short answer" in r.reason) is short
+    assert r.as_dict()["short_answer"] is short

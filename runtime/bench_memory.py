@@ -1,0 +1,64 @@
+"""The benchmark's memory table: each configuration answers once in a process of its own, so the peak
+resident memory it shows (anonymous plus file-backed, over the process tree) is that configuration's alone,
+and stands beside the placement plan's estimate for the same answer."""
+
+from __future__ import annotations
+
+import multiprocessing
+import queue
+from pathlib import Path
+from typing import Any
+
+CHILD_TIMEOUT_S = 600.0
+
+
+def _child(out: Any, root: str, model: str, settings: Any, config: str, prompt: str, max_tokens: int) -> None:
+    try:
+        from runtime.bench import parse_config, run_engine
+        from runtime.engine import Engine
+        from runtime.resources import PeakMemory
+
+        with PeakMemory() as peak:
+            engine = Engine(model, settings, root=Path(root))
+            rec = run_engine(engine, parse_config(config), prompt, max_tokens)
+        engine.close()
+        out.put({**peak.peak.as_dict(), "estimate_mb": round(rec["plan_ram_bytes"] / 1e6, 1)})
+    except Exception as e:  # reported in the table, not raised: one configuration's failure is a fact
+        out.put({"error": f"{e.__class__.__name__}: {e}"})
+
+
+def measure(root: Path, model: str, settings: Any, config: str, prompt: str, max_tokens: int) -> dict[str, Any]:
+    """Peak resident memory of one configuration answering `prompt` in a fresh process, and the estimate."""
+    ctx = multiprocessing.get_context("spawn")  # a fork would inherit this process's mapped models
+    out = ctx.Queue()
+    proc = ctx.Process(target=_child, args=(out, str(root), model, settings, config, prompt, max_tokens))
+    proc.start()
+    try:
+        result = out.get(timeout=CHILD_TIMEOUT_S)
+    except queue.Empty:
+        result = {"error": f"no answer within {CHILD_TIMEOUT_S:.0f} s"}
+    finally:
+        proc.join(10)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+    if "total_mb" in result and result.get("estimate_mb"):
+        result["estimate_error"] = round(result["estimate_mb"] / result["total_mb"] - 1, 4)
+    return result
+
+
+def format_memory(memory: dict[str, dict[str, Any]]) -> str:
+    lines = [
+        "peak resident memory per configuration (own process; MB)",
+        f"{'config':<18} {'anonymous':>10} {'file':>8} {'total':>8} {'plan':>8} {'plan vs measured':>17}",
+    ]
+    for name, m in memory.items():
+        if "error" in m:
+            lines.append(f"{name:<18} {m['error']}")
+            continue
+        err = m.get("estimate_error")
+        lines.append(
+            f"{name:<18} {m['anon_mb']:>10.0f} {m['file_mb']:>8.0f} {m['total_mb']:>8.0f} "
+            f"{m.get('estimate_mb') or 0:>8.0f} {'-' if err is None else f'{err:+.1%}':>17}"
+        )
+    return "\n".join(lines)
