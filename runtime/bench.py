@@ -50,17 +50,19 @@ class BenchConfig:
     stock: bool = False  # llama-cpp-python's own greedy decoding of the parent file, as a peer
     lookup: bool = False  # ... with its prompt-lookup draft (it needs logits_all=True by design)
     anchor: bool = False  # llama.cpp's own llama-speculative-simple on parent <- draft, n-max k
+    window: int | None = None  # the draft's catch-up window (SpecConfig.draft_window); None: the default
 
     def options(self, max_tokens: int, sampling: SamplingParams | None = GREEDY) -> ChatOptions:
         """The request; `sampling` None is the model's own recommendation (seeded), as a user gets it."""
         if self.preset:
             return ChatOptions(preset=self.preset, max_tokens=max_tokens, sampling=sampling)
         pinned = {"parent": self.parent, "draft": self.draft or "none", "k": self.k}
-        return ChatOptions(**pinned, max_tokens=max_tokens, sampling=sampling)
+        return ChatOptions(**pinned, max_tokens=max_tokens, sampling=sampling, draft_window=self.window)
 
 
 def parse_config(name: str) -> BenchConfig:
-    """`f16`, `f16<-q4_k_m`, `f16<-q4_k_m:k4`, `f16<-ngram`, a preset name, `llama-cpp-python`, or
+    """`f16`, `f16<-q4_k_m`, `f16<-q4_k_m:k4`, `f16<-q4_k_m:w32` (the draft's catch-up window; `:w0`
+    the whole context), `f16<-ngram`, a preset name, `llama-cpp-python`, or
     `llama.cpp[:kN]` (llama.cpp's own speculative decoding of f16 <- q4_k_m, n-max N, default 4)."""
     anchor, _, n_max = name.partition(":k")
     if anchor == ANCHOR:
@@ -74,15 +76,19 @@ def parse_config(name: str) -> BenchConfig:
         return BenchConfig(name, parent="f16", stock=True, lookup=True)
     if name in PRESET_NAMES:
         return BenchConfig(name, preset=name)
-    pair, _, k = name.partition(":k")
+    rest, _, window = name.partition(":w")
+    pair, _, k = rest.partition(":k")
     parent, _, draft = pair.partition("<-")
     tiers = ("f16", "q8_0", "q4_k_m")
-    if parent not in tiers or (draft and draft not in (*tiers, NGRAM)) or (k and not k.isdigit()):
+    bad_number = (k and not k.isdigit()) or (window and not window.isdigit())
+    if parent not in tiers or (draft and draft not in (*tiers, NGRAM)) or bad_number:
         raise UserError(
             f"unknown bench config {name!r}: use a tier, PARENT<-DRAFT[:kN], a preset, "
             f"{STOCK}, {LOOKUP} or {ANCHOR}[:kN]"
         )
-    return BenchConfig(name, parent=parent, draft=draft or None, k=int(k) if k else None)
+    return BenchConfig(
+        name, parent=parent, draft=draft or None, k=int(k) if k else None, window=int(window) if window else None
+    )
 
 
 DEFAULT_CONFIGS = (

@@ -56,9 +56,9 @@ def format_memory(memory: dict[str, dict[str, Any]]) -> str:
         if "error" in m:
             lines.append(f"{name:<18} {m['error']}")
             continue
-        err = m.get("estimate_error")
+        err, plan = m.get("estimate_error"), m.get("estimate_mb")  # llama.cpp's tool has no plan of ours
         lines.append(
             f"{name:<18} {m['anon_mb']:>10.0f} {m['file_mb']:>8.0f} {m['total_mb']:>8.0f} "
-            f"{m.get('estimate_mb') or 0:>8.0f} {'-' if err is None else f'{err:+.1%}':>17}"
+            f"{'-' if plan is None else f'{plan:.0f}':>8} {'-' if err is None else f'{err:+.1%}':>17}"
         )
     return "\n".join(lines)

@@ -259,9 +259,10 @@ def _stats_line(chunk: Any) -> str:
     if s.tier_accepted and chunk.choice.draft:
         sources.append(f"{s.tier_accepted} from {chunk.choice.draft.upper()}")
     drafted = f" ({', '.join(sources)})" if sources else ""
+    reused = f" · {s.reused_tokens} prompt tokens reused" if s.reused_tokens else ""
     return (
         f"[{chunk.route.level} · {chunk.choice.label} · {s.tokens} tokens{drafted} · {s.tok_per_s:.1f} tok/s{acc} · "
-        f"first token {s.ttft_s:.2f} s · {chunk.placement.label}]"
+        f"first token {s.ttft_s:.2f} s{reused} · {chunk.placement.label}]"
         + (f"\n[{chunk.placement.precision_note}]" if chunk.placement.precision_note else "")
     )
 

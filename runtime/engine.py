@@ -64,6 +64,7 @@ class ChatOptions:
     sampling: SamplingParams | None = None
     sampling_overrides: tuple[tuple[str, float], ...] = ()
     stop: tuple[str, ...] = ()
+    draft_window: int | None = None  # the draft's catch-up window (SpecConfig.draft_window); None: the setting
 
     def __post_init__(self) -> None:
         if self.level not in ("auto", *router.LEVELS):
@@ -72,6 +73,8 @@ class ChatOptions:
             raise UserError(f"unknown preset {self.preset!r}: choose from {', '.join(PRESET_NAMES)}")
         if self.max_tokens < 1:
             raise UserError(f"max tokens {self.max_tokens} must be at least 1")
+        if self.draft_window is not None and self.draft_window < 0:
+            raise UserError(f"draft window {self.draft_window} must be 0 (off) or more tokens")
         replace(self.sampling or LLAMA_DEFAULTS, **dict(self.sampling_overrides))  # bad values fail here
 
 
@@ -382,6 +385,8 @@ class Engine:
         spec = replace(self.settings.spec, ngram=self.settings.spec.ngram and choice.ngram)
         if choice.k is not None:  # a fixed draft length (pinned by the user or calibrated)
             spec = replace(spec, k=choice.k)
+        if options.draft_window is not None:
+            spec = replace(spec, draft_window=options.draft_window)
         level = route.level if options.level == "auto" else options.level
         params = self.sampling(parent, options)
         controller = Controller(self.estimates(choice.parent, params.greedy), fixed_k=spec.k)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Callable
 
@@ -22,10 +23,18 @@ class Cancelled(SpecQuantError):
 def run_command(prog: str, body: Callable[[], int]) -> int:
     """Run a command's body; our errors become one line on stderr and an exit code, never a traceback.
 
-    UserError exits 2, a cancel or Ctrl-C 130, any other SpecQuantError 1.
+    UserError exits 2, a cancel or Ctrl-C 130, any other SpecQuantError 1, and a reader that went away
+    (`specquant ... | head`) 141 without a word, as a Unix tool killed by SIGPIPE would.
     """
     try:
-        return body()
+        code = body()
+        sys.stdout.flush()  # a closed pipe must surface here, not in the interpreter's exit flush
+        return code
+    except BrokenPipeError:
+        # Point stdout at /dev/null so the flush at exit does not raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
     except UserError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2

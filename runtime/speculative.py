@@ -47,6 +47,10 @@ class SpecConfig:
     ngram: bool = True  # prompt lookup as a draft source (costs nothing, needs no memory)
     p_min: float = 0.0  # greedy drafting stops when the draft's top probability falls below this
     k_max: int = K_MAX["tier"]  # the longest tier draft the controller considers (and the benchmark times)
+    # A draft that has fallen further behind than this catches up on the last `draft_window` tokens only
+    # (its own positions start at 0): a cheaper catch-up for a long prompt, at some cost in acceptance.
+    # 0: always the whole context.
+    draft_window: int = 0
 
 
 def _pick(row: np.ndarray, params: SamplingParams, history: Sequence[int]) -> int:
@@ -99,9 +103,11 @@ def generate_steps(
         if model is not None:
             model.set_abort_event(cancel)  # Stop reaches a draft's long catch-up too
     ngram = NgramIndex() if spec.ngram else None
+    offset = 0  # the draft's cache holds seq[offset : offset + draft.n_past]
     if draft is not None:
-        # Keep what the draft shares with this sequence; from here on its cache is always a prefix of `seq`
-        # (it decodes only `seq` and drafts, and rolls back to what was kept), so `n_past` says how far behind.
+        # Keep what the draft shares with this sequence; from here on its cache is always a slice of `seq`
+        # from `offset` (it decodes only `seq` and drafts, and rolls back to what was kept), so `n_past`
+        # says how far behind it is.
         draft.truncate(min(draft.common_prefix(seq), len(seq) - 1))
         size_ratio = _size_ratio(draft, parent)
     # The first cycle's batch is the rest of the prompt: the prefill and the first token are one decode.
@@ -120,9 +126,12 @@ def generate_steps(
         if ngram is not None:
             candidates = ngram.lookup(seq, min(K_MAX[NGRAM], room - 1))
             offers.append(Offer(NGRAM, NGRAM, len(candidates)))
+        windowed = False
         if draft is not None:
-            behind = len(seq) - draft.n_past
-            offers.append(Offer(draft_name, "tier", min(spec.k_max, room - 1), behind, size_ratio))
+            behind = len(seq) - offset - draft.n_past
+            windowed = 0 < spec.draft_window < behind
+            catch_up = spec.draft_window if windowed else behind
+            offers.append(Offer(draft_name, "tier", min(spec.k_max, room - 1), catch_up, size_ratio))
         if first:  # nothing may come before the first token: the first cycle is the parent's alone
             source, k = None, 0
         else:
@@ -137,7 +146,10 @@ def generate_steps(
             drafts = candidates[:k]
             qs = [] if params.greedy else [one_hot(parent.n_vocab, d) for d in drafts]
         elif source is not None and draft is not None:
-            drafts, qs, caught_up, catch_up_s = _propose(draft, seq, k, params, spec, rng)
+            if windowed:  # start the draft afresh on the last tokens instead of the whole gap
+                draft.truncate(0)
+                offset = len(seq) - spec.draft_window
+            drafts, qs, caught_up, catch_up_s = _propose(draft, seq, offset, k, params, spec, rng)
         else:
             drafts, qs = [], []
         t1 = time.perf_counter()
@@ -173,7 +185,7 @@ def generate_steps(
         kept = len(seq) + accepted
         parent.truncate(kept)
         if draft is not None:
-            draft.truncate(min(draft.n_past, kept))
+            draft.truncate(min(draft.n_past, kept - offset))
         seq.extend(emitted)
         produced += len(emitted)
         yield Step(tuple(emitted), tuple(flags), len(drafts), accepted, k, t1 - t0, t2 - t1, source)
@@ -182,6 +194,7 @@ def generate_steps(
 def _propose(
     draft: LlamaBackend,
     seq: list[int],
+    offset: int,
     k: int,
     params: SamplingParams,
     spec: SpecConfig,
@@ -194,9 +207,9 @@ def _propose(
     if k <= 0:
         return drafts, qs, 0, 0.0
     # Catch up on everything the draft has not seen, the last token included, in one batch (its cache is
-    # a prefix of `seq`: generate_steps keeps it so).
+    # seq[offset : offset + n_past]: generate_steps keeps it so).
     t0 = time.perf_counter()
-    n = draft.n_past
+    n = offset + draft.n_past
     logits = draft.decode(seq[n:], [len(seq) - n - 1])[0]
     caught_up, catch_up_s = len(seq) - n, time.perf_counter() - t0
     for i in range(k):

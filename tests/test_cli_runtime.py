@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,7 @@ def test_chat_json(demo_cache: Path) -> None:
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert out["text"].strip()
-    assert set(out["route"]) == {"level", "score", "features", "reason"}
+    assert set(out["route"]) == {"level", "score", "features", "reason", "short_answer"}
     assert out["route"]["level"] in ("low", "medium", "high")
     assert out["parent"] == "f16" and out["draft"] in ("q4_k_m", "q8_0", None)
     assert out["placement"]["mode"] == "cpu" and out["placement"]["threads"] >= 1
@@ -70,20 +71,28 @@ def test_chat_bad_input_is_one_line(demo_cache: Path, args: list[str], needle: s
 def test_repl_streams_and_keeps_the_conversation(demo_cache: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "runtime.cli", "chat", "--max-tokens", "16"],
-        input="Hello\nWhat did I say?\n/quit\n",
+        input="Hello\nWhat did I say?\n/reset\nHello\n/quit\n",
         capture_output=True,
         text=True,
         cwd=REPO,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.count("> ") >= 2
-    assert proc.stderr.count("tok/s") == 2
+    assert proc.stdout.count("> ") >= 3
+    stats = [line for line in proc.stderr.splitlines() if "tok/s" in line]
+    assert len(stats) == 3
+    # Turn two was answered on top of turn one: its prompt's KV cache (question and answer) was kept.
+    assert "reused" not in stats[0]
+    reused = re.search(r"(\d+) prompt tokens reused", stats[1])
+    assert reused and int(reused.group(1)) > 10, stats[1]
+    # After /reset the conversation is gone: only the shared system prompt and "Hello" can be reused.
+    third = re.search(r"(\d+) prompt tokens reused", stats[2])
+    assert third is None or int(third.group(1)) < int(reused.group(1)), stats[2]
 
 
 def test_route_without_a_model(tmp_path: Path) -> None:
     out = json.loads(run_cli("route", "What is AI?", "--json").stdout)
-    assert out["level"] == "low" and set(out) == {"level", "score", "features", "reason"}
+    assert out["level"] == "low" and set(out) == {"level", "score", "features", "reason", "short_answer"}
     f = tmp_path / "p.txt"
     f.write_text("Analyze the impact of climate change on global agriculture and suggest mitigation strategies.")
     assert json.loads(run_cli("route", "--prompt-file", str(f), "--json").stdout)["level"] == "high"
@@ -99,3 +108,25 @@ def test_info_json(demo_cache: Path) -> None:
     assert out["hardware"]["physical_cores"] >= 1
     assert set(out["placement"]) == {"low", "medium", "high"}
     assert "cpu-only" in out["placement"]["low"]["reason"]
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(demo_cache) -> None:
+    """`specquant info --json | head -1`: no BrokenPipeError traceback, SIGPIPE's exit status."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runtime.cli", "info", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+        env=dict(os.environ),
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before the first line is written
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141
+    assert "Traceback" not in err and "BrokenPipe" not in err, err

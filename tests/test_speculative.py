@@ -124,6 +124,28 @@ def test_rollback_matches_a_fresh_context(micro_model: ModelDir) -> None:
         assert int(np.argmax(nxt)) == int(np.argmax(want))
 
 
+def test_a_windowed_draft_sees_only_the_last_tokens_and_the_answer_stays_exact(demo_model: ModelDir) -> None:
+    """With a catch-up window the draft starts afresh on the last W tokens of a long prompt (its cache
+    then mirrors that tail of the sequence, at its own positions), and greedy output is still the parent's."""
+    parent, draft = load(demo_model, "f16"), load(demo_model, "q4_k_m")
+    prompt = parent.tokenize(PROMPT * 4)
+    window = 12
+    gen = generate_steps(parent, draft, prompt, GREEDY, SpecConfig(k=4, ngram=False, draft_window=window))
+    seq, steps = list(prompt), []
+    while len(seq) < len(prompt) + 48:
+        step = next(gen)
+        seq.extend(step.tokens)
+        steps.append(step)
+    gen.close()
+    assert sum(s.drafted for s in steps) > 0 and sum(s.accepted for s in steps) > 0
+    first_draft = next(i for i, s in enumerate(steps) if s.drafted)
+    start = len(prompt) + sum(len(s.tokens) for s in steps[:first_draft]) - window
+    assert draft.tokens == seq[start : start + len(draft.tokens)]  # the window, then what came after it
+    assert len(draft.tokens) < len(seq) - len(prompt) + window + 1  # never the whole prompt
+    emitted = seq[len(prompt) :]
+    assert_same_as_plain_greedy(parent, prompt, emitted, 48)
+
+
 def test_generation_stops_when_the_context_is_full(micro_model: ModelDir) -> None:
     parent, draft = load(micro_model, "f16", n_ctx=256), load(micro_model, "q4_k_m", n_ctx=256)
     prompt = parent.tokenize(PROMPT)
