@@ -172,9 +172,9 @@ def _convert_locked(
     }
     f16_bytes = intact["f16"]["bytes"] if "f16" in intact else plan.nbytes
     sizes = {"f16": plan.nbytes} | {t: expected_bytes(f16_bytes, QUANT_TYPES[t]) for t in TIERS[1:]}
+    _check_space(model.path, sum(sizes[t] for t in TIERS if t not in intact), model.name)  # refusals first
     if on_sizes is not None:
         on_sizes(sizes, hparams_from_shapes({t.name: t.shape for t in plan.tensors}))
-    _check_space(model.path, sum(sizes[t] for t in TIERS if t not in intact), model.name)
 
     for tier in TIERS:
         if tier in intact:

@@ -139,6 +139,12 @@ class NotEnoughMemory(UserError):
         super().__init__(f"not enough memory for the {tier} tier: it needs {need / GB:.1f} GB, {budget}")
 
 
+def _more(missing: float) -> str:
+    """How much memory is missing, never rounded down to "0.0 GB"."""
+    gb = missing / GB
+    return f"{gb:.1f} GB" if gb >= 0.95 else f"{max(gb, 0.01):.2f} GB"
+
+
 def _layers_fitting(t: TierFacts, budget: float) -> int:
     fixed = t.compute_bytes
     if budget <= fixed:
@@ -265,7 +271,7 @@ def plan_precision(
     except NotEnoughMemory as e:
         raise UserError(
             f"{first_miss}; no tier of this model fits: even {least.tier} needs {e.need / GB:.1f} GB "
-            f"({(e.need - e.have) / GB:.1f} GB more than is available)"
+            f"({_more(e.need - e.have)} more than is available)"
         ) from None
     raise first_miss
 
