@@ -32,10 +32,9 @@ _STAT = re.compile(r"\b(n_drafted|n_accept|n_predict)\s*=\s*(\d+)")  # after the
 
 def installed_flavour() -> str:
     """The flavour of the llama-cpp-python in use: one CPU library per level means the portable build."""
-    from runtime.hardware import backend_folders
+    from runtime.hardware import variant_folder
 
-    variants = [p for folder in backend_folders() if folder.is_dir() for p in folder.glob("libggml-cpu-*")]
-    return "cpu-all-variants" if variants else "cpu-avx2"
+    return "cpu-all-variants" if variant_folder() is not None else "cpu-avx2"
 
 
 def tool_path() -> Path | None:

@@ -130,6 +130,12 @@ def backend_folders() -> list[Path]:
     return [package / "lib", package.parent / "bin", Path(sys.executable).parent]
 
 
+def variant_folder() -> Path | None:
+    """The folder holding this build's per-CPU kernel libraries (libggml-cpu-*), or None: the portable
+    `cpu-all-variants` flavour has one, a build with its CPU backend built in does not."""
+    return next((f for f in backend_folders() if cpu_variant.variant_libraries(f)), None)
+
+
 def ensure_backends() -> CpuKernels:
     """Make sure ggml has a CPU device that works on this machine before the first model loads.
 
@@ -146,7 +152,7 @@ def ensure_backends() -> CpuKernels:
     if lib is None or _has_cpu_device(lib):
         _kernels = CpuKernels("built-in")
         return _kernels
-    folder = next((f for f in backend_folders() if cpu_variant.variant_libraries(f)), None)
+    folder = variant_folder()
     if folder is None:
         raise _unsupported("none of its llama.cpp CPU backends (libggml-cpu-*) was found: the install may be damaged")
     variant, excluded, seconds, cached = cpu_variant.select(folder, min(physical_cores(), 4))
