@@ -116,7 +116,7 @@ def _self_test(window: MainWindow, screenshot: Path | None, prompt: str | None) 
 
 def _install_excepthook(window: MainWindow) -> None:
     """A bug in a slot must not take the window (or the conversation) down: log it and show a banner."""
-    from app.worker import readable
+    from runtime.errors import readable
 
     def hook(kind: type[BaseException], value: BaseException, tb: object) -> None:
         log.error("unexpected error", exc_info=(kind, value, tb))  # type: ignore[arg-type]

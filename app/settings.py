@@ -37,6 +37,8 @@ class AppSettings:
     highlight_draft: bool = False
     zoom: int = 0  # points added to the system font size (Ctrl+ / Ctrl-)
     model: str = ""  # the model last chatted with
+    api_server: bool = False  # serve the OpenAI-compatible API on 127.0.0.1 (runtime.server)
+    api_port: int = 8088
 
     def check(self) -> AppSettings:
         """Raise UserError naming the first bad value (the runtime's own checks included)."""
@@ -44,6 +46,8 @@ class AppSettings:
             raise UserError(f"unknown theme {self.theme!r}")
         if self.n_ctx < 256:
             raise UserError(f"context size {self.n_ctx} is too small (at least 256)")
+        if not 1 <= self.api_port <= 65535:
+            raise UserError(f"API port {self.api_port} must be 1 to 65535")
         if self.draft_length < 0:
             raise UserError(f"draft length {self.draft_length} must be 0 (automatic) or more")
         SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k)  # checked even if unused

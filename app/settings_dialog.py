@@ -74,6 +74,12 @@ class SettingsDialog(QDialog):
         self.theme = _combo(THEMES, s.theme, "Theme")
         self.highlight = QCheckBox("Highlight tokens that came from the draft")
         self.highlight.setChecked(s.highlight_draft)
+        self.api_server = QCheckBox("Local API server (OpenAI-compatible, for other apps on this computer)")
+        self.api_server.setToolTip("Editors, note apps and scripts can use this model; they queue with your messages")
+        self.api_server.setChecked(s.api_server)
+        self.api_port = QSpinBox(minimum=1, maximum=65535, value=s.api_port)
+        self.api_port.setEnabled(s.api_server)
+        self.api_server.toggled.connect(self.api_port.setEnabled)
         self.error = QLabel("")
         self.error.setStyleSheet("color: #b3261e;")
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
@@ -96,6 +102,8 @@ class SettingsDialog(QDialog):
         form.addRow("Memory &budget:", self.max_memory)
         form.addRow("T&heme:", self.theme)
         form.addRow("", self.highlight)
+        form.addRow("", self.api_server)
+        form.addRow("API p&ort:", self.api_port)
         form.addRow(self.error)
         form.addRow(buttons)
 
@@ -117,6 +125,8 @@ class SettingsDialog(QDialog):
             max_memory_gb=self.max_memory.value(),
             theme=self.theme.currentData(),
             highlight_draft=self.highlight.isChecked(),
+            api_server=self.api_server.isChecked(),
+            api_port=self.api_port.value(),
         )
 
     def accept(self) -> None:

@@ -6,7 +6,7 @@ import itertools
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from PySide6.QtCore import QCoreApplication, QEvent, QSettings, Qt, QThread, QTimer, Signal
+from PySide6.QtCore import QCoreApplication, QEvent, QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QComboBox,
@@ -33,11 +33,13 @@ from app.store import Store, StoredMessage
 from app.theme import apply_look
 from app.transcript import TranscriptView, draft_mask
 from app.widgets import ErrorBanner, InputBox, LevelBadge
-from app.worker import ChatRequest, EngineWorker, start_thread
+from app.worker import ChatRequest, EngineWorker
+from runtime import engine_worker
 from runtime.cache import DEMO_NAME, cache_root, list_models
 from runtime.errors import UserError
 from runtime.policy import more_precise
 
+API_QUEUE = 32  # API requests that may wait for the engine (the window's own never wait on this bound)
 RENDER_INTERVAL_MS = 40  # redraw the streamed answer at most 25 times a second
 
 
@@ -54,9 +56,6 @@ class Live:
 
 
 class MainWindow(QMainWindow):
-    generate_requested = Signal(object)  # ChatRequest, queued to the worker thread
-    release_requested = Signal()
-    shutdown_requested = Signal()
     answer_finished = Signal(str)  # the answer's text ("" when it failed); tests and the self-test wait on it
     chunk_shown = Signal(object)  # each streamed Chunk, once the window has taken it (on the GUI thread)
 
@@ -76,11 +75,10 @@ class MainWindow(QMainWindow):
         self._build()
         self._build_menus()
 
-        self.worker = EngineWorker()
-        self.worker_thread: QThread = start_thread(self.worker, "specquant-engine")
-        self.generate_requested.connect(self.worker.generate)
-        self.release_requested.connect(self.worker.release, Qt.ConnectionType.BlockingQueuedConnection)
-        self.shutdown_requested.connect(self.worker.shutdown)
+        # The engine thread, shared with the local API server; its bound is for API clients only.
+        self.runner = engine_worker.EngineWorker(max_queue=API_QUEUE)
+        self.worker = EngineWorker(self.runner)
+        self.api: Any = None  # runtime.server.BackgroundServer while the local API server runs
         self.worker.status.connect(self._on_status)
         self.worker.chunk.connect(self._on_chunk)
         self.worker.finished.connect(self._on_finished)
@@ -93,6 +91,7 @@ class MainWindow(QMainWindow):
         self.transcript.highlight_draft = self.settings.highlight_draft
         self.refresh_models()
         self.refresh_conversations()
+        self.sync_api_server()
         if self.store.recovered_from:
             self.banner.show_error(
                 f"The conversation history could not be read; it was kept as {self.store.recovered_from} "
@@ -226,7 +225,13 @@ class MainWindow(QMainWindow):
         self.placement.setAccessibleName("Placement")
         self.model_label = QLabel("")
         self.model_label.setAccessibleName("Model name")
-        for w in (self.badge, self.precision, self.speed, self.acceptance, self.placement, self.model_label):
+        self.api_label = QLabel("")
+        self.api_label.setAccessibleName("Local API server")
+        self.api_label.setToolTip("Other apps on this computer can use this model: OpenAI base URL …/v1")
+        self.api_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.api_label.hide()
+        labels = (self.badge, self.precision, self.speed, self.acceptance, self.placement, self.model_label)
+        for w in (*labels, self.api_label):
             self.statusBar().addPermanentWidget(w)
         self.setTabOrder(self.input, self.send_button)
         self.setTabOrder(self.send_button, self.stop_button)
@@ -301,7 +306,7 @@ class MainWindow(QMainWindow):
         """Stop any answer and unload the models (before a delete or repair touches their files)."""
         if self.live is not None:
             self.live.request.cancel.set()
-        self.release_requested.emit()
+        self.runner.release()
 
     # --- conversations -----------------------------------------------------------------------------
     def refresh_conversations(self) -> None:
@@ -408,7 +413,7 @@ class MainWindow(QMainWindow):
         self.transcript.begin_live()
         self._render_live()
         self._set_busy(True)
-        self.generate_requested.emit(request)
+        self.worker.generate(request)
 
     def stop(self) -> None:
         if self.live is not None:
@@ -521,6 +526,7 @@ class MainWindow(QMainWindow):
 
     def apply_settings(self, settings: AppSettings) -> None:
         self._save(settings.check())
+        self.sync_api_server()
         apply_look(settings)
         self.highlight_toggle.setChecked(settings.highlight_draft)
         self.transcript.highlight_draft = settings.highlight_draft
@@ -539,6 +545,27 @@ class MainWindow(QMainWindow):
         self.settings = settings
         save_settings(settings, self.qsettings)
 
+    # --- the local API server ----------------------------------------------------------------------
+    def sync_api_server(self) -> None:
+        """Start, stop or move the API server to match the settings; a port in use is said in the banner."""
+        want = self.settings.api_port if self.settings.api_server else None
+        if self.api is not None and self.api.service.config.port != want:
+            self.api.stop()
+            self.api = None
+        if want is not None and self.api is None:
+            from runtime.server import BackgroundServer, Defaults, ServeConfig, Service
+
+            def defaults() -> Defaults:  # read on the server's thread: the window's current choices
+                s = self.settings
+                return Defaults(self.model or DEMO_NAME, s.engine_settings(), s.chat_options())
+
+            try:
+                self.api = BackgroundServer(Service(self.runner, defaults, ServeConfig(port=want)))
+            except UserError as e:
+                self.banner.show_error(f"The local API server did not start: {e}")
+        self.api_label.setText(f"API: {self.api.url}" if self.api is not None else "")
+        self.api_label.setVisible(self.api is not None)
+
     # --- lifetime ----------------------------------------------------------------------------------
     def closeEvent(self, event: QCloseEvent) -> None:
         """Cancel an answer or conversion in flight, free the models on their thread, and wait for it."""
@@ -547,8 +574,9 @@ class MainWindow(QMainWindow):
             if self.live is not None:
                 self.live.request.cancel.set()
             self.models.shutdown()
-            self.shutdown_requested.emit()
-            self.worker_thread.wait()
+            if self.api is not None:
+                self.api.stop()
+            self.runner.close()
             # The worker's last signals (the stopped answer) are still queued for this window: deliver them
             # now, so the partial answer is saved before the history closes.
             QCoreApplication.sendPostedEvents(self, QEvent.Type.MetaCall)

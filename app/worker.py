@@ -1,4 +1,5 @@
-"""Workers on their own QThreads: one owns the Engine, one runs the converter. Signals carry the results.
+"""The window's workers: the engine thread (runtime.engine_worker) and the converter's QThread. Signals
+carry their results.
 
 The GUI thread never runs inference or conversion. Each request has its own cancel Event, set directly from
 the GUI thread (an Event is thread-safe), so Stop reaches the loop within one verify cycle even while the
@@ -7,14 +8,18 @@ worker is busy, and a late Stop can never cancel the next request.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from runtime.engine import ChatOptions, Engine, EngineSettings
-from runtime.errors import Cancelled, SpecQuantError
+from runtime import engine_worker
+from runtime.engine import ChatOptions, EngineSettings
+from runtime.engine_worker import Failure, Job, Status
+from runtime.errors import Cancelled, SpecQuantError, readable
 
 log = logging.getLogger("specquant.app")
 
@@ -29,72 +34,39 @@ class ChatRequest:
     cancel: threading.Event = field(default_factory=threading.Event)
 
 
-def readable(e: BaseException) -> str:
-    """One line for a banner: our own errors as they are; anything else with its type, never a traceback."""
-    if isinstance(e, SpecQuantError):
-        return str(e)
-    if isinstance(e, MemoryError):
-        return "out of memory: close other programs, pick a smaller model or lower the context size in Settings"
-    return f"unexpected {type(e).__name__}: {e}"
-
-
 class EngineWorker(QObject):
-    """Owns one Engine, (re)built when the model or its settings change, and streams answers."""
+    """The window's side of `runtime.engine_worker.EngineWorker`: submits its requests to the engine thread
+    (shared with the local API server, in one queue) and turns what comes back into signals for the GUI."""
 
     status = Signal(int, str)  # request id, what is happening before the first token (loading, calibrating)
     chunk = Signal(int, object)  # request id, runtime.engine.Chunk
     finished = Signal(int, object)  # request id, the last Chunk (done=True)
-    failed = Signal(int, str)  # request id, a readable one-line reason
+    failed = Signal(int, str)  # request id, a readable one-line reason ("" when stopped by the user)
 
-    def __init__(self) -> None:
+    def __init__(self, runner: engine_worker.EngineWorker) -> None:
         super().__init__()
-        self.engine: Engine | None = None
+        self.runner = runner
 
-    @Slot(object)
     def generate(self, request: ChatRequest) -> None:
+        job = Job(
+            request.model, request.settings, request.messages, request.options,
+            sink=functools.partial(self._deliver, request.id), cancel=request.cancel,
+        )
         try:
-            engine = self._engine_for(request)
-            if request.options.preset == "auto" and not engine.calibrated:
-                self.status.emit(request.id, "Measuring this machine for the auto preset (once per model)…")
-                engine.calibration()
-            if request.cancel.is_set():
-                raise Cancelled("stopped before the answer started")
-            for chunk in engine.stream_chat(request.messages, request.options, request.cancel):
-                if chunk.done:
-                    self.finished.emit(request.id, chunk)
-                else:
-                    self.chunk.emit(request.id, chunk)
-        except Cancelled:
-            self.failed.emit(request.id, "")  # an empty reason: stopped by the user, nothing to show
-        except Exception as e:  # a worker must survive anything and say what happened
-            log.debug("generation failed", exc_info=True)
+            self.runner.submit(job, bounded=False)
+        except SpecQuantError as e:
             self.failed.emit(request.id, readable(e))
-            self._drop_engine()  # a damaged or half-loaded engine is rebuilt on the next request
 
-    def _engine_for(self, request: ChatRequest) -> Engine:
-        e = self.engine
-        if e is not None and e.model.name == request.model and e.settings == request.settings:
-            return e
-        self._drop_engine()
-        self.status.emit(request.id, f"Loading {request.model}…")
-        self.engine = Engine(request.model, request.settings)
-        return self.engine
-
-    def _drop_engine(self) -> None:
-        if self.engine is not None:
-            self.engine.close()
-            self.engine = None
-
-    @Slot()
-    def release(self) -> None:
-        """Unload the models (before a model is deleted or converted again)."""
-        self._drop_engine()
-
-    @Slot()
-    def shutdown(self) -> None:
-        """Free the models on this thread, then end it."""
-        self._drop_engine()
-        QThread.currentThread().quit()
+    def _deliver(self, request_id: int, event: Any) -> None:
+        """On the engine thread: a signal emitted here is queued to the window's thread."""
+        if isinstance(event, Status):
+            self.status.emit(request_id, event.text)
+        elif isinstance(event, Failure):
+            self.failed.emit(request_id, event.reason)
+        elif event.done:
+            self.finished.emit(request_id, event)
+        else:
+            self.chunk.emit(request_id, event)
 
 
 @dataclass(frozen=True)

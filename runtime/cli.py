@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -189,15 +190,20 @@ def _chat_options(args: argparse.Namespace) -> Any:
     )
 
 
-def _engine(args: argparse.Namespace) -> Any:
-    from runtime.engine import Engine, EngineSettings
+def _engine_settings(args: argparse.Namespace) -> Any:
+    from runtime.engine import EngineSettings
     from runtime.placement import PlacementSettings
 
     if args.ctx < 256:
         raise UserError(f"--ctx {args.ctx} is too small (at least 256)")
     placement = PlacementSettings(mode=args.placement, max_memory_bytes=_memory_budget(args))
-    settings = EngineSettings(n_ctx=args.ctx, n_threads=args.threads, placement=placement)
-    return Engine(args.model, settings)
+    return EngineSettings(n_ctx=args.ctx, n_threads=args.threads, placement=placement)
+
+
+def _engine(args: argparse.Namespace) -> Any:
+    from runtime.engine import Engine
+
+    return Engine(args.model, _engine_settings(args))
 
 
 def _memory_budget(args: argparse.Namespace) -> int | None:
@@ -336,6 +342,37 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from runtime import server
+    from runtime.engine import resolve_model
+    from runtime.engine_worker import EngineWorker
+
+    key = args.api_key or os.environ.get("SPECQUANT_API_KEY") or None
+    config = server.ServeConfig(args.host, args.port, key, tuple(args.cors_origin or ()))
+    server.check_config(config)
+    if args.max_queue < 1:
+        raise UserError(f"--max-queue {args.max_queue} must be at least 1")
+    defaults = server.Defaults(resolve_model(args.model).name, _engine_settings(args), _chat_options(args))
+    sock = server.bind(config)
+    url = server.url_of(sock)
+    auth = ' -H "Authorization: Bearer $SPECQUANT_API_KEY"' if key else ""
+    print(f"SpecQuant API for {defaults.model} on {url}/v1 (OpenAI-compatible; Ctrl-C stops)")
+    print(
+        f"try: curl {url}/v1/chat/completions -H 'Content-Type: application/json'{auth} "
+        """-d '{"messages": [{"role": "user", "content": "Hello!"}]}'""",
+        flush=True,
+    )
+    logging.getLogger("specquant.server").setLevel(logging.INFO)  # one line per request: never its content
+    runner = EngineWorker(max_queue=args.max_queue)
+    try:
+        server.serve(server.Service(runner, lambda: defaults, config), sock)
+    finally:
+        runner.close()
+        sock.close()
+    print("stopped", file=sys.stderr)
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from runtime.bench import main_bench
     from runtime.engine import EngineSettings
@@ -388,6 +425,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, func, text in (
         ("info", cmd_info, "show the model, the hardware and the placement plan"),
         ("chat", cmd_chat, "chat: one prompt, or an interactive session"),
+        ("serve", cmd_serve, "serve an OpenAI-compatible API on this computer (127.0.0.1 by default)"),
     ):
         p = sub.add_parser(name, help=text)
         p.add_argument("--model", help="model name in the cache (default: the only one, else the demo)")
@@ -395,13 +433,17 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--threads", type=int, default=0, help="threads (default: physical cores)")
         p.add_argument("--placement", default="auto", choices=("auto", "cpu", "gpu"), help="where tiers run")
         p.add_argument("--max-memory", type=float, metavar="GB", help=MAX_MEMORY_HELP)
-        p.add_argument("--json", action="store_true", help="print one JSON object")
         p.set_defaults(func=func)
+        if name == "serve":
+            _add_serve_flags(p)
+        else:
+            p.add_argument("--json", action="store_true", help="print one JSON object")
         if name == "info":
             continue
-        src = p.add_mutually_exclusive_group()
-        src.add_argument("--prompt", help="the prompt (without it: an interactive chat)")
-        src.add_argument("--prompt-file", help="read the prompt from FILE (- for stdin)")
+        if name == "chat":
+            src = p.add_mutually_exclusive_group()
+            src.add_argument("--prompt", help="the prompt (without it: an interactive chat)")
+            src.add_argument("--prompt-file", help="read the prompt from FILE (- for stdin)")
         p.add_argument("--level", default="auto", choices=("auto", "low", "medium", "high"))
         p.add_argument("--preset", default="exact", choices=("exact", "paper", "auto"))
         p.add_argument("--allow-lossy", action="store_true", help="auto preset: accept lower precision where faster")
@@ -413,7 +455,8 @@ def build_parser() -> argparse.ArgumentParser:
         )
         p.add_argument("--no-spec", action="store_true", help="no speculation (same as --draft none)")
         p.add_argument("--k", type=int, help="fixed draft length (default: the controller picks k each cycle)")
-        p.add_argument("--max-tokens", type=int, default=512)
+        unsaid = " when a request does not say" if name == "serve" else ""
+        p.add_argument("--max-tokens", type=int, default=512, help=f"answer length in tokens{unsaid} (default 512)")
         model_says = "default: the model's recommendation, else llama.cpp's"
         p.add_argument("--temp", type=float, help=f"temperature; 0 is greedy ({model_says}: 0.8)")
         p.add_argument("--top-k", type=int, help=f"{model_says} (40)")
@@ -446,6 +489,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="write results.json into this folder")
     p.set_defaults(func=cmd_bench)
     return parser
+
+
+def _add_serve_flags(p: argparse.ArgumentParser) -> None:
+    from runtime.server import DEFAULT_PORT
+
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this computer only)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free one)")
+    p.add_argument(
+        "--api-key", help="require 'Authorization: Bearer KEY' (or set SPECQUANT_API_KEY); needed beyond loopback"
+    )
+    p.add_argument("--max-queue", type=int, default=32, help="requests that may wait; more get 429 (default 32)")
+    p.add_argument("--cors-origin", action="append", metavar="ORIGIN", help="allow browser pages from ORIGIN")
 
 
 def _setup_logging(verbose: bool) -> None:

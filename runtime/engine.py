@@ -375,6 +375,9 @@ class Engine:
         if not messages or messages[-1].get("role") != "user":
             raise UserError("the chat must end with a user message")
         route = self.route(messages[-1]["content"])
+        if options.level != "auto":  # a pinned level is the one that decides, and the one shown
+            why = f"{options.level.capitalize()}: pinned (the router judged it {route.level})."
+            route = replace(route, level=options.level, reason=why)
         choice = self.choose(route, options)
         placement = self.plan(choice, pinned=options.parent is not None)
         choice = self.fit(choice, placement)
@@ -387,7 +390,7 @@ class Engine:
             spec = replace(spec, k=choice.k)
         if options.draft_window is not None:
             spec = replace(spec, draft_window=options.draft_window)
-        level = route.level if options.level == "auto" else options.level
+        level = route.level
         params = self.sampling(parent, options)
         controller = Controller(self.estimates(choice.parent, params.greedy), fixed_k=spec.k)
 

@@ -20,6 +20,16 @@ class Cancelled(SpecQuantError):
     """The user asked to stop; whatever was half-written has been removed."""
 
 
+def readable(e: BaseException) -> str:
+    """One line for a banner or an API error: our own errors as they are; anything else with its type, never
+    a traceback."""
+    if isinstance(e, SpecQuantError):
+        return str(e)
+    if isinstance(e, MemoryError):
+        return "out of memory: close other programs, pick a smaller model or lower the context size"
+    return f"unexpected {type(e).__name__}: {e}"
+
+
 def run_command(prog: str, body: Callable[[], int]) -> int:
     """Run a command's body; our errors become one line on stderr and an exit code, never a traceback.
 

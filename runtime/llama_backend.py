@@ -148,7 +148,10 @@ class LlamaBackend:
                 b.logits[i] = (start + i) in row_of
             b.n_tokens = len(chunk)
             t0 = time.perf_counter()
-            rc = self._llama_cpp.llama_decode(self._ctx.ctx, b)
+            try:
+                rc = self._llama_cpp.llama_decode(self._ctx.ctx, b)
+            finally:
+                route_llama_log().aborting = False
             self.llama_seconds += time.perf_counter() - t0
             if rc != 0:
                 # llama.cpp keeps the KV cache consistent up to the last finished ubatch; roll back to
@@ -179,7 +182,10 @@ class LlamaBackend:
 
     def _should_abort(self, _data: ctypes.c_void_p) -> bool:
         ev = self._abort_event
-        return bool(ev is not None and ev.is_set())
+        if ev is not None and ev.is_set():
+            route_llama_log().aborting = True  # the error lines llama.cpp now logs are this abort's
+            return True
+        return False
 
     def close(self) -> None:
         for part in (self._batch, self._ctx, self._model):

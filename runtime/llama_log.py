@@ -24,6 +24,9 @@ class _LogSink:
         self.level = logging.INFO
         self.buffer = ""
         self.errors: deque[str] = deque(maxlen=8)
+        # Set while a decode is being aborted on purpose (a Stop, a client gone): llama.cpp then reports
+        # "failed to decode" at error level, which is no error to the user.
+        self.aborting = False
 
     def feed(self, level: int, text: str) -> None:
         if level != _CONT:
@@ -34,9 +37,10 @@ class _LogSink:
             line = line.strip()
             if not line:
                 continue
-            if self.level >= logging.ERROR:
+            level = logging.DEBUG if self.aborting and self.level >= logging.ERROR else self.level
+            if level >= logging.ERROR:
                 self.errors.append(line)
-            logger.log(self.level, "%s", line)
+            logger.log(level, "%s", line)
 
     def last(self) -> str:
         return self.errors[-1] if self.errors else ""

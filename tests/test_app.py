@@ -43,7 +43,7 @@ def window(qtbot, demo_cache: Path, tmp_path: Path):
     qtbot.addWidget(w)
     yield w
     w.close()
-    assert w.worker_thread.isFinished()
+    assert not w.runner.alive
 
 
 def ask(qtbot, w: MainWindow, text: str, timeout: int = ANSWER_MS) -> str:
@@ -197,7 +197,7 @@ def test_damaged_model_shows_a_banner_and_the_app_stays_usable(qtbot, window: Ma
 def test_closing_during_an_answer_cancels_cleanly(qtbot, demo_cache: Path, tmp_path: Path) -> None:
     w = start_long_answer(qtbot, tmp_path)
     w.close()
-    assert w.worker_thread.isFinished()
+    assert not w.runner.alive
     store = Store(tmp_path / "conversations.sqlite3")
     messages = store.messages(store.conversations()[0].id)
     assert messages[0].content == LONG  # the question is never lost; the partial answer is kept as stopped
@@ -376,3 +376,65 @@ def test_a_memory_budget_in_the_settings_lowers_the_precision_and_says_why(qtbot
     window.apply_settings(replace(window.settings, max_memory_gb=0.0))  # no budget: F16 again
     ask(qtbot, window, LOW)
     assert window.precision.text().startswith("F16")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_local_api_server_answers_with_the_windows_engine(qtbot, demo_cache: Path, tmp_path: Path) -> None:
+    import threading
+
+    import openai
+
+    port = _free_port()
+    w = open_window(tmp_path, max_tokens=24, api_server=True, api_port=port)
+    qtbot.addWidget(w)
+    assert w.api_label.isVisible() and w.api_label.text() == f"API: http://127.0.0.1:{port}"
+    assert ask(qtbot, w, LOW)
+    engine = w.runner.engine
+
+    # An API request and the window's next message queue on the same engine thread.
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="-", max_retries=0, timeout=120)
+    got: dict[str, object] = {}
+
+    def call() -> None:
+        try:
+            got["answer"] = client.chat.completions.create(
+                model=DEMO_NAME, messages=[{"role": "user", "content": "Say hello."}], temperature=0, max_tokens=8
+            )
+        except Exception as e:
+            got["error"] = e
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    assert ask(qtbot, w, "Name a fruit.")
+    qtbot.waitUntil(lambda: not caller.is_alive(), timeout=ANSWER_MS)
+    assert "error" not in got, got
+    answer = got["answer"]
+    assert answer.choices[0].message.content and answer.model_extra["specquant"]["pair"].startswith("F16")
+    assert w.runner.engine is engine  # not a second copy of the model
+
+    w.apply_settings(replace(w.settings, api_server=False))
+    assert not w.api_label.isVisible() and w.api is None
+    with pytest.raises(openai.APIConnectionError):
+        client.models.list()
+    w.close()
+
+
+def test_a_taken_api_port_is_said_in_the_banner(qtbot, demo_cache: Path, tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        w = open_window(tmp_path, api_server=True, api_port=port)
+        qtbot.addWidget(w)
+        assert w.api is None and not w.api_label.isVisible()
+        assert f"cannot listen on 127.0.0.1:{port}" in w.banner.message
+        w.close()

@@ -44,6 +44,7 @@ def test_choice_follows_router_and_preset(engine: Engine) -> None:
     assert paper[-1].choice.label == "Q8_0 ← Q4_K_M"
     _, pinned = collect(engine, user(HIGH), ChatOptions(max_tokens=4, level="low", no_spec=True))
     assert pinned[-1].choice.label == "F16" and "pinned" in pinned[-1].choice.why
+    assert pinned[-1].route.level == "low" and "router judged it high" in pinned[-1].route.reason
 
 
 def test_stream_then_stats(engine: Engine) -> None:

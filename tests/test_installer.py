@@ -9,10 +9,12 @@ import os
 import plistlib
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
 import time
+import urllib.request
 import zipfile
 from pathlib import Path
 
@@ -259,6 +261,21 @@ def test_linux_bundle_installs_and_passes_its_self_test(tmp_path: Path) -> None:
     assert kernels["variant"] in bundled and kernels["cached"] is True, kernels
     assert len(bundled) > 1  # every variant stays in the bundle; the choice is made per machine
     print(f"CPU kernels: {kernels}")
+
+    # The bundled CLI serves the API (uvicorn's protocol modules are imported by name: PyInstaller must ship them).
+    served = subprocess.Popen(
+        [str(program / "specquant"), "serve", "--port", "0"], env={"HOME": str(home), "PATH": CLEAN_PATH},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    assert served.stdout is not None
+    base = served.stdout.readline().split(" on ")[1].split()[0]
+    ask = json.dumps({"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 8, "temperature": 0})
+    request = urllib.request.Request(f"{base}/chat/completions", ask.encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=300) as r:
+        answer = json.loads(r.read())
+    assert answer["choices"][0]["message"]["content"] and answer["specquant"]["pair"].startswith("F16")
+    served.send_signal(signal.SIGINT)
+    assert served.wait(timeout=60) == 0, served.communicate()[1][-2000:]
 
     removed = run_clean(["sh", str(program / "uninstall.sh")], home, timeout=60)
     assert removed.returncode == 0, removed.stderr

@@ -1,0 +1,194 @@
+"""One thread owns the Engine and answers chats in order: the window and the API server both submit here.
+
+Requests wait in a bounded FIFO queue (`QueueFull` when it is full). Each `Job` has its own cancel Event,
+which anyone may set from any thread: a waiting job is then skipped, a running one stops within one verify
+cycle. Results go to the job's `sink` on the worker thread, so a sink must only hand them on (a Qt signal,
+`loop.call_soon_threadsafe`), never block. The Engine is rebuilt only when a job asks for another model or
+other settings; successive turns of one conversation therefore reuse its KV prefix.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from runtime.engine import ChatOptions, Engine, EngineSettings, Message
+from runtime.errors import Cancelled, SpecQuantError, UserError, readable
+
+log = logging.getLogger("specquant.worker")
+
+
+@dataclass(frozen=True)
+class Status:
+    """What is happening before the first token (loading a model, measuring the machine)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The job ended without a last Chunk. `kind`: cancelled (reason ""), user (bad input) or internal."""
+
+    reason: str
+    kind: str
+
+
+@dataclass(eq=False)  # a job is itself, not its fields: it can sit in a set
+class Job:
+    model: str | None  # a cached model's name; None: the only one, else the demo
+    settings: EngineSettings
+    messages: list[Message]
+    options: ChatOptions
+    sink: Callable[[Any], None]  # receives Status, runtime.engine.Chunk (the last has done=True) or Failure
+    cancel: threading.Event = field(default_factory=threading.Event)
+    id: int = field(default_factory=itertools.count(1).__next__)
+
+
+class QueueFull(SpecQuantError):
+    """The queue holds `max_queue` waiting jobs already; `retry_after_s` is when a place may be free."""
+
+    def __init__(self, waiting: int, retry_after_s: int) -> None:
+        super().__init__(f"{waiting} requests are waiting already; try again in {retry_after_s} s")
+        self.retry_after_s = retry_after_s
+
+
+class EngineWorker:
+    """A thread with one Engine and a FIFO of jobs. `max_queue`: waiting jobs allowed (None: no bound)."""
+
+    def __init__(self, max_queue: int | None = None, name: str = "specquant-engine") -> None:
+        if max_queue is not None and max_queue < 1:
+            raise UserError(f"queue size {max_queue} must be at least 1")
+        self.max_queue = max_queue
+        self.engine: Engine | None = None
+        self._pending: collections.deque[Job | Callable[[], None]] = collections.deque()
+        self._running: Job | None = None
+        self._cond = threading.Condition()
+        self._closed = False
+        self._durations: collections.deque[float] = collections.deque(maxlen=16)  # seconds per finished job
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    # --- any thread --------------------------------------------------------------------------------
+    def submit(self, job: Job, bounded: bool = True) -> Job:
+        """Queue `job` behind the others. `bounded=False` (the window's own messages, one at a time) ignores
+        `max_queue`, which is for clients of the API."""
+        with self._cond:
+            if self._closed:
+                raise SpecQuantError("the engine has shut down")
+            waiting = sum(isinstance(j, Job) for j in self._pending)
+            if bounded and self.max_queue is not None and waiting >= self.max_queue:
+                raise QueueFull(waiting, self._retry_after(waiting))
+            self._pending.append(job)
+            self._cond.notify()
+        return job
+
+    @property
+    def waiting(self) -> int:
+        with self._cond:
+            return sum(isinstance(j, Job) for j in self._pending)
+
+    @property
+    def busy(self) -> bool:
+        return self._running is not None
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def cancel_all(self) -> None:
+        """Cancel the running job and every waiting one (each still gets its Failure or last Chunk)."""
+        with self._cond:
+            jobs = [j for j in self._pending if isinstance(j, Job)]
+            if self._running is not None:
+                jobs.append(self._running)
+        for j in jobs:
+            j.cancel.set()
+
+    def release(self, cancel: bool = True) -> None:
+        """Unload the models (before a model's files are deleted or rewritten); returns once they are."""
+        if cancel:
+            self.cancel_all()
+        done = threading.Event()
+
+        def drop() -> None:
+            self._drop_engine()
+            done.set()
+
+        with self._cond:
+            if self._closed:
+                return
+            self._pending.append(drop)
+            self._cond.notify()
+        done.wait()
+
+    def close(self, timeout: float | None = None) -> None:
+        """Cancel everything, free the models on the worker thread, and end it."""
+        self.cancel_all()
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join(timeout)
+
+    # --- the worker thread -------------------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._closed:
+                    self._cond.wait()
+                if not self._pending:  # closed and drained
+                    break
+                item = self._pending.popleft()
+                self._running = item if isinstance(item, Job) else None
+            try:
+                item() if not isinstance(item, Job) else self._run(item)
+            finally:
+                self._running = None
+        self._drop_engine()
+
+    def _run(self, job: Job) -> None:
+        started = time.monotonic()
+        try:
+            if job.cancel.is_set():
+                raise Cancelled("stopped before the answer started")
+            engine = self._engine_for(job)
+            if job.options.preset == "auto" and not engine.calibrated:
+                job.sink(Status("Measuring this machine for the auto preset (once per model)…"))
+                engine.calibration()
+            for chunk in engine.stream_chat(job.messages, job.options, job.cancel):
+                job.sink(chunk)
+        except Cancelled:
+            job.sink(Failure("", "cancelled"))
+        except UserError as e:
+            job.sink(Failure(str(e), "user"))
+        except Exception as e:  # the worker must survive anything and say what happened
+            log.debug("generation failed", exc_info=True)
+            job.sink(Failure(readable(e), "internal"))
+            self._drop_engine()  # a damaged or half-loaded engine is rebuilt for the next job
+        else:
+            self._durations.append(time.monotonic() - started)
+
+    def _engine_for(self, job: Job) -> Engine:
+        e = self.engine
+        if e is not None and (job.model is None or e.model.name == job.model) and e.settings == job.settings:
+            return e
+        self._drop_engine()
+        job.sink(Status(f"Loading {job.model or 'the model'}…"))
+        self.engine = Engine(job.model, job.settings)
+        return self.engine
+
+    def _drop_engine(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
+            self.engine = None
+
+    def _retry_after(self, waiting: int) -> int:
+        """Seconds until a place is free: when the running job ends, about one typical job (median of the
+        recent ones; 5 s before any has finished)."""
+        return max(1, round(statistics.median(self._durations) if self._durations else 5.0))

@@ -1,0 +1,395 @@
+"""`specquant serve`: an OpenAI-compatible API over the Engine (Starlette, uvicorn, sse-starlette).
+
+Every request becomes a `Job` for the one engine thread (`runtime.engine_worker`), which the window shares
+when it serves: clients get the router, the speculative loop and the placement, and see them in each
+response's `specquant` object. A client that goes away cancels its job within one verify cycle. Requests
+are logged by method, path, status and time, never by content.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import hmac
+import ipaddress
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sse_starlette import EventSourceResponse
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from runtime import api_schema
+from runtime.api_schema import ApiError
+from runtime.cache import ModelDir, cache_root, list_models
+from runtime.engine import ChatOptions, Chunk, EngineSettings
+from runtime.engine_worker import EngineWorker, Failure, Job, QueueFull
+from runtime.errors import UserError, readable
+
+log = logging.getLogger("specquant.server")
+MAX_BODY = 1 << 20  # 1 MiB: a long chat is well under it; more is a mistake or an attack
+DEFAULT_PORT = 8088
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """What a request does not say: the model, the engine's settings and the base chat options."""
+
+    model: str
+    settings: EngineSettings
+    options: ChatOptions
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    api_key: str | None = None
+    cors_origins: tuple[str, ...] = ()
+    max_body: int = MAX_BODY
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_config(config: ServeConfig) -> None:
+    """The refusals `serve` makes before it binds anything (one line each)."""
+    if not is_loopback(config.host) and not config.api_key:
+        raise UserError(
+            f"--host {config.host} would let other computers use this one's model: give --api-key KEY too "
+            "(or keep the default, 127.0.0.1)"
+        )
+    if not 0 <= config.port <= 65535:
+        raise UserError(f"--port {config.port} must be 0 to 65535")
+
+
+def bind(config: ServeConfig) -> socket.socket:
+    """The listening socket, bound here so a taken port is one clear line (and port 0 picks a free one)."""
+    family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((config.host, config.port))
+    except OSError as e:
+        sock.close()
+        raise UserError(f"cannot listen on {config.host}:{config.port}: {e.strerror or e}") from None
+    sock.listen(128)
+    sock.setblocking(False)
+    return sock
+
+
+def url_of(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+class Service:
+    """The API's state: the engine thread, the defaults, and the jobs it has in flight."""
+
+    def __init__(self, runner: EngineWorker, defaults: Callable[[], Defaults], config: ServeConfig) -> None:
+        self.runner = runner
+        self.defaults = defaults
+        self.config = config
+        self.jobs: set[Job] = set()
+        self.started = time.time()
+
+    def cancel_all(self) -> None:
+        """Cancel this API's jobs (the window's own, on a shared engine thread, are left alone)."""
+        for job in list(self.jobs):
+            job.cancel.set()
+
+    # --- endpoints ---------------------------------------------------------------------------------
+    async def health(self, request: Request) -> Response:
+        d = self.defaults()
+        queue = {"busy": self.runner.busy, "waiting": self.runner.waiting, "max_queue": self.runner.max_queue}
+        return JSONResponse({"status": "ok", "model": d.model} | queue)
+
+    async def models(self, request: Request) -> Response:
+        self._authorize(request)
+        return JSONResponse({"object": "list", "data": [self._model_entry(m) for m in self._complete()]})
+
+    async def model(self, request: Request) -> Response:
+        self._authorize(request)
+        name = request.path_params["name"]
+        for m in self._complete():
+            if m.name == name:
+                return JSONResponse(self._model_entry(m))
+        raise self._unknown_model(name)
+
+    async def chat_completions(self, request: Request) -> Response:
+        self._authorize(request)
+        body = await self._read_json(request)
+        d = self.defaults()
+        call = api_schema.parse_chat(body, d.options, d.settings.n_ctx)
+        model = call.model or d.model
+        if model not in {m.name for m in self._complete()}:
+            raise self._unknown_model(model)
+
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[Any] = asyncio.Queue()
+
+        def sink(event: Any) -> None:  # on the engine thread
+            with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is listening any more
+                loop.call_soon_threadsafe(events.put_nowait, event)
+
+        job = Job(model, d.settings, call.messages, call.options, sink)
+        try:
+            self.runner.submit(job)
+        except QueueFull as e:
+            retry = {"Retry-After": str(e.retry_after_s)}
+            raise ApiError(429, str(e), kind="rate_limit_error", code="queue_full", headers=retry) from None
+        self.jobs.add(job)  # nothing between submit and here can fail: `finish` owns the job from now on
+
+        def finish() -> None:
+            """The request is over (answered, failed or abandoned): stop its job if it still runs."""
+            job.cancel.set()  # a no-op once the answer is complete
+            watcher.cancel()
+            self.jobs.discard(job)
+
+        watcher = asyncio.create_task(_on_disconnect(request.receive, finish))
+        streaming = False
+        try:
+            first = await _next_chunk(events)
+            if call.stream:
+                streaming = True  # the stream's own end calls finish()
+                return EventSourceResponse(self._stream(first, events, model, call.include_usage, finish), ping=15)
+            parts, last = [first.text], first
+            while not last.done:
+                last = await _next_chunk(events)
+                parts.append(last.text)
+            _check_complete(last)
+            return JSONResponse(api_schema.completion(api_schema.new_id(), model, "".join(parts), last))
+        finally:
+            if not streaming:
+                finish()
+
+    async def _stream(
+        self, first: Chunk, events: asyncio.Queue[Any], model: str, include_usage: bool, finish: Callable[[], None]
+    ) -> AsyncIterator[dict[str, str]]:
+        call_id, created = api_schema.new_id(), int(time.time())
+
+        def event(delta: dict[str, str], last: Chunk | None = None) -> dict[str, str]:
+            return {"data": json.dumps(api_schema.stream_chunk(call_id, model, created, delta, last))}
+
+        try:
+            yield event({"role": "assistant", "content": ""})
+            chunk = first
+            while True:
+                if chunk.text:
+                    yield event({"content": chunk.text})
+                if chunk.done:
+                    break
+                chunk = await _next_chunk(events)
+            _check_complete(chunk)
+            yield event({}, chunk)
+            if include_usage:
+                yield {"data": json.dumps(api_schema.usage_chunk(call_id, model, created, chunk))}
+        except ApiError as e:  # the status line has gone already: the error is the stream's last event
+            yield {"data": json.dumps(e.body())}
+        except Exception as e:
+            log.debug("stream failed", exc_info=True)
+            yield {"data": json.dumps(ApiError(500, readable(e), kind="server_error").body())}
+        finally:
+            finish()
+        yield {"data": "[DONE]"}
+
+    # --- helpers -----------------------------------------------------------------------------------
+    def _authorize(self, request: Request) -> None:
+        key = self.config.api_key
+        if not key:
+            return
+        given = request.headers.get("authorization", "")
+        scheme, _, token = given.partition(" ")
+        # compare_digest: the time taken does not tell how much of a wrong key was right.
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key.encode()):
+            what = "missing" if not given else "wrong"
+            words = f"{what} API key: send 'Authorization: Bearer KEY'"
+            raise ApiError(401, words, kind="authentication_error", code="invalid_api_key")
+
+    async def _read_json(self, request: Request) -> Any:
+        cap = self.config.max_body
+        too_big = ApiError(413, f"the request body is over {cap // 1024} KiB", code="request_too_large")
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > cap:
+            raise too_big
+        body = bytearray()
+        async for piece in request.stream():
+            body += piece
+            if len(body) > cap:
+                raise too_big
+        try:
+            return json.loads(body)
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ApiError(400, f"the request body is not valid JSON: {e}") from None
+
+    def _complete(self) -> list[Any]:
+        return [m for m in list_models(cache_root()) if m.complete]
+
+    def _model_entry(self, m: Any) -> dict[str, Any]:
+        rows = ModelDir(m.path.parent, m.name).tier_rows(m.manifest or {})
+        tiers = [{"tier": r["tier"], "bytes": r["bytes"]} for r in rows]
+        created = int(m.path.stat().st_mtime)
+        return {"id": m.name, "object": "model", "created": created, "owned_by": "specquant", "tiers": tiers}
+
+    def _unknown_model(self, name: str) -> ApiError:
+        known = ", ".join(m.name for m in self._complete()) or "none"
+        return ApiError(404, f"model {name!r} is not in the cache (cached: {known})", "model", code="model_not_found")
+
+
+async def _next_chunk(events: asyncio.Queue[Any]) -> Chunk:
+    """The job's next Chunk; its Failure as an ApiError (Status events are for the window)."""
+    while True:
+        event = await events.get()
+        if isinstance(event, Failure):
+            if event.kind == "user":
+                raise ApiError(400, event.reason)
+            if event.kind == "cancelled":
+                raise ApiError(503, "the request was cancelled (the server is stopping)", kind="server_error")
+            raise ApiError(500, event.reason, kind="server_error")
+        if isinstance(event, Chunk):
+            return event
+
+
+def _check_complete(last: Chunk) -> None:
+    if last.stats.stop_reason == "cancelled":
+        raise ApiError(503, "the answer was cancelled (the server is stopping)", kind="server_error")
+
+
+async def _on_disconnect(receive: Receive, then: Callable[[], None]) -> None:
+    """Call `then` when the client goes away (the body has been read, so the next message is the end)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    then()
+
+
+class RequestLog:
+    """Logs each request's method, path, status and time; never its headers or body."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started, status = time.perf_counter(), 500
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            ms = (time.perf_counter() - started) * 1000
+            log.info("%s %s %d %.0f ms", scope["method"], scope["path"], status, ms)
+
+
+def _guarded(endpoint: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+    """An unexpected error becomes a one-line 500 in OpenAI's shape (its traceback only with --verbose)."""
+
+    @functools.wraps(endpoint)
+    async def guarded(request: Request) -> Response:
+        try:
+            return await endpoint(request)
+        except (ApiError, HTTPException):
+            raise
+        except Exception as e:
+            log.debug("request failed", exc_info=True)
+            log.error("%s %s failed: %s", request.method, request.url.path, readable(e))
+            raise ApiError(500, readable(e), kind="server_error") from None
+
+    return guarded
+
+
+def create_app(service: Service) -> Starlette:
+    async def api_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ApiError)
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        error = ApiError(exc.status_code, f"{exc.detail}: {request.method} {request.url.path}")
+        return JSONResponse(error.body(), status_code=exc.status_code)
+
+    middleware = [Middleware(RequestLog)]
+    if service.config.cors_origins:
+        cors = {"allow_origins": list(service.config.cors_origins), "allow_methods": ["GET", "POST"]}
+        middleware.append(Middleware(CORSMiddleware, allow_headers=["Authorization", "Content-Type"], **cors))
+    routes = [
+        Route("/health", _guarded(service.health)),
+        Route("/v1/models", _guarded(service.models)),
+        Route("/v1/models/{name}", _guarded(service.model)),
+        Route("/v1/chat/completions", _guarded(service.chat_completions), methods=["POST"]),
+    ]
+    handlers = {ApiError: api_error, HTTPException: http_error}
+    return Starlette(routes=routes, middleware=middleware, exception_handlers=handlers)  # type: ignore[arg-type]
+
+
+def uvicorn_server(service: Service) -> Any:
+    """A uvicorn Server for the app, our logging kept (no access log: RequestLog says what is needed)."""
+    import uvicorn
+
+    config = uvicorn.Config(
+        create_app(service), log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=5,
+    )
+    return uvicorn.Server(config)
+
+
+def serve(service: Service, sock: socket.socket) -> None:
+    """Serve on `sock` until Ctrl-C or SIGTERM; answers in flight are cancelled first, then it returns."""
+    server = uvicorn_server(service)
+    original = server.handle_exit
+
+    def handle_exit(sig: int, frame: Any) -> None:
+        service.cancel_all()  # the streams end within one cycle, so the graceful shutdown is quick
+        original(sig, frame)
+
+    server.handle_exit = handle_exit  # type: ignore[method-assign]
+    with contextlib.suppress(KeyboardInterrupt):  # uvicorn raises a captured Ctrl-C again once it has shut down
+        server.run(sockets=[sock])
+
+
+class BackgroundServer:
+    """The window's API server: uvicorn on a thread of its own, sharing the window's engine thread."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+        self.sock = bind(service.config)
+        self.url = url_of(self.sock)
+        self.server = uvicorn_server(service)
+        self.thread = threading.Thread(target=self._run, name="specquant-api", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.server.run(sockets=[self.sock])
+        except Exception:  # must not take the window down; the status bar says the server stopped
+            log.warning("the API server stopped", exc_info=True)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.service.cancel_all()
+        self.server.should_exit = True
+        self.thread.join(timeout)
+        self.sock.close()
