@@ -34,7 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from runtime import api_schema
 from runtime.api_schema import ApiError
-from runtime.cache import ModelDir, cache_root, list_models
+from runtime.cache import ModelDir, cache_root, check_name, list_models
 from runtime.engine import ChatOptions, Chunk, EngineSettings
 from runtime.engine_worker import EngineWorker, Failure, Job, QueueFull
 from runtime.errors import UserError, readable
@@ -141,7 +141,7 @@ class Service:
         d = self.defaults()
         call = api_schema.parse_chat(body, d.options, d.settings.n_ctx)
         model = call.model or d.model
-        if model not in {m.name for m in self._complete()}:
+        if not _is_cached(model):
             raise self._unknown_model(model)
 
         loop = asyncio.get_running_loop()
@@ -253,6 +253,15 @@ class Service:
     def _unknown_model(self, name: str) -> ApiError:
         known = ", ".join(m.name for m in self._complete()) or "none"
         return ApiError(404, f"model {name!r} is not in the cache (cached: {known})", "model", code="model_not_found")
+
+
+def _is_cached(name: str) -> bool:
+    """Whether `name` is a complete model in the cache (one manifest read, not a listing of the cache)."""
+    try:
+        manifest = ModelDir(cache_root(), check_name(name)).read_manifest()
+    except UserError:  # not a valid model name at all
+        return False
+    return bool(manifest and manifest.get("complete"))
 
 
 async def _next_chunk(events: asyncio.Queue[Any]) -> Chunk:

@@ -3,10 +3,11 @@
     python scripts/measure_server.py overhead [--pairs 8] [--model NAME] [--max-tokens 128]
     python scripts/measure_server.py load [--sequential 200] [--concurrent 16] [--model NAME]
 
-`overhead`: one process holds one Engine behind the API (a real uvicorn on loopback, the official openai
-client streaming); pairs interleave a streamed API answer and the same answer from `Engine.stream_chat`
-called directly, timed the same way from the caller's side: time to the first text, decode speed (tokens
-after the first text over the time after it) and end-to-end latency. Prints the medians of the pairs' ratios.
+`overhead`: a `specquant serve` child process answers the official openai client (streaming, greedy); pairs
+interleave its answer and the same answer from an Engine in this process (same model, settings and
+options; the server idles meanwhile), timed the same way from the caller's side: time to the first text,
+decode speed (tokens after the first text over the time after it) and end-to-end latency. Prints the
+medians of the pairs' ratios.
 
 `load`: a `specquant serve` child process; that many sequential requests, then that many at once. Counts
 errors and reports the server's resident memory (psutil, over its process tree) after the 20th request and
@@ -16,6 +17,7 @@ at the end.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import statistics
@@ -27,7 +29,7 @@ from typing import Any
 
 import openai
 
-PROMPT = "Explain in a few sentences why the sky is blue."
+PROMPT = "Write a Python function that checks whether a string is a palindrome, with a docstring and two examples."
 
 
 def cpu_model() -> str:
@@ -36,16 +38,16 @@ def cpu_model() -> str:
     return inventory().cpu
 
 
-def timed(chunks: Any, tokens_of: Any) -> dict[str, float]:
-    """Caller-side timings of one streamed answer: `chunks` yields (text, done_chunk_or_None)."""
+def timed(start_answer: Any, tokens_of: Any) -> dict[str, float]:
+    """Caller-side timings of one streamed answer; `start_answer()` sends the request and returns an iterator
+    of (text, the last chunk or None)."""
     start = time.perf_counter()
     first = last = None
     tokens = 0
-    for text, done in chunks:
+    for text, done in start_answer():
         now = time.perf_counter()
-        if text and first is None:
-            first = now
         if text:
+            first = first or now
             last = now
         if done is not None:
             tokens = tokens_of(done)
@@ -54,34 +56,59 @@ def timed(chunks: Any, tokens_of: Any) -> dict[str, float]:
     return {"ttft": first - start, "decode": (tokens - 1) / (last - first), "latency": end - start, "tokens": tokens}
 
 
-def overhead(args: argparse.Namespace) -> None:
-    from runtime.engine import ChatOptions, EngineSettings, resolve_model
-    from runtime.engine_worker import EngineWorker
-    from runtime.sampling import SamplingParams
-    from runtime.server import BackgroundServer, Defaults, ServeConfig, Service
+def start_server(args: argparse.Namespace, *extra: str) -> tuple[subprocess.Popen[str], str]:
+    """`specquant serve --port 0` in a child process; returns it and its base URL (…/v1)."""
+    command = [sys.executable, "-m", "runtime.cli", "serve", "--port", "0", "--threads", str(args.threads), *extra]
+    if args.model:
+        command += ["--model", args.model]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=dict(os.environ))
+    assert proc.stdout is not None
+    return proc, proc.stdout.readline().split(" on ")[1].split()[0]
 
-    settings = EngineSettings(n_threads=args.threads)
-    options = ChatOptions(max_tokens=args.max_tokens, sampling=SamplingParams())  # greedy: same text both ways
-    model = resolve_model(args.model or None).name
-    runner = EngineWorker()
-    server = BackgroundServer(Service(runner, lambda: Defaults(model, settings, options), ServeConfig(port=0)))
-    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="-", max_retries=0, timeout=600)
+
+def overhead(args: argparse.Namespace) -> None:
+    from runtime.engine import ChatOptions, Engine, EngineSettings
+    from runtime.sampling import SamplingParams
+
+    proc, base = start_server(args, "--temp", "0", "--max-tokens", str(args.max_tokens))
+    client = openai.OpenAI(base_url=base, api_key="-", max_retries=0, timeout=600)
+    model = client.models.list().data[0].id
+    engine = Engine(model, EngineSettings(n_threads=args.threads))
+    options = ChatOptions(max_tokens=args.max_tokens, sampling=SamplingParams())  # greedy, as the server's --temp 0
     messages = [{"role": "user", "content": PROMPT}]
 
     def via_api() -> dict[str, float]:
-        stream = client.chat.completions.create(
-            model=model, messages=messages, stream=True, stream_options={"include_usage": True}
-        )
-        pieces = (
-            (c.choices[0].delta.content if c.choices else "", c if c.usage and not c.choices else None) for c in stream
-        )
-        return timed(pieces, lambda c: c.usage.completion_tokens)
+        def answer() -> Any:
+            stream = client.chat.completions.create(
+                model=model, messages=messages, stream=True, stream_options={"include_usage": True}
+            )
+            for c in stream:
+                yield (c.choices[0].delta.content if c.choices else ""), (c if not c.choices else None)
+
+        def raw_answer() -> Any:
+            """The least a client can do: read the event lines, decode the JSON."""
+            host, port = base.removeprefix("http://").removesuffix("/v1").split(":")
+            conn = http.client.HTTPConnection(host, int(port))
+            body = {"model": model, "messages": messages, "stream": True, "stream_options": {"include_usage": True}}
+            conn.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+            response = conn.getresponse()
+            for line in response:
+                if not line.startswith(b"data: {"):
+                    continue
+                c = json.loads(line[6:])
+                yield (c["choices"][0]["delta"].get("content") if c["choices"] else ""), (None if c["choices"] else c)
+            conn.close()
+
+        if args.client == "raw":
+            return timed(raw_answer, lambda c: c["usage"]["completion_tokens"])
+        return timed(answer, lambda c: c.usage.completion_tokens)
 
     def direct() -> dict[str, float]:
-        engine = runner.engine  # idle between API requests: this thread may use it
-        assert engine is not None and not runner.busy
-        pieces = ((c.text, c if c.done else None) for c in engine.stream_chat(messages, options))
-        return timed(pieces, lambda c: c.stats.tokens)
+        def answer() -> Any:
+            for c in engine.stream_chat(messages, options):
+                yield c.text, (c if c.done else None)
+
+        return timed(answer, lambda c: c.stats.tokens)
 
     via_api()  # load the tiers and warm the caches once, outside the pairs
     direct()
@@ -91,8 +118,9 @@ def overhead(args: argparse.Namespace) -> None:
         assert a["tokens"] == d["tokens"], (a, d)
         pairs.append((a, d))
         print(f"pair {i + 1}: api {a['decode']:.1f} tok/s, direct {d['decode']:.1f} tok/s", file=sys.stderr)
-    server.stop()
-    runner.close()
+    proc.send_signal(2)
+    proc.wait(timeout=60)
+    engine.close()
 
     def median(key: str, invert: bool = False) -> float:
         return statistics.median((d[key] / a[key]) if invert else (a[key] / d[key]) for a, d in pairs)
@@ -100,6 +128,7 @@ def overhead(args: argparse.Namespace) -> None:
     out = {
         "cpu": cpu_model(),
         "model": model,
+        "client": args.client,
         "pairs": args.pairs,
         "tokens": pairs[0][0]["tokens"],
         "decode_api_over_direct": round(median("decode"), 4),
@@ -112,24 +141,20 @@ def overhead(args: argparse.Namespace) -> None:
     print(json.dumps(out, indent=2))
 
 
-def rss_mb(pid: int) -> float:
+def rss_mb(pid: int) -> dict[str, float]:
+    """Resident memory of the server's process tree: anonymous (what a leak grows) and in all."""
     from runtime.resources import resident
 
     r = resident(pid)
-    return (r.anon + r.file) / 1e6
+    return {"anon": r.anon_bytes / 1e6, "total": r.total_bytes / 1e6}
 
 
 def load(args: argparse.Namespace) -> None:
-    command = [sys.executable, "-m", "runtime.cli", "serve", "--port", "0", "--threads", str(args.threads)]
-    if args.model:
-        command += ["--model", args.model]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=dict(os.environ))
-    assert proc.stdout is not None
-    base = proc.stdout.readline().split(" on ")[1].split()[0]
+    proc, base = start_server(args)
     client = openai.OpenAI(base_url=base, api_key="-", max_retries=0, timeout=600)
     prompts = ["Name three primary colors.", "What is the capital of France?", "Say hello in Spanish.", "What is 2+2?"]
     errors: list[str] = []
-    memory: dict[str, float] = {}
+    memory: dict[str, dict[str, float]] = {}
 
     model = client.models.list().data[0].id
 
@@ -171,9 +196,10 @@ def load(args: argparse.Namespace) -> None:
         "concurrent": args.concurrent,
         "concurrent_s": round(concurrent_s, 1),
         "errors": errors,
-        "rss_after_20_mb": round(memory["after_20"], 1),
-        "rss_end_mb": round(memory["end"], 1),
-        "rss_growth_mb": round(memory["end"] - memory["after_20"], 1),
+        "rss_after_20_mb": round(memory["after_20"]["total"], 1),
+        "rss_end_mb": round(memory["end"]["total"], 1),
+        "rss_growth_mb": round(memory["end"]["total"] - memory["after_20"]["total"], 1),
+        "anon_growth_mb": round(memory["end"]["anon"] - memory["after_20"]["anon"], 1),
         "exit_code": code,
     }
     print(json.dumps(out, indent=2))
@@ -185,6 +211,7 @@ def main() -> None:
     o = sub.add_parser("overhead")
     o.add_argument("--pairs", type=int, default=8)
     o.add_argument("--max-tokens", type=int, default=128)
+    o.add_argument("--client", choices=("openai", "raw"), default="openai", help="raw: http.client and json alone")
     ld = sub.add_parser("load")
     ld.add_argument("--sequential", type=int, default=200)
     ld.add_argument("--concurrent", type=int, default=16)
