@@ -7,38 +7,38 @@ from typing import Any
 
 from PySide6.QtCore import QSettings
 
+from runtime.api_schema import DEFAULT_PORT
 from runtime.engine import ChatOptions, EngineSettings
 from runtime.errors import UserError
 from runtime.placement import PlacementSettings
-from runtime.sampling import SamplingParams
+from runtime.sampling import LLAMA_DEFAULTS, SamplingParams
 
 ORGANIZATION = "SpecQuant"
 APPLICATION = "SpecQuant"
 THEMES = ("system", "light", "dark")
-LEVEL_CHOICES = ("auto", "low", "medium", "high")
 
 
 @dataclass(frozen=True)
 class AppSettings:
-    preset: str = "exact"
+    preset: str = ChatOptions.preset
     allow_lossy: bool = False
     level: str = "auto"  # auto, or a pinned level
     speculation: bool = True
     draft_length: int = 0  # 0: the controller picks k each cycle; N: always draft N tokens
     model_sampling: bool = True  # the model's recommended sampling; else the three values below
-    temperature: float = 0.8
-    top_p: float = 0.95
-    top_k: int = 40
-    max_tokens: int = 512
-    n_ctx: int = 4096
-    placement: str = "auto"  # auto | cpu | gpu
+    temperature: float = LLAMA_DEFAULTS.temperature
+    top_p: float = LLAMA_DEFAULTS.top_p
+    top_k: int = LLAMA_DEFAULTS.top_k
+    max_tokens: int = ChatOptions.max_tokens
+    n_ctx: int = EngineSettings.n_ctx
+    placement: str = PlacementSettings.mode  # one of runtime.placement.PLACEMENT_MODES
     max_memory_gb: float = 0.0  # memory the model may use; 0: what is available, less a margin
     theme: str = "system"
     highlight_draft: bool = False
     zoom: int = 0  # points added to the system font size (Ctrl+ / Ctrl-)
     model: str = ""  # the model last chatted with
     api_server: bool = False  # serve the OpenAI-compatible API on 127.0.0.1 (runtime.server)
-    api_port: int = 8088
+    api_port: int = DEFAULT_PORT
 
     def check(self) -> AppSettings:
         """Raise UserError naming the first bad value (the runtime's own checks included)."""

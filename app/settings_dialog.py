@@ -16,17 +16,24 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.settings import AppSettings
+from app.settings import THEMES, AppSettings
 from runtime.errors import UserError
+from runtime.placement import PLACEMENT_MODES
+from runtime.policy import PRESET_NAMES
+from runtime.router import LEVELS as ROUTER_LEVELS
 
-PRESETS = (
-    ("exact", "Exact: always the F16 model's own answer, sooner wherever a draft pays"),
-    ("paper", "Paper: the paper's pairs (Low answers with Q8_0)"),
-    ("auto", "Auto: the fastest measured pair (calibrates once)"),
-)
-LEVELS = (("auto", "Automatic (router)"), ("low", "Low"), ("medium", "Medium"), ("high", "High"))
-PLACEMENTS = (("auto", "Automatic"), ("cpu", "CPU only"), ("gpu", "GPU (as much as fits)"))
-THEMES = (("system", "Follow the system"), ("light", "Light"), ("dark", "Dark"))
+# Words for the runtime's own choices; the choices themselves come from the runtime (one source).
+PRESET_WORDS = {
+    "exact": "Exact: always the F16 model's own answer, sooner wherever a draft pays",
+    "paper": "Paper: the paper's pairs (Low answers with Q8_0)",
+    "auto": "Auto: the fastest measured pair (calibrates once)",
+}
+PRESETS = tuple((name, PRESET_WORDS[name]) for name in PRESET_NAMES)
+LEVELS = (("auto", "Automatic (router)"), *((level, level.capitalize()) for level in ROUTER_LEVELS))
+PLACEMENT_WORDS = {"auto": "Automatic", "cpu": "CPU only", "gpu": "GPU (as much as fits)"}
+PLACEMENTS = tuple((mode, PLACEMENT_WORDS[mode]) for mode in PLACEMENT_MODES)
+THEME_WORDS = {"system": "Follow the system", "light": "Light", "dark": "Dark"}
+THEME_CHOICES = tuple((theme, THEME_WORDS[theme]) for theme in THEMES)
 
 
 def _combo(choices: tuple[tuple[str, str], ...], current: str, name: str) -> QComboBox:
@@ -71,7 +78,7 @@ class SettingsDialog(QDialog):
         self.max_memory.setSpecialValueText("What is free")
         self.max_memory.setSuffix(" GB")
         self.max_memory.setToolTip("Memory the model may use; the most precise tier that fits answers")
-        self.theme = _combo(THEMES, s.theme, "Theme")
+        self.theme = _combo(THEME_CHOICES, s.theme, "Theme")
         self.highlight = QCheckBox("Highlight tokens that came from the draft")
         self.highlight.setChecked(s.highlight_draft)
         self.api_server = QCheckBox("Local API server (OpenAI-compatible, for other apps on this computer)")

@@ -27,6 +27,7 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QTextBrowser, QWidget
 
 from app.store import StoredMessage
+from runtime.chat import stats_line
 
 _FENCE = re.compile(r"^(```|~~~)[ \t]*([\w+#.-]*)[^\n]*$", re.MULTILINE)
 DRAFT_TINT = QColor(255, 196, 0, 70)  # readable over light and dark text alike
@@ -57,23 +58,6 @@ def split_code(markdown: str) -> list[Segment]:
     if pos < len(markdown):
         out.append(Segment("text", markdown[pos:]))
     return [s for s in out if s.kind == "code" or s.text.strip()]
-
-
-def stats_line(meta: dict) -> str:
-    """The small line under an answer: level, parent←draft, tok/s, acceptance and tokens."""
-    if not meta.get("pair"):
-        return ""
-    parts = [str(meta.get("level", "")).capitalize(), meta["pair"]]
-    if meta.get("tok_per_s"):
-        parts.append(f"{meta['tok_per_s']:.1f} tok/s")
-    if meta.get("acceptance") is not None:
-        parts.append(f"acceptance {meta['acceptance']:.0%}")
-    parts.append(f"{meta.get('tokens', 0)} tokens")
-    if meta.get("stop_reason") == "cancelled":
-        parts.append("stopped")
-    elif meta.get("stop_reason") in ("max_tokens", "length"):
-        parts.append("cut at the token limit")
-    return " · ".join(p for p in parts if p)
 
 
 def draft_mask(flags: Sequence[bool]) -> list[list[int]]:

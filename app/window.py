@@ -36,6 +36,7 @@ from app.widgets import ErrorBanner, InputBox, LevelBadge
 from app.worker import ChatRequest, EngineWorker
 from runtime import engine_worker
 from runtime.cache import DEMO_NAME, cache_root, list_models
+from runtime.chat import Chunk, acceptance_text, answer_facts, sources_text, speed_text
 from runtime.errors import UserError
 from runtime.policy import more_precise
 
@@ -466,7 +467,7 @@ class MainWindow(QMainWindow):
         self._set_busy(False)
         self.answer_finished.emit(text)
 
-    def _on_failed(self, request_id: int, message: str) -> None:
+    def _on_failed(self, request_id: int, message: str, kind: str) -> None:
         live = self._current(request_id)
         if live is None:
             return
@@ -475,7 +476,7 @@ class MainWindow(QMainWindow):
             self.open_conversation(live.conversation)  # the user's message stays; only the answer is gone
         self.statusBar().clearMessage()
         if message:
-            self.banner.show_error(message, "Open Models" if "convert" in message or "model" in message else "")
+            self.banner.show_error(message, "Open Models" if kind == "model" else "")
         self._set_busy(False)
         self.answer_finished.emit("")
 
@@ -487,19 +488,17 @@ class MainWindow(QMainWindow):
         meta = answer_meta(live.last, live.flags, live.text) if live.last is not None else {}
         self.transcript.update_live(live.text or "…", meta)
 
-    def _show_stats(self, chunk: Any) -> None:
-        s = chunk.stats
-        self.badge.set_level(chunk.route.level, chunk.route.reason)
-        self.precision.setText(chunk.choice.label)
-        self.precision.setToolTip(chunk.choice.why)
-        self.speed.setText(f"{s.tok_per_s:.1f} tok/s" if s.tok_per_s else "– tok/s")
-        self.acceptance.setText(f"acceptance {s.acceptance:.0%}" if s.acceptance is not None else "no draft")
-        sources = f"accepted: {s.ngram_accepted} from n-gram lookup"
-        if chunk.choice.draft:
-            sources += f", {s.tier_accepted} from {chunk.choice.draft.upper()}"
-        tip = f"Share of drafted tokens the parent accepted ({sources}); first token after {s.ttft_s:.2f} s"
+    def _show_stats(self, chunk: Chunk) -> None:
+        facts = answer_facts(chunk)
+        self.badge.set_level(facts["level"], facts["reason"])
+        self.precision.setText(facts["pair"])
+        self.precision.setToolTip(facts["why"])
+        self.speed.setText(speed_text(facts))
+        self.acceptance.setText(acceptance_text(facts))
+        sources = sources_text(facts) or "none accepted yet"
+        tip = f"Share of drafted tokens the parent accepted ({sources}); first token after {facts['ttft_s']:.2f} s"
         self.acceptance.setToolTip(tip)
-        self.placement.setText(chunk.placement.label)
+        self.placement.setText(facts["placement"])
         self.placement.setToolTip(chunk.placement.reason)
         self.model_label.setText(self.model)
 
@@ -585,21 +584,6 @@ class MainWindow(QMainWindow):
         event.accept()
 
 
-def answer_meta(chunk: Any, flags: list[bool], text: str) -> dict[str, Any]:
+def answer_meta(chunk: Chunk, flags: list[bool], text: str) -> dict[str, Any]:
     """What a finished answer stores with it: the stats line's facts and the draft highlight runs."""
-    s = chunk.stats
-    return {
-        "level": chunk.route.level,
-        "reason": chunk.route.reason,
-        "parent": chunk.choice.parent,
-        "draft": chunk.choice.draft,
-        "pair": chunk.choice.label,
-        "placement": chunk.placement.label,
-        "tok_per_s": round(s.tok_per_s, 2),
-        "acceptance": None if s.acceptance is None else round(s.acceptance, 4),
-        "tokens": s.tokens,
-        "ttft_s": round(s.ttft_s, 3),
-        "stop_reason": s.stop_reason,
-        "draft_mask": draft_mask(flags[: len(text)]),
-    }
-
+    return answer_facts(chunk) | {"draft_mask": draft_mask(flags[: len(text)])}

@@ -41,7 +41,7 @@ class EngineWorker(QObject):
     status = Signal(int, str)  # request id, what is happening before the first token (loading, calibrating)
     chunk = Signal(int, object)  # request id, runtime.engine.Chunk
     finished = Signal(int, object)  # request id, the last Chunk (done=True)
-    failed = Signal(int, str)  # request id, a readable one-line reason ("" when stopped by the user)
+    failed = Signal(int, str, str)  # request id, a one-line reason ("" when stopped by the user), Failure.kind
 
     def __init__(self, runner: engine_worker.EngineWorker) -> None:
         super().__init__()
@@ -55,14 +55,14 @@ class EngineWorker(QObject):
         try:
             self.runner.submit(job, bounded=False)
         except SpecQuantError as e:
-            self.failed.emit(request.id, readable(e))
+            self.failed.emit(request.id, readable(e), "internal")
 
     def _deliver(self, request_id: int, event: Any) -> None:
         """On the engine thread: a signal emitted here is queued to the window's thread."""
         if isinstance(event, Status):
             self.status.emit(request_id, event.text)
         elif isinstance(event, Failure):
-            self.failed.emit(request_id, event.reason)
+            self.failed.emit(request_id, event.reason, event.kind)
         elif event.done:
             self.finished.emit(request_id, event)
         else:

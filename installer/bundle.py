@@ -73,12 +73,10 @@ def locate(python: Path) -> tuple[Path, Path | None]:
 @contextlib.contextmanager
 def _locked(folder: Path) -> Iterator[None]:
     """One build at a time per work folder: PyInstaller's cache there is not safe to share."""
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".lock", "w") as handle:
-        if sys.platform != "win32":
-            import fcntl
+    import filelock
 
-            fcntl.flock(handle, fcntl.LOCK_EX)
+    folder.mkdir(parents=True, exist_ok=True)
+    with filelock.FileLock(folder / ".lock"):
         yield
 
 

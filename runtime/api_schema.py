@@ -15,11 +15,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from runtime.cache import TIERS
-from runtime.engine import ChatOptions, Chunk, Message
+from runtime.chat import ChatOptions, Chunk, Message, answer_facts
 from runtime.errors import UserError
 from runtime.policy import DRAFT_CHOICES, PRESET_NAMES
 from runtime.router import LEVELS
 
+DEFAULT_PORT = 8088  # `specquant serve` and the window's local API server
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 MAX_STOPS = 4
 # OpenAI fields we cannot honour, with the values that mean "not used" (accepted as such).
@@ -245,32 +246,6 @@ def usage(last: Chunk) -> dict[str, int]:
     return {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.tokens, "total_tokens": s.prompt_tokens + s.tokens}
 
 
-def facts(last: Chunk) -> dict[str, Any]:
-    """The `specquant` object of a response: what the router, the loop and the placement did."""
-    s = last.stats
-    sources = {"ngram": s.ngram_accepted}
-    if last.choice.draft:
-        sources[last.choice.draft] = s.tier_accepted
-    return {
-        "level": last.route.level,
-        "reason": last.route.reason,
-        "pair": last.choice.label,
-        "parent": last.choice.parent,
-        "draft": last.choice.draft,
-        "why": last.choice.why,
-        "placement": last.placement.label,
-        "acceptance": None if s.acceptance is None else round(s.acceptance, 4),
-        "drafted": s.drafted,
-        "accepted": s.accepted,
-        "draft_sources": sources,
-        "tok_per_s": round(s.tok_per_s, 3),
-        "ttft_s": round(s.ttft_s, 4),
-        "reused_tokens": s.reused_tokens,
-        "dropped_turns": s.dropped_turns,
-        "stop_reason": s.stop_reason,
-    }
-
-
 def completion(call_id: str, model: str, text: str, last: Chunk, created: int | None = None) -> dict[str, Any]:
     return {
         "id": call_id,
@@ -286,7 +261,7 @@ def completion(call_id: str, model: str, text: str, last: Chunk, created: int | 
             }
         ],
         "usage": usage(last),
-        "specquant": facts(last),
+        "specquant": answer_facts(last),
     }
 
 
@@ -310,7 +285,7 @@ def stream_chunk(
     }
     if finish is not None:
         out["usage"] = usage(finish)
-        out["specquant"] = facts(finish)
+        out["specquant"] = answer_facts(finish)
     return out
 
 
@@ -323,5 +298,5 @@ def usage_chunk(call_id: str, model: str, created: int, last: Chunk) -> dict[str
         "model": model,
         "choices": [],
         "usage": usage(last),
-        "specquant": facts(last),
+        "specquant": answer_facts(last),
     }

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import filelock
 import platformdirs
 
 from runtime.errors import Cancelled, UserError
@@ -124,37 +125,15 @@ class ModelDir:
     def lock(self) -> Iterator[None]:
         """Hold the model's lock file; a second converter of the same model gets a clear error.
 
-        An OS lock (not a marker file), so a killed process never leaves a stale lock behind.
+        An OS lock (filelock: flock, or msvcrt on Windows), so a killed process never leaves a stale lock.
         """
         ensure_dir(self.path)
         lock_path = self.path / ".lock"
-        fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o644)
         try:
-            if not _try_lock(fd):
-                raise UserError(f"model {self.name!r} is being converted by another process ({lock_path})")
-            yield
-        finally:
-            os.close(fd)
-
-
-def _try_lock(fd: int) -> bool:
-    if sys.platform == "win32":
-        import msvcrt
-
-        try:
-            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
-        except OSError:
-            return False
-        return True
-    import fcntl
-
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
-        if e.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-            return False
-        raise
-    return True
+            with filelock.FileLock(lock_path, timeout=0):
+                yield
+        except filelock.Timeout:
+            raise UserError(f"model {self.name!r} is being converted by another process ({lock_path})") from None
 
 
 def fsync_dir(path: Path) -> None:

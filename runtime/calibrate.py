@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from runtime.cache import atomic_write_text
-from runtime.engine import ChatOptions
+from runtime.chat import ChatOptions
 from runtime.policy import LOSSY_FLOORS, PRECISION, STRICT_FLOORS
 from runtime.sampling import SamplingParams
 
@@ -98,11 +98,7 @@ def _run(engine: Engine, parent: str, draft: str | None, prompt: str, options: C
     A pair drafts with a fixed k, so what is timed is the pair itself: with the controller a pair that
     does not pay would run as plain steps and tie with its parent alone."""
     pinned = replace(options, parent=parent, draft=draft or "none", k=CALIBRATION_K if draft else None)
-    last = None
-    for chunk in engine.stream_chat([{"role": "user", "content": prompt}], pinned):
-        last = chunk
-    assert last is not None
-    return last.stats
+    return engine.chat([{"role": "user", "content": prompt}], pinned).last.stats
 
 
 def load_or_calibrate(engine: Engine) -> dict[str, Any]:

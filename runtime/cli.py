@@ -13,10 +13,16 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from runtime.cache import TIERS, ModelDir, cache_root, list_models
+from runtime.chat import ChatOptions
 from runtime.errors import UserError, run_command
-from runtime.policy import DRAFT_CHOICES
+from runtime.placement import PLACEMENT_MODES, PlacementSettings
+from runtime.policy import DRAFT_CHOICES, PRESET_NAMES
+from runtime.router import LEVELS
+from runtime.sampling import LLAMA_DEFAULTS
 
 TIER_CHOICES = TIERS
+# The flags' defaults are the runtime's own (one source: the dataclasses).
+CHAT, PLACEMENT = ChatOptions(), PlacementSettings()
 MAX_MEMORY_HELP = "memory the model may use, in GB (default: what is available, less a margin)"
 
 
@@ -203,7 +209,19 @@ def _engine_settings(args: argparse.Namespace) -> Any:
 def _engine(args: argparse.Namespace) -> Any:
     from runtime.engine import Engine
 
-    return Engine(args.model, _engine_settings(args))
+    return Engine(_model_name(args.model), _engine_settings(args))
+
+
+def _model_name(name: str | None) -> str:
+    """`--model NAME`, else the one the runtime would pick; on a fresh machine the demo, converted first."""
+    from runtime.engine import resolve_model
+
+    if name is None and not any(m.complete for m in list_models()):
+        from converters.convert import convert
+
+        logging.getLogger(__name__).warning("setting up the demo model (one time)")
+        convert("demo")
+    return resolve_model(name).name
 
 
 def _memory_budget(args: argparse.Namespace) -> int | None:
@@ -245,32 +263,21 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 
 def _collect(engine: Any, messages: list[dict[str, str]], options: Any, stream: TextIO | None) -> tuple[str, Any]:
-    parts = []
-    last = None
-    for chunk in engine.stream_chat(messages, options):
-        parts.append(chunk.text)
-        if stream is not None and chunk.text:
-            stream.write(chunk.text)
-            stream.flush()
-        last = chunk
-    return "".join(parts), last
+    """The answer's text and last Chunk; its text is written to `stream` as it comes, when one is given."""
+
+    def write(text: str) -> None:
+        assert stream is not None
+        stream.write(text)
+        stream.flush()
+
+    answer = engine.chat(messages, options, on_text=write if stream is not None else None)
+    return answer.text, answer.last
 
 
 def _stats_line(chunk: Any) -> str:
-    s = chunk.stats
-    acc = f", acceptance {s.acceptance:.0%}" if s.acceptance is not None else ""
-    sources = []
-    if s.ngram_accepted:
-        sources.append(f"{s.ngram_accepted} from n-gram")
-    if s.tier_accepted and chunk.choice.draft:
-        sources.append(f"{s.tier_accepted} from {chunk.choice.draft.upper()}")
-    drafted = f" ({', '.join(sources)})" if sources else ""
-    reused = f" · {s.reused_tokens} prompt tokens reused" if s.reused_tokens else ""
-    return (
-        f"[{chunk.route.level} · {chunk.choice.label} · {s.tokens} tokens{drafted} · {s.tok_per_s:.1f} tok/s{acc} · "
-        f"first token {s.ttft_s:.2f} s{reused} · {chunk.placement.label}]"
-        + (f"\n[{chunk.placement.precision_note}]" if chunk.placement.precision_note else "")
-    )
+    from runtime.chat import answer_facts, stats_line
+
+    return stats_line(answer_facts(chunk), detail=True)
 
 
 def _repl(engine: Any, options: Any) -> int:
@@ -344,7 +351,6 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from runtime import server
-    from runtime.engine import resolve_model
     from runtime.engine_worker import EngineWorker
 
     key = args.api_key or os.environ.get("SPECQUANT_API_KEY") or None
@@ -352,7 +358,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     server.check_config(config)
     if args.max_queue < 1:
         raise UserError(f"--max-queue {args.max_queue} must be at least 1")
-    defaults = server.Defaults(resolve_model(args.model).name, _engine_settings(args), _chat_options(args))
+    defaults = server.Defaults(_model_name(args.model), _engine_settings(args), _chat_options(args))
     sock = server.bind(config)
     url = server.url_of(sock)
     auth = ' -H "Authorization: Bearer $SPECQUANT_API_KEY"' if key else ""
@@ -374,12 +380,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from runtime.bench import main_bench
+    from runtime.bench.run import main_bench
     from runtime.engine import EngineSettings
     from runtime.placement import PlacementSettings
 
     main_bench(
-        args.model,
+        _model_name(args.model),
         args.configs,
         args.prompts,
         args.max_tokens,
@@ -400,6 +406,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from runtime.engine import EngineSettings
+
+    engine = EngineSettings()
     parser = _OneLineParser(prog="specquant", description="Routed speculative decoding over GGUF precision tiers.")
     parser.add_argument("-v", "--verbose", action="store_true", help="show detailed logs, llama.cpp's included")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineParser)
@@ -429,9 +438,9 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         p = sub.add_parser(name, help=text)
         p.add_argument("--model", help="model name in the cache (default: the only one, else the demo)")
-        p.add_argument("--ctx", type=int, default=4096, help="context size in tokens (default 4096)")
-        p.add_argument("--threads", type=int, default=0, help="threads (default: physical cores)")
-        p.add_argument("--placement", default="auto", choices=("auto", "cpu", "gpu"), help="where tiers run")
+        p.add_argument("--ctx", type=int, default=engine.n_ctx, help=f"context size in tokens (default {engine.n_ctx})")
+        p.add_argument("--threads", type=int, default=engine.n_threads, help="threads (default: physical cores)")
+        p.add_argument("--placement", default=PLACEMENT.mode, choices=PLACEMENT_MODES, help="where tiers run")
         p.add_argument("--max-memory", type=float, metavar="GB", help=MAX_MEMORY_HELP)
         p.set_defaults(func=func)
         if name == "serve":
@@ -444,8 +453,8 @@ def build_parser() -> argparse.ArgumentParser:
             src = p.add_mutually_exclusive_group()
             src.add_argument("--prompt", help="the prompt (without it: an interactive chat)")
             src.add_argument("--prompt-file", help="read the prompt from FILE (- for stdin)")
-        p.add_argument("--level", default="auto", choices=("auto", "low", "medium", "high"))
-        p.add_argument("--preset", default="exact", choices=("exact", "paper", "auto"))
+        p.add_argument("--level", default=CHAT.level, choices=("auto", *LEVELS))
+        p.add_argument("--preset", default=CHAT.preset, choices=PRESET_NAMES)
         p.add_argument("--allow-lossy", action="store_true", help="auto preset: accept lower precision where faster")
         p.add_argument("--parent", choices=TIER_CHOICES, help="answer with this tier")
         p.add_argument(
@@ -456,13 +465,17 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--no-spec", action="store_true", help="no speculation (same as --draft none)")
         p.add_argument("--k", type=int, help="fixed draft length (default: the controller picks k each cycle)")
         unsaid = " when a request does not say" if name == "serve" else ""
-        p.add_argument("--max-tokens", type=int, default=512, help=f"answer length in tokens{unsaid} (default 512)")
+        p.add_argument(
+            "--max-tokens", type=int, default=CHAT.max_tokens,
+            help=f"answer length in tokens{unsaid} (default {CHAT.max_tokens})",
+        )
         model_says = "default: the model's recommendation, else llama.cpp's"
-        p.add_argument("--temp", type=float, help=f"temperature; 0 is greedy ({model_says}: 0.8)")
-        p.add_argument("--top-k", type=int, help=f"{model_says} (40)")
-        p.add_argument("--top-p", type=float, help=f"{model_says} (0.95)")
-        p.add_argument("--min-p", type=float, help=f"{model_says} (0.05)")
-        p.add_argument("--seed", type=int, help="random seed of sampled decoding (default 0)")
+        d = LLAMA_DEFAULTS
+        p.add_argument("--temp", type=float, help=f"temperature; 0 is greedy ({model_says}: {d.temperature:g})")
+        p.add_argument("--top-k", type=int, help=f"{model_says} ({d.top_k})")
+        p.add_argument("--top-p", type=float, help=f"{model_says} ({d.top_p:g})")
+        p.add_argument("--min-p", type=float, help=f"{model_says} ({d.min_p:g})")
+        p.add_argument("--seed", type=int, help=f"random seed of sampled decoding (default {d.seed})")
 
     p = sub.add_parser("bench", help="measure configurations side by side (interleaved, medians, ratios)")
     p.add_argument("--model", help="model name in the cache")
@@ -483,8 +496,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="decode at the model's recommended sampling (seeded) instead of greedy; texts are then not compared",
     )
     p.add_argument("--no-memory", action="store_true", help="skip the per-configuration peak-memory runs")
-    p.add_argument("--ctx", type=int, default=4096)
-    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--ctx", type=int, default=engine.n_ctx)
+    p.add_argument("--threads", type=int, default=engine.n_threads)
     p.add_argument("--max-memory", type=float, metavar="GB", help=MAX_MEMORY_HELP)
     p.add_argument("--out", help="write results.json into this folder")
     p.set_defaults(func=cmd_bench)
@@ -492,7 +505,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_serve_flags(p: argparse.ArgumentParser) -> None:
-    from runtime.server import DEFAULT_PORT
+    from runtime.api_schema import DEFAULT_PORT
 
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this computer only)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free one)")

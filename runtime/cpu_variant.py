@@ -259,7 +259,7 @@ def _probe_child(library: str, model: str, n_threads: int, conn) -> None:  # con
 
     import llama_cpp
 
-    from runtime.hardware import libggml
+    from runtime.ggml_lib import libggml
     from runtime.llama_log import route_llama_log
 
     errors = route_llama_log()

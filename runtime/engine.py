@@ -7,30 +7,31 @@ only consume Chunks.
 
 from __future__ import annotations
 
-import codecs
 import json
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from runtime import router
 from runtime.cache import DEMO_NAME, ModelDir, atomic_write_text, cache_root, check_name, list_models
+from runtime.chat import Answer, ChatOptions, Chunk, Message, Stats, collect
 from runtime.cost_model import NGRAM, Controller, Estimates
-from runtime.errors import Cancelled, UserError
+from runtime.errors import Cancelled, ModelError, UserError
 from runtime.hardware import Inventory, inventory
 from runtime.llama_backend import LlamaBackend, LoadOptions
 from runtime.placement import PlacementSettings, Plan, TierFacts, plan_precision, tier_facts
-from runtime.policy import PRESET_NAMES, Choice, choose
+from runtime.policy import Choice, choose
 from runtime.router import Route, RouterSettings
-from runtime.sampling import LLAMA_DEFAULTS, SamplingParams, recommended
-from runtime.speculative import SpecConfig, Step, generate_steps
+from runtime.sampling import SamplingParams, recommended
+from runtime.speculative import SpecConfig, Step, generate_steps, take
+from runtime.text_stream import TextStream
 
+__all__ = ["Answer", "ChatOptions", "Chunk", "Engine", "EngineSettings", "Message", "Stats", "resolve_model"]
 log = logging.getLogger("specquant.engine")
-Message = dict[str, str]
 # The router's level as a prior on the answer's length before the answer itself says more: a draft's
 # catch-up must be repaid within the rest of the answer.
 EXPECTED_ANSWER_TOKENS = {"low": 16, "medium": 48, "high": 96}
@@ -47,117 +48,25 @@ class EngineSettings:
     spec: SpecConfig = field(default_factory=SpecConfig)
 
 
-@dataclass(frozen=True)
-class ChatOptions:
-    """One request's choices; the CLI flags, the app's settings and the benchmark all build this."""
-
-    level: str = "auto"  # auto | low | medium | high
-    preset: str = "exact"
-    allow_lossy: bool = False
-    parent: str | None = None
-    draft: str | None = None  # a tier, "none", or None for the preset's
-    no_spec: bool = False
-    k: int | None = None  # fixed draft length; None: the controller picks k each cycle
-    max_tokens: int = 512
-    # None: the model's own recommendation (its GGUF's general.sampling.* keys, else llama.cpp's defaults),
-    # with `sampling_overrides` (field name, value) applied on top; SamplingParams() is greedy.
-    sampling: SamplingParams | None = None
-    sampling_overrides: tuple[tuple[str, float], ...] = ()
-    stop: tuple[str, ...] = ()
-    draft_window: int | None = None  # the draft's catch-up window (SpecConfig.draft_window); None: the setting
-
-    def __post_init__(self) -> None:
-        if self.level not in ("auto", *router.LEVELS):
-            raise UserError(f"unknown level {self.level!r}: choose auto, low, medium or high")
-        if self.preset not in PRESET_NAMES:
-            raise UserError(f"unknown preset {self.preset!r}: choose from {', '.join(PRESET_NAMES)}")
-        if self.max_tokens < 1:
-            raise UserError(f"max tokens {self.max_tokens} must be at least 1")
-        if self.draft_window is not None and self.draft_window < 0:
-            raise UserError(f"draft window {self.draft_window} must be 0 (off) or more tokens")
-        replace(self.sampling or LLAMA_DEFAULTS, **dict(self.sampling_overrides))  # bad values fail here
-
-
-@dataclass(frozen=True)
-class Stats:
-    tokens: int = 0
-    prompt_tokens: int = 0
-    reused_tokens: int = 0  # prompt tokens whose KV cache was kept from the previous turn
-    dropped_turns: int = 0  # oldest turns dropped to fit the context
-    ttft_s: float = 0.0
-    first_tokens: int = 0  # tokens of the first cycle, which also paid for the prefill
-    decode_s: float = 0.0  # time after the first cycle
-    drafted: int = 0
-    accepted: int = 0
-    ngram_accepted: int = 0  # accepted tokens proposed by n-gram lookup
-    tier_accepted: int = 0  # accepted tokens proposed by the draft tier
-    draft_s: float = 0.0
-    verify_s: float = 0.0
-    cycles: int = 0
-    stop_reason: str | None = None  # eos | max_tokens | stop | length | cancelled
-
-    @property
-    def tok_per_s(self) -> float:
-        """Decode speed: tokens after the first cycle over the time after it (prefill excluded)."""
-        n = self.tokens - self.first_tokens
-        return n / self.decode_s if n > 0 and self.decode_s > 0 else 0.0
-
-    @property
-    def acceptance(self) -> float | None:
-        return self.accepted / self.drafted if self.drafted else None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "tokens": self.tokens,
-            "tok_per_s": round(self.tok_per_s, 3),
-            "ttft_s": round(self.ttft_s, 4),
-            "drafted": self.drafted,
-            "accepted": self.accepted,
-            "acceptance": None if self.acceptance is None else round(self.acceptance, 4),
-            "ngram_accepted": self.ngram_accepted,
-            "tier_accepted": self.tier_accepted,
-            "draft_s": round(self.draft_s, 4),
-            "verify_s": round(self.verify_s, 4),
-            "cycles": self.cycles,
-            "prompt_tokens": self.prompt_tokens,
-            "reused_tokens": self.reused_tokens,
-            "dropped_turns": self.dropped_turns,
-            "stop_reason": self.stop_reason,
-        }
-
-
-@dataclass(frozen=True)
-class Chunk:
-    text: str  # new text since the previous chunk
-    tokens: tuple[int, ...]
-    from_draft: tuple[bool, ...]  # per token: proposed by the draft and accepted
-    route: Route
-    choice: Choice
-    placement: Plan
-    stats: Stats  # cumulative for this answer
-    done: bool = False
-    draft_chars: tuple[bool, ...] = ()  # per character of `text`: from a draft token (for highlighting)
-
-
 def resolve_model(name: str | None, root: Path | None = None) -> ModelDir:
-    """`--model NAME`, else the only model in the cache, else the demo (converted on first use)."""
+    """`--model NAME`, else the only complete model in the cache, else the demo. Converting the demo on a
+    fresh machine is for the surfaces to do (the CLI does it), not for the runtime."""
     root = cache_root() if root is None else root
     if name:
         model = ModelDir(root, check_name(name))
         if model.read_manifest() is None:
             known = ", ".join(m.name for m in list_models(root)) or "none"
-            raise UserError(f"no model {name!r} in {root} (cached: {known}); add it with `specquant convert`")
+            raise ModelError(f"no model {name!r} in {root} (cached: {known}); add it with `specquant convert`")
         return model
-    complete = [m for m in list_models(root) if m.complete]
+    complete = [m.name for m in list_models(root) if m.complete]
     if len(complete) == 1:
-        return ModelDir(root, complete[0].name)
-    demo = ModelDir(root, DEMO_NAME)
-    if not any(m.name == DEMO_NAME for m in complete):
-        from converters.convert import convert
-
-        log.warning("setting up the demo model (one time)")
-        convert("demo", root=root)
-    return demo
+        return ModelDir(root, complete[0])
+    if DEMO_NAME in complete:
+        return ModelDir(root, DEMO_NAME)
+    if not complete:
+        raise ModelError(f"no model in {root}: add the demo with `specquant convert demo`, or yours with "
+                        "`specquant convert SOURCE`")
+    raise UserError(f"{len(complete)} models in {root} ({', '.join(complete)}): choose one with --model NAME")
 
 
 class Engine:
@@ -174,7 +83,7 @@ class Engine:
         self.model = resolve_model(model, root)
         manifest = self.model.read_manifest()
         if manifest is None or not manifest.get("complete"):
-            raise UserError(f"model {self.model.name!r} is incomplete: run `specquant convert` again")
+            raise ModelError(f"model {self.model.name!r} is incomplete: run `specquant convert` again")
         self.manifest = manifest
         self.hardware = hardware or inventory()
         self._backends: dict[str, LlamaBackend] = {}
@@ -206,7 +115,7 @@ class Engine:
         rec = self.manifest["tiers"][tier]
         hparams = rec.get("hparams")
         if hparams is None:
-            raise UserError(f"model {self.model.name!r} predates placement facts: run `specquant convert` again")
+            raise ModelError(f"model {self.model.name!r} predates placement facts: run `specquant convert` again")
         return tier_facts(tier, rec["bytes"], hparams, self.settings.n_ctx)
 
     def plan(self, choice: Choice, pinned: bool = False) -> Plan:
@@ -302,7 +211,7 @@ class Engine:
         path = self.model.tier_path(tier)
         want = self.manifest["tiers"][tier]["bytes"]
         if not path.is_file() or path.stat().st_size != want:
-            raise UserError(f"{path} is missing or damaged: run `specquant convert` to repair {self.model.name}")
+            raise ModelError(f"{path} is missing or damaged: run `specquant convert` to repair {self.model.name}")
 
     def pair(self, choice: Choice, placement: Plan) -> tuple[LlamaBackend, LlamaBackend | None]:
         parent = self.backend(choice.parent, placement.parent.n_gpu_layers, placement.parent.op_offload)
@@ -367,6 +276,16 @@ class Engine:
             del msgs[first]
             dropped += 1
 
+    def chat(
+        self,
+        messages: Sequence[Message],
+        options: ChatOptions | None = None,
+        cancel: threading.Event | None = None,
+        on_text: Callable[[str], None] | None = None,
+    ) -> Answer:
+        """The whole answer to `messages` (what `stream_chat` streams, collected)."""
+        return collect(self.stream_chat(messages, options, cancel), on_text)
+
     def stream_chat(
         self, messages: Sequence[Message], options: ChatOptions | None = None, cancel: threading.Event | None = None
     ) -> Iterator[Chunk]:
@@ -394,10 +313,8 @@ class Engine:
         params = self.sampling(parent, options)
         controller = Controller(self.estimates(choice.parent, params.greedy), fixed_k=spec.k)
 
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        text = TextStream(parent.token_bytes, options.stop)
         stats = Stats(prompt_tokens=len(prompt), reused_tokens=reused, dropped_turns=dropped)
-        held = ""  # text that might be the start of a stop string
-        held_flags: tuple[bool, ...] = ()
         t_start = time.perf_counter()
         t_first: float | None = None
         steps = generate_steps(
@@ -418,19 +335,13 @@ class Engine:
                 now = time.perf_counter()
                 if t_first is None:
                     t_first = now
-                out_tokens, out_flags, reason = self._take(parent, step, stats.tokens, options.max_tokens)
-                for tok, flag in zip(out_tokens, out_flags, strict=True):
-                    piece = decoder.decode(parent.token_bytes(tok))
-                    held += piece
-                    held_flags += (flag,) * len(piece)
-                before = len(held)
-                emit, held, hit = _split_stop(held, options.stop)
-                emit_flags, held_flags = held_flags[: len(emit)], held_flags[before - len(held) :]
-                stats = _add_step(stats, step, len(out_tokens), now - t_start, now - t_first)
+                step, reason = take(step, stats.tokens, options.max_tokens, parent.is_end_of_generation)
+                emit, emit_flags, hit = text.add(step.tokens, step.from_draft)
+                stats = _add_step(stats, step, len(step.tokens), now - t_start, now - t_first)
                 if hit:
                     reason = "stop"
-                yield Chunk(emit, out_tokens, out_flags, route, choice, placement, stats, draft_chars=emit_flags)
-                if reason is not None or hit:
+                yield Chunk(emit, step.tokens, step.from_draft, route, choice, placement, stats, draft_chars=emit_flags)
+                if reason is not None:
                     break
             else:
                 reason = "cancelled" if cancel is not None and cancel.is_set() else "length"
@@ -439,41 +350,9 @@ class Engine:
         finally:
             steps.close()
             self.save_estimates()
-        tail, tail_flags = ("", ()) if reason == "stop" else (held + decoder.decode(b"", final=True), held_flags)
-        tail_flags += (False,) * (len(tail) - len(tail_flags))
+        tail, tail_flags = text.finish()
         stats = replace(stats, stop_reason=reason)
         yield Chunk(tail, (), (), route, choice, placement, stats, done=True, draft_chars=tail_flags)
-
-    @staticmethod
-    def _take(
-        parent: LlamaBackend, step: Step, produced: int, max_tokens: int
-    ) -> tuple[tuple[int, ...], tuple[bool, ...], str | None]:
-        """The step's tokens up to an end-of-generation token or the token budget, and why it stopped."""
-        tokens, flags = [], []
-        for tok, flag in zip(step.tokens, step.from_draft, strict=True):
-            if parent.is_end_of_generation(tok):
-                return tuple(tokens), tuple(flags), "eos"
-            tokens.append(tok)
-            flags.append(flag)
-            if produced + len(tokens) >= max_tokens:
-                return tuple(tokens), tuple(flags), "max_tokens"
-        return tuple(tokens), tuple(flags), None
-
-
-def _split_stop(text: str, stops: Sequence[str]) -> tuple[str, str, bool]:
-    """(text safe to emit, text held back, whether a stop string was found)."""
-    if not stops:
-        return text, "", False
-    for s in stops:
-        i = text.find(s)
-        if i >= 0:
-            return text[:i], "", True
-    keep = max((len(s) - 1 for s in stops), default=0)
-    # Hold back only a suffix that could still grow into a stop string.
-    for n in range(min(keep, len(text)), 0, -1):
-        if any(s.startswith(text[-n:]) for s in stops):
-            return text[:-n], text[-n:], False
-    return text, "", False
 
 
 def _add_step(stats: Stats, step: Step, n_out: int, elapsed: float, decode_s: float) -> Stats:

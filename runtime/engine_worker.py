@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.engine import ChatOptions, Engine, EngineSettings, Message
-from runtime.errors import Cancelled, SpecQuantError, UserError, readable
+from runtime.errors import Cancelled, ModelError, SpecQuantError, UserError, readable
 
 log = logging.getLogger("specquant.worker")
 
@@ -34,7 +34,8 @@ class Status:
 
 @dataclass(frozen=True)
 class Failure:
-    """The job ended without a last Chunk. `kind`: cancelled (reason ""), user (bad input) or internal."""
+    """The job ended without a last Chunk. `kind`: cancelled (reason ""), user (bad input), model (a model
+    missing or damaged: see the model manager) or internal."""
 
     reason: str
     kind: str
@@ -165,6 +166,8 @@ class EngineWorker:
                 job.sink(chunk)
         except Cancelled:
             job.sink(Failure("", "cancelled"))
+        except ModelError as e:
+            job.sink(Failure(str(e), "model"))
         except UserError as e:
             job.sink(Failure(str(e), "user"))
         except Exception as e:  # the worker must survive anything and say what happened

@@ -16,6 +16,11 @@ class UserError(SpecQuantError):
     """Bad input or environment the user can fix: exit code 2 and one line, never a traceback."""
 
 
+class ModelError(UserError):
+    """A model is missing, incomplete or damaged: the fix is converting or repairing it (the window offers
+    its model manager)."""
+
+
 class Cancelled(SpecQuantError):
     """The user asked to stop; whatever was half-written has been removed."""
 

@@ -45,9 +45,12 @@ def tier_facts(tier: str, file_bytes: int, hparams: dict[str, Any], n_ctx: int, 
     return TierFacts(tier, file_bytes, n_layer, kv, compute)
 
 
+PLACEMENT_MODES = ("auto", "cpu", "gpu")
+
+
 @dataclass(frozen=True)
 class PlacementSettings:
-    mode: str = "auto"  # auto | cpu | gpu
+    mode: str = "auto"  # one of PLACEMENT_MODES
     cpu_bandwidth: float = 30 * GB  # bytes/s; measured on the 2-core machine (DESIGN.md §6)
     gpu_bandwidth: float = 300 * GB
     k: int = 4
@@ -57,8 +60,8 @@ class PlacementSettings:
     max_memory_bytes: int | None = None  # the user's budget (--max-memory): taken as it is, no margin off it
 
     def __post_init__(self) -> None:
-        if self.mode not in ("auto", "cpu", "gpu"):
-            raise UserError(f"unknown placement {self.mode!r}: choose auto, cpu or gpu")
+        if self.mode not in PLACEMENT_MODES:
+            raise UserError(f"unknown placement {self.mode!r}: choose {', '.join(PLACEMENT_MODES)}")
         if self.max_memory_bytes is not None and self.max_memory_bytes <= 0:
             raise UserError(f"memory budget {self.max_memory_bytes / GB:g} GB must be more than 0")
 

@@ -33,7 +33,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from runtime import api_schema
-from runtime.api_schema import ApiError
+from runtime.api_schema import DEFAULT_PORT, ApiError
 from runtime.cache import ModelDir, cache_root, check_name, list_models
 from runtime.engine import ChatOptions, Chunk, EngineSettings
 from runtime.engine_worker import EngineWorker, Failure, Job, QueueFull
@@ -41,7 +41,6 @@ from runtime.errors import UserError, readable
 
 log = logging.getLogger("specquant.server")
 MAX_BODY = 1 << 20  # 1 MiB: a long chat is well under it; more is a mistake or an attack
-DEFAULT_PORT = 8088
 
 
 @dataclass(frozen=True)
@@ -269,7 +268,7 @@ async def _next_chunk(events: asyncio.Queue[Any]) -> Chunk:
     while True:
         event = await events.get()
         if isinstance(event, Failure):
-            if event.kind == "user":
+            if event.kind in ("user", "model"):
                 raise ApiError(400, event.reason)
             if event.kind == "cancelled":
                 raise ApiError(503, "the request was cancelled (the server is stopping)", kind="server_error")

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -37,6 +37,17 @@ class Step:
     draft_s: float
     verify_s: float
     source: str | None = None  # "ngram", the draft tier's name, or None for a plain step
+
+
+def take(step: Step, produced: int, max_tokens: int, is_end: Callable[[int], bool]) -> tuple[Step, str | None]:
+    """The step cut where the answer ends: before an end-of-generation token ("eos") or at the token budget
+    ("max_tokens"); else the whole step and None. One rule for the Engine and the benchmark's raw timing."""
+    for i, tok in enumerate(step.tokens):
+        if is_end(tok):
+            return replace(step, tokens=step.tokens[:i], from_draft=step.from_draft[:i]), "eos"
+        if produced + i + 1 >= max_tokens:
+            return replace(step, tokens=step.tokens[: i + 1], from_draft=step.from_draft[: i + 1]), "max_tokens"
+    return step, None
 
 
 @dataclass(frozen=True)

@@ -41,8 +41,7 @@ def main() -> None:
     state: dict[str, float] = {}
 
     def direct() -> float:
-        chunks = list(engine.stream_chat([{"role": "user", "content": PROMPT}], w.settings.chat_options()))
-        return chunks[-1].stats.tok_per_s
+        return engine.chat([{"role": "user", "content": PROMPT}], w.settings.chat_options()).last.stats.tok_per_s
 
     def ask(text: str) -> None:
         w.new_conversation()

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from runtime.cache import DEMO_NAME, ModelDir
-from runtime.engine import ChatOptions, Engine, EngineSettings, _split_stop
+from runtime.engine import ChatOptions, Engine, EngineSettings
 from runtime.errors import UserError
+from runtime.text_stream import split_stop
 
 LOW = "What is AI?"
 HIGH = "Analyze the impact of climate change on global agriculture and suggest mitigation strategies."
@@ -139,9 +140,9 @@ def test_unicode_is_never_split(engine: Engine) -> None:
 
 
 def test_stop_strings_are_held_back_and_cut() -> None:
-    assert _split_stop("hello wor", ["world"]) == ("hello ", "wor", False)
-    assert _split_stop("hello world!", ["world"]) == ("hello ", "", True)
-    assert _split_stop("plain", []) == ("plain", "", False)
+    assert split_stop("hello wor", ["world"]) == ("hello ", "wor", False)
+    assert split_stop("hello world!", ["world"]) == ("hello ", "", True)
+    assert split_stop("plain", []) == ("plain", "", False)
 
 
 def test_damaged_tier_is_a_clear_error(demo_model: ModelDir, tmp_path: Path) -> None:

@@ -14,7 +14,8 @@ CHILD_TIMEOUT_S = 600.0
 
 def _child(out: Any, root: str, model: str, settings: Any, config: str, prompt: str, max_tokens: int) -> None:
     try:
-        from runtime.bench import parse_config, run_engine
+        from runtime.bench.configs import parse_config
+        from runtime.bench.runners import run_engine
         from runtime.engine import Engine
         from runtime.resources import PeakMemory
 

@@ -1,0 +1,262 @@
+"""The interleaved run itself: configurations × prompts × repeats, the summary, and `specquant bench`."""
+
+from __future__ import annotations
+
+import json
+import platform
+import resource
+import statistics
+import time
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from runtime.bench.anchor import ANCHOR, LlamaCppRunner, missing_reason, tool_path
+from runtime.bench.configs import DEFAULT_CONFIGS, GREEDY, LOOKUP, STOCK, BenchConfig, parse_config
+from runtime.bench.memory import measure as measure_memory
+from runtime.bench.report import format_table, write_plots, write_report
+from runtime.bench.runners import StockRunner, agreement, batch_costs, run_engine
+from runtime.bench.sweep import format_sweep, predicted_speedup, sweep
+from runtime.bench.workloads import load_prompts, score
+from runtime.cost_model import NGRAM
+from runtime.engine import Engine
+from runtime.errors import UserError
+from runtime.resources import Rapl, cpu_seconds
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for dist in ("specquant", "llama-cpp-python", "gguf", "numpy"):
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            out[dist] = "unknown"
+    return out
+
+
+def _accuracy(runs: list[dict[str, Any]]) -> float | None:
+    graded = [x["correct"] for x in runs if x["correct"] is not None]
+    return round(sum(graded) / len(graded), 4) if graded else None
+
+
+def routing(engine: Engine, prompts: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per workload, the share of prompts the router sends to each level."""
+    out: dict[str, dict[str, float]] = {}
+    for workload in sorted({p["workload"] for p in prompts}):
+        levels = [engine.route(p["prompt"]).level for p in prompts if p["workload"] == workload]
+        out[workload] = {lvl: round(levels.count(lvl) / len(levels), 4) for lvl in ("low", "medium", "high")}
+    return out
+
+
+def _spread(xs: list[float]) -> dict[str, float] | None:
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return None
+    return {"median": round(statistics.median(xs), 4), "min": round(min(xs), 4), "max": round(max(xs), 4)}
+
+
+def summarize(
+    runs: list[dict[str, Any]], configs: list[BenchConfig], baseline: str, costs: dict[str, dict[int, float]]
+) -> dict[str, dict[str, Any]]:
+    """`summary[workload][config]` from the raw runs; speed-ups pair each run with the baseline's run of the
+    same prompt and repeat."""
+    summary: dict[str, dict[str, Any]] = {}
+    base = {(x["workload"], x["prompt_id"], x["repeat"]): x for x in runs if x["config"] == baseline}
+    for workload in sorted({x["workload"] for x in runs}):
+        summary[workload] = {}
+        for cfg in configs:
+            mine = [x for x in runs if x["workload"] == workload and x["config"] == cfg.name]
+            if not mine:
+                continue
+            pairs = [(x, base.get((x["workload"], x["prompt_id"], x["repeat"]))) for x in mine]
+            ratios = [a["tok_per_s"] / b["tok_per_s"] for a, b in pairs if b and a["tok_per_s"] and b["tok_per_s"]]
+            # The user's numbers, paired the same way: how much sooner the whole answer, and its first token.
+            latency = [b["latency_s"] / a["latency_s"] for a, b in pairs if b and a["latency_s"] and b["latency_s"]]
+            ttft = [a["ttft_s"] / b["ttft_s"] for a, b in pairs if b and a["ttft_s"] and b["ttft_s"]]
+            compared = [x for x in mine if x["matches_baseline"] is not None]
+            drafted = sum(x["drafted"] for x in mine)
+            accepted = sum(x["accepted"] for x in mine)
+            entry: dict[str, Any] = {
+                "tok_per_s": _spread([x["tok_per_s"] for x in mine]),
+                "latency_s": _spread([x["latency_s"] for x in mine]),
+                "ttft_s": _spread([x["ttft_s"] for x in mine]),
+                "speedup_vs_baseline": round(statistics.median(ratios), 4) if ratios else None,
+                "latency_speedup_vs_baseline": round(statistics.median(latency), 4) if latency else None,
+                "ttft_vs_baseline": round(statistics.median(ttft), 4) if ttft else None,
+                "acceptance": round(accepted / drafted, 4) if drafted else None,
+                "overhead": _spread([x["overhead"] for x in mine]),
+                "fidelity": {
+                    "exact_match_rate": round(sum(x["matches_baseline"] for x in compared) / len(compared), 4)
+                    if compared
+                    else None,
+                    "token_agreement": round(statistics.mean(x["token_agreement"] for x in compared), 4)
+                    if compared
+                    else None,
+                },
+                "accuracy": _accuracy(mine),
+                "rss_mb": _spread([x["rss_mb"] for x in mine]),
+                # What an answer costs a laptop's battery: CPU time (all threads) and energy per new token.
+                "cpu_s_per_token": _spread([x["cpu_s"] / x["tokens"] for x in mine if x["tokens"]]),
+                "energy_j_per_token": _spread(
+                    [x["energy_j"] / x["tokens"] for x in mine if x["tokens"] and x.get("energy_j") is not None]
+                ),
+                "predicted_speedup": None,
+            }
+            cycles = sum(x.get("cycles", 0) for x in mine)  # llama.cpp's tool does not say
+            if cfg.draft and drafted and cycles and cfg.parent in costs and cfg.draft in costs:
+                v = {n: t / costs[cfg.parent][1] for n, t in costs[cfg.parent].items()}
+                c = costs[cfg.draft][1] / costs[cfg.parent][1]
+                entry["predicted_speedup"] = round(predicted_speedup(accepted / drafted, drafted / cycles, c, v), 4)
+            summary[workload][cfg.name] = entry
+    return summary
+
+
+def bench(
+    engine: Engine,
+    configs: list[BenchConfig],
+    prompts: list[dict[str, str]],
+    max_tokens: int = 128,
+    repeats: int = 1,
+    log=print,
+    memory: bool = True,
+    sampled: bool = False,
+) -> dict[str, Any]:
+    """Run every configuration on every prompt, interleaved; then (with `memory`) each configuration once
+    more in a process of its own, for its peak resident memory beside the plan's estimate. `sampled`: the
+    model's recommended sampling with a fixed seed instead of greedy (speed ratios only: texts differ)."""
+    baseline = configs[0].name
+    sampling = None if sampled else GREEDY
+    if sampled and any(c.stock for c in configs):
+        raise UserError(f"--sampled: {STOCK}, {LOOKUP} and {ANCHOR} configurations run greedy only; leave them out")
+    skipped: dict[str, str] = {}
+    tool = tool_path()
+    if tool is None and any(c.anchor for c in configs):
+        for c in configs:
+            if c.anchor:
+                skipped[c.name] = missing_reason()
+                log(f"skipping {c.name}: {skipped[c.name]}")
+        configs = [c for c in configs if not c.anchor]
+    stock: dict[str, Any] = {
+        c.name: LlamaCppRunner(engine, c.k or 4, tool) if c.anchor and tool else StockRunner(engine, c.parent, c.lookup)
+        for c in configs
+        if c.stock
+    }
+
+    def run(cfg: BenchConfig, prompt: str, n: int) -> dict[str, Any]:
+        return stock[cfg.name].run(prompt, n) if cfg.stock else run_engine(engine, cfg, prompt, n, sampling)
+
+    for cfg in configs:  # warm-up: load every tier, touch its pages
+        run(cfg, prompts[0]["prompt"], 8)
+    rapl = Rapl()
+    runs: list[dict[str, Any]] = []
+    total = repeats * len(prompts) * len(configs)
+    started = time.perf_counter()
+    interrupted = False
+    try:
+        for r in range(repeats):
+            for i, p in enumerate(prompts):
+                shift = (r * len(prompts) + i) % len(configs)
+                for cfg in configs[shift:] + configs[:shift]:
+                    cpu0, energy0 = cpu_seconds(), rapl.read()
+                    rec = run(cfg, p["prompt"], max_tokens)
+                    rec["cpu_s"] = round(cpu_seconds() - cpu0, 3)
+                    rec["energy_j"] = rapl.joules_since(energy0)
+                    rec.update({"workload": p["workload"], "prompt_id": p["id"], "config": cfg.name, "repeat": r})
+                    rec["correct"] = score(p, rec["text"])
+                    rec["rss_mb"] = round(psutil.Process().memory_info().rss / 1e6, 1)
+                    runs.append(rec)
+                    acc = f" acc {rec['acceptance']:.2f}" if rec["acceptance"] is not None else ""
+                    tps = f"{rec['tok_per_s']:6.1f}" if rec["tok_per_s"] is not None else "     -"
+                    eta = (time.perf_counter() - started) / len(runs) * (total - len(runs))
+                    log(
+                        f"[{len(runs)}/{total} ETA {int(eta // 60)}:{int(eta % 60):02d}] "
+                        f"{p['workload']}/{p['id']} {cfg.name:<18} {tps} tok/s{acc}"
+                    )
+    except KeyboardInterrupt:
+        # Stop cleanly: summarize and write what was measured.
+        interrupted = True
+        log(f"interrupted after {len(runs)} of {total} runs; summarizing what was measured")
+    base = {(x["workload"], x["prompt_id"], x["repeat"]): x for x in runs if x["config"] == baseline}
+    for x in runs:
+        ref = base.get((x["workload"], x["prompt_id"], x["repeat"]))
+        x["matches_baseline"] = None if ref is None or sampled else x["text"] == ref["text"]
+        x["token_agreement"] = None if ref is None or sampled else agreement(x["token_ids"], ref["token_ids"])
+
+    tiers = sorted({t for c in configs for t in (c.parent, c.draft) if t and t != NGRAM} | {"f16"})
+    n_max = 1 + max([c.k or engine.settings.spec.k_max for c in configs if c.draft or c.preset], default=4)
+    costs = {} if interrupted else batch_costs({t: engine.backend(t) for t in tiers}, n_max)
+    summary = summarize(runs, configs, baseline, costs)
+    peaks: dict[str, dict[str, Any]] = {}
+    if memory and not interrupted:
+        for cfg in configs:
+            if cfg.anchor:  # its own process already: the largest peak of its runs
+                mine = [x["peak_memory"] for x in runs if x["config"] == cfg.name]
+                peaks[cfg.name] = max(mine, key=lambda m: m["total_mb"]) if mine else {"error": "no run"}
+            if cfg.stock:
+                continue
+            log(f"memory: {cfg.name} in a process of its own")
+            peaks[cfg.name] = measure_memory(
+                engine.model.root, engine.model.name, engine.settings, cfg.name, prompts[0]["prompt"], max_tokens
+            )
+    from runtime.hardware import inventory
+
+    return {
+        "machine": inventory().as_dict() | {"platform": platform.platform()},
+        "versions": _versions(),
+        "model": engine.manifest,
+        "baseline": baseline,
+        "configs": [
+            {"name": c.name, "parent": c.parent, "draft": c.draft, "k": c.k, "preset": c.preset} for c in configs
+        ],
+        "max_tokens": max_tokens,
+        "sampling": "the model's recommendation, seeded" if sampled else "greedy",
+        "batch_cost_ms": costs,
+        "runs": runs,
+        "summary": summary,
+        "routing": routing(engine, prompts),
+        "interrupted": interrupted,
+        "energy": "RAPL package counters" if rapl.available else rapl.reason,
+        "memory": peaks,
+        "skipped": skipped,
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3, 1),
+    }
+
+
+def main_bench(
+    model: str | None,
+    config_names: list[str] | None,
+    prompt_files: list[str] | None,
+    max_tokens: int,
+    repeats: int,
+    quick: bool,
+    out_dir: str | None,
+    engine_settings=None,
+    with_sweep: bool = False,
+    allow_exec: bool = False,
+    memory: bool = True,
+    sampled: bool = False,
+) -> dict[str, Any]:
+    configs = [parse_config(n) for n in (config_names or DEFAULT_CONFIGS)]
+    prompts = load_prompts(prompt_files, quick, allow_exec)
+    if max_tokens < 1 or repeats < 1:
+        raise UserError("--max-tokens and --repeats must be at least 1")
+    engine = Engine(model, engine_settings)
+    try:
+        log = lambda m: print(m, flush=True)  # noqa: E731
+        result = bench(engine, configs, prompts, max_tokens, repeats, log, memory=memory, sampled=sampled)
+        if with_sweep:
+            result["sweep"] = sweep(engine, prompts, max_tokens, log=lambda m: print(m, flush=True))
+    finally:
+        engine.close()
+    if out_dir:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "results.json").write_text(json.dumps(result, indent=2, default=str))
+        write_report(result, out / "report.md")
+        write_plots(result, out)
+    print(format_table(result))
+    if with_sweep:
+        print(format_sweep(result["sweep"]))
+    return result

