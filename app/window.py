@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import itertools
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QEvent, QSettings, Qt, QTimer, Signal
@@ -26,34 +25,24 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.chat_controller import ChatController, Live, answer_meta
 from app.models_dialog import ModelsDialog
 from app.settings import AppSettings, load_settings, save_settings
 from app.settings_dialog import SettingsDialog
+from app.stats_bar import StatsBar
 from app.store import Store, StoredMessage
 from app.theme import apply_look
-from app.transcript import TranscriptView, draft_mask
-from app.widgets import ErrorBanner, InputBox, LevelBadge
-from app.worker import ChatRequest, EngineWorker
+from app.transcript import TranscriptView
+from app.widgets import ErrorBanner, InputBox
+from app.worker import EngineWorker
 from runtime import engine_worker
 from runtime.cache import DEMO_NAME, cache_root, list_models
-from runtime.chat import Chunk, acceptance_text, answer_facts, sources_text, speed_text
+from runtime.chat import Chunk
 from runtime.errors import UserError
 from runtime.policy import more_precise
 
 API_QUEUE = 32  # API requests that may wait for the engine (the window's own never wait on this bound)
 RENDER_INTERVAL_MS = 40  # redraw the streamed answer at most 25 times a second
-
-
-@dataclass
-class Live:
-    """The answer in flight."""
-
-    request: ChatRequest
-    conversation: int
-    replaces: int | None  # the answer a regenerate replaces once the new one is complete
-    text: str = ""
-    flags: list[bool] = field(default_factory=list)
-    last: Any = None  # the latest Chunk
 
 
 class MainWindow(QMainWindow):
@@ -66,8 +55,6 @@ class MainWindow(QMainWindow):
         self.settings: AppSettings = load_settings(qsettings)
         self.store = store or Store()
         self.conversation: int | None = None
-        self.live: Live | None = None
-        self._ids = itertools.count(1)
         self._render_pending = False
         self._closing = False
         self.setWindowTitle("SpecQuant")
@@ -79,11 +66,12 @@ class MainWindow(QMainWindow):
         # The engine thread, shared with the local API server; its bound is for API clients only.
         self.runner = engine_worker.EngineWorker(max_queue=API_QUEUE)
         self.worker = EngineWorker(self.runner)
+        self.chat = ChatController(self.store, self.worker)
         self.api: Any = None  # runtime.server.BackgroundServer while the local API server runs
-        self.worker.status.connect(self._on_status)
-        self.worker.chunk.connect(self._on_chunk)
-        self.worker.finished.connect(self._on_finished)
-        self.worker.failed.connect(self._on_failed)
+        self.chat.status.connect(self._on_status)
+        self.chat.chunk_taken.connect(self._on_chunk)
+        self.chat.finished.connect(self._on_finished)
+        self.chat.failed.connect(self._on_failed)
 
         self.models.models_changed.connect(self.refresh_models)
         self.models.use_model.connect(self.select_model)
@@ -100,6 +88,11 @@ class MainWindow(QMainWindow):
             )
         self._set_busy(False)
         self.input.setFocus()
+
+    @property
+    def live(self) -> Live | None:
+        """The answer in flight (the chat controller's)."""
+        return self.chat.live
 
     # --- layout ------------------------------------------------------------------------------------
     def _build(self) -> None:
@@ -213,27 +206,11 @@ class MainWindow(QMainWindow):
         splitter.setSizes([260, 840])
         self.setCentralWidget(splitter)
 
-        self.badge = LevelBadge()
-        self.precision = QLabel("")
-        self.precision.setAccessibleName("Precision pair")
-        self.precision.setToolTip("The parent that answers ← the draft that proposes tokens")
-        self.speed = QLabel("")
-        self.speed.setAccessibleName("Tokens per second")
-        self.acceptance = QLabel("")
-        self.acceptance.setAccessibleName("Draft acceptance")
-        self.acceptance.setToolTip("Share of drafted tokens the parent accepted")
-        self.placement = QLabel("")
-        self.placement.setAccessibleName("Placement")
-        self.model_label = QLabel("")
-        self.model_label.setAccessibleName("Model name")
-        self.api_label = QLabel("")
-        self.api_label.setAccessibleName("Local API server")
-        self.api_label.setToolTip("Other apps on this computer can use this model: OpenAI base URL …/v1")
-        self.api_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.api_label.hide()
-        labels = (self.badge, self.precision, self.speed, self.acceptance, self.placement, self.model_label)
-        for w in (*labels, self.api_label):
-            self.statusBar().addPermanentWidget(w)
+        self.stats = StatsBar(self.statusBar())
+        # The labels by name, for the tests and the self-test.
+        self.badge, self.precision, self.speed = self.stats.badge, self.stats.precision, self.stats.speed
+        self.acceptance, self.placement = self.stats.acceptance, self.stats.placement
+        self.model_label, self.api_label = self.stats.model_label, self.stats.api_label
         self.setTabOrder(self.input, self.send_button)
         self.setTabOrder(self.send_button, self.stop_button)
         self.setTabOrder(self.stop_button, self.regenerate_button)
@@ -277,7 +254,7 @@ class MainWindow(QMainWindow):
         for name in names:
             self.model_box.addItem(name, name)
         self.model_box.setCurrentIndex(max(0, self.model_box.findData(current)))
-        self.model_label.setText(current)
+        self.stats.show_model(current)
         if current != self.settings.model:
             self._save(replace(self.settings, model=current))
         self.welcome.setVisible(not names)
@@ -305,8 +282,7 @@ class MainWindow(QMainWindow):
 
     def release_engine(self) -> None:
         """Stop any answer and unload the models (before a delete or repair touches their files)."""
-        if self.live is not None:
-            self.live.request.cancel.set()
+        self.chat.stop()
         self.runner.release()
 
     # --- conversations -----------------------------------------------------------------------------
@@ -408,70 +384,40 @@ class MainWindow(QMainWindow):
             self._set_busy(False)
             return
         history = [m.as_chat() for m in messages]
-        request = ChatRequest(next(self._ids), self.model, self.settings.engine_settings(), history, options)
-        self.live = Live(request, self.conversation, replaces)
+        self.chat.start(self.conversation, history, self.model, self.settings.engine_settings(), options, replaces)
         self.banner.hide()
         self.transcript.begin_live()
         self._render_live()
         self._set_busy(True)
-        self.worker.generate(request)
 
     def stop(self) -> None:
-        if self.live is not None:
-            self.live.request.cancel.set()
+        if self.chat.stop():
             self.stop_button.setEnabled(False)
             self.statusBar().showMessage("Stopping…", 2000)
 
-    def _current(self, request_id: int) -> Live | None:
-        live = self.live
-        return live if live is not None and live.request.id == request_id else None
-
-    def _on_status(self, request_id: int, message: str) -> None:
-        if self._current(request_id):
+    def _on_status(self, message: str) -> None:
+        if message:
             self.statusBar().showMessage(message)
+        else:
+            self.statusBar().clearMessage()
 
-    def _absorb(self, request_id: int, chunk: Any) -> Live | None:
-        """Add a chunk to the answer in flight and show its stats; None for a request no longer current."""
-        live = self._current(request_id)
-        if live is not None:
-            if live.last is None:
-                self.statusBar().clearMessage()  # "Loading…" ends with the first tokens
-            live.text += chunk.text
-            live.flags.extend(chunk.draft_chars)
-            live.last = chunk
-            self._show_stats(chunk)
-        return live
-
-    def _on_chunk(self, request_id: int, chunk: Any) -> None:
-        if self._absorb(request_id, chunk) is None:
+    def _on_chunk(self, chunk: Chunk) -> None:
+        self.stats.show_answer(chunk, self.model)
+        if chunk.done:
             return
         if not self._render_pending:
             self._render_pending = True
             QTimer.singleShot(RENDER_INTERVAL_MS, self._render_live)
         self.chunk_shown.emit(chunk)
 
-    def _on_finished(self, request_id: int, chunk: Any) -> None:
-        live = self._absorb(request_id, chunk)
-        if live is None:
-            return
-        self.live = None
-        text = live.text.strip()
-        if text:
-            meta = answer_meta(chunk, live.flags, live.text)
-            self.store.add_message(live.conversation, "assistant", live.text, meta)
-            if live.replaces is not None:
-                self.store.delete_message(live.replaces)
+    def _on_finished(self, live: Live, text: str) -> None:
         if self.conversation == live.conversation:
             self.open_conversation(live.conversation)
         self.statusBar().clearMessage()
         self._set_busy(False)
         self.answer_finished.emit(text)
 
-    def _on_failed(self, request_id: int, message: str, kind: str) -> None:
-        live = self._current(request_id)
-        if live is None:
-            return
-        self.live = None
+    def _on_failed(self, live: Live, message: str, kind: str) -> None:
         if self.conversation == live.conversation:
             self.open_conversation(live.conversation)  # the user's message stays; only the answer is gone
         self.statusBar().clearMessage()
@@ -487,20 +433,6 @@ class MainWindow(QMainWindow):
             return
         meta = answer_meta(live.last, live.flags, live.text) if live.last is not None else {}
         self.transcript.update_live(live.text or "…", meta)
-
-    def _show_stats(self, chunk: Chunk) -> None:
-        facts = answer_facts(chunk)
-        self.badge.set_level(facts["level"], facts["reason"])
-        self.precision.setText(facts["pair"])
-        self.precision.setToolTip(facts["why"])
-        self.speed.setText(speed_text(facts))
-        self.acceptance.setText(acceptance_text(facts))
-        sources = sources_text(facts) or "none accepted yet"
-        tip = f"Share of drafted tokens the parent accepted ({sources}); first token after {facts['ttft_s']:.2f} s"
-        self.acceptance.setToolTip(tip)
-        self.placement.setText(facts["placement"])
-        self.placement.setToolTip(chunk.placement.reason)
-        self.model_label.setText(self.model)
 
     def _set_busy(self, busy: bool) -> None:
         has_model = bool(self.model)
@@ -562,28 +494,23 @@ class MainWindow(QMainWindow):
                 self.api = BackgroundServer(Service(self.runner, defaults, ServeConfig(port=want)))
             except UserError as e:
                 self.banner.show_error(f"The local API server did not start: {e}")
-        self.api_label.setText(f"API: {self.api.url}" if self.api is not None else "")
-        self.api_label.setVisible(self.api is not None)
+        self.stats.show_api(self.api.url if self.api is not None else None)
 
     # --- lifetime ----------------------------------------------------------------------------------
     def closeEvent(self, event: QCloseEvent) -> None:
         """Cancel an answer or conversion in flight, free the models on their thread, and wait for it."""
         if not self._closing:
             self._closing = True
-            if self.live is not None:
-                self.live.request.cancel.set()
+            self.chat.stop()
             self.models.shutdown()
             if self.api is not None:
                 self.api.stop()
             self.runner.close()
-            # The worker's last signals (the stopped answer) are still queued for this window: deliver them
-            # now, so the partial answer is saved before the history closes.
-            QCoreApplication.sendPostedEvents(self, QEvent.Type.MetaCall)
-            self.live = None
+            # The worker's last signals (the stopped answer) are still queued for the chat controller: deliver
+            # them now, so the partial answer is saved before the history closes.
+            QCoreApplication.sendPostedEvents(self.chat, QEvent.Type.MetaCall)
+            self.chat.live = None
             self.store.close()
         event.accept()
 
 
-def answer_meta(chunk: Chunk, flags: list[bool], text: str) -> dict[str, Any]:
-    """What a finished answer stores with it: the stats line's facts and the draft highlight runs."""
-    return answer_facts(chunk) | {"draft_mask": draft_mask(flags[: len(text)])}

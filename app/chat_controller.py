@@ -1,0 +1,118 @@
+"""The chat flow without widgets: the answer in flight, its requests to the engine thread, and what is stored
+when it ends. The window shows what this reports (as gpt4all-chat keeps its `Chat` apart from the view).
+
+One answer at a time. A message is stored before anything can fail; the answer when it completes (a
+regenerated one replaces the old only then); a stopped answer keeps the part written so far.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from PySide6.QtCore import QObject, Signal
+
+from app.store import Store
+from app.transcript import draft_mask
+from app.worker import ChatRequest, EngineWorker
+from runtime.chat import ChatOptions, Chunk, Message, answer_facts
+from runtime.engine import EngineSettings
+
+
+@dataclass
+class Live:
+    """The answer in flight."""
+
+    request: ChatRequest
+    conversation: int
+    replaces: int | None  # the answer a regenerate replaces once the new one is complete
+    text: str = ""
+    flags: list[bool] = field(default_factory=list)  # per character: from an accepted draft token
+    last: Chunk | None = None  # the latest Chunk
+
+
+def answer_meta(chunk: Chunk, flags: list[bool], text: str) -> dict[str, object]:
+    """What a finished answer stores with it: the stats line's facts and the draft highlight runs."""
+    return answer_facts(chunk) | {"draft_mask": draft_mask(flags[: len(text)])}
+
+
+class ChatController(QObject):
+    status = Signal(str)  # what happens before the first token ("Loading…"); "" clears it
+    chunk_taken = Signal(object)  # each Chunk, once it is part of `live`
+    finished = Signal(object, str)  # the Live that ended, its text ("" when nothing was stored)
+    failed = Signal(object, str, str)  # the Live that failed, a one-line reason ("" when stopped), its kind
+
+    def __init__(self, store: Store, worker: EngineWorker) -> None:
+        super().__init__()
+        self.store = store
+        self.worker = worker
+        self.live: Live | None = None
+        self._ids = itertools.count(1)
+        worker.status.connect(self._on_status)
+        worker.chunk.connect(self._on_chunk)
+        worker.finished.connect(self._on_finished)
+        worker.failed.connect(self._on_failed)
+
+    def start(
+        self,
+        conversation: int,
+        history: list[Message],
+        model: str,
+        settings: EngineSettings,
+        options: ChatOptions,
+        replaces: int | None = None,
+    ) -> Live:
+        assert self.live is None, "one answer at a time"
+        request = ChatRequest(next(self._ids), model, settings, history, options)
+        self.live = Live(request, conversation, replaces)
+        self.worker.generate(request)
+        return self.live
+
+    def stop(self) -> bool:
+        """Ask the answer in flight to stop (within one verify cycle); False when there is none."""
+        if self.live is None:
+            return False
+        self.live.request.cancel.set()
+        return True
+
+    def _current(self, request_id: int) -> Live | None:
+        live = self.live
+        return live if live is not None and live.request.id == request_id else None
+
+    def _on_status(self, request_id: int, message: str) -> None:
+        if self._current(request_id):
+            self.status.emit(message)
+
+    def _absorb(self, request_id: int, chunk: Chunk) -> Live | None:
+        live = self._current(request_id)
+        if live is not None:
+            if live.last is None:
+                self.status.emit("")  # "Loading…" ends with the first tokens
+            live.text += chunk.text
+            live.flags.extend(chunk.draft_chars)
+            live.last = chunk
+        return live
+
+    def _on_chunk(self, request_id: int, chunk: Chunk) -> None:
+        if self._absorb(request_id, chunk) is not None:
+            self.chunk_taken.emit(chunk)
+
+    def _on_finished(self, request_id: int, chunk: Chunk) -> None:
+        live = self._absorb(request_id, chunk)
+        if live is None:
+            return
+        self.live = None
+        text = live.text.strip()
+        if text:
+            self.store.add_message(live.conversation, "assistant", live.text, answer_meta(chunk, live.flags, live.text))
+            if live.replaces is not None:
+                self.store.delete_message(live.replaces)
+        self.chunk_taken.emit(chunk)
+        self.finished.emit(live, text)
+
+    def _on_failed(self, request_id: int, message: str, kind: str) -> None:
+        live = self._current(request_id)
+        if live is None:
+            return
+        self.live = None
+        self.failed.emit(live, message, kind)

@@ -1,0 +1,58 @@
+"""The status bar's answer facts: level badge, precision pair, speed, acceptance, placement, model, and the
+local API server's URL. One `show_answer` per Chunk; the words come from runtime.chat's one formatter."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QLabel, QStatusBar
+
+from app.widgets import LevelBadge
+from runtime.chat import Chunk, acceptance_text, answer_facts, sources_text, speed_text
+
+
+def _label(name: str, tip: str = "") -> QLabel:
+    label = QLabel("")
+    label.setAccessibleName(name)
+    if tip:
+        label.setToolTip(tip)
+    return label
+
+
+class StatsBar:
+    """Permanent widgets of a QStatusBar (they stay on the right; messages show on the left)."""
+
+    def __init__(self, bar: QStatusBar) -> None:
+        self.badge = LevelBadge()
+        self.precision = _label("Precision pair", "The parent that answers ← the draft that proposes tokens")
+        self.speed = _label("Tokens per second")
+        self.acceptance = _label("Draft acceptance", "Share of drafted tokens the parent accepted")
+        self.placement = _label("Placement")
+        self.model_label = _label("Model name")
+        self.api_label = _label("Local API server", "Other apps on this computer can use this model: base URL …/v1")
+        self.api_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.api_label.hide()
+        labels = (self.precision, self.speed, self.acceptance, self.placement, self.model_label, self.api_label)
+        for w in (self.badge, *labels):
+            bar.addPermanentWidget(w)
+
+    def show_answer(self, chunk: Chunk, model: str) -> None:
+        facts = answer_facts(chunk)
+        self.badge.set_level(facts["level"], facts["reason"])
+        self.precision.setText(facts["pair"])
+        self.precision.setToolTip(facts["why"])
+        self.speed.setText(speed_text(facts))
+        self.acceptance.setText(acceptance_text(facts))
+        sources = sources_text(facts) or "none accepted yet"
+        self.acceptance.setToolTip(
+            f"Share of drafted tokens the parent accepted ({sources}); first token after {facts['ttft_s']:.2f} s"
+        )
+        self.placement.setText(facts["placement"])
+        self.placement.setToolTip(chunk.placement.reason)
+        self.model_label.setText(model)
+
+    def show_model(self, model: str) -> None:
+        self.model_label.setText(model)
+
+    def show_api(self, url: str | None) -> None:
+        self.api_label.setText(f"API: {url}" if url else "")
+        self.api_label.setVisible(bool(url))
