@@ -34,6 +34,7 @@ from runtime.cache import (
     check_name,
     ensure_dir,
     fsync_dir,
+    list_models,
     sha256_file,
     tier_is_intact,
 )
@@ -248,3 +249,12 @@ def _build_quant(
             cancelled,
         )
         return _finish_tier(model, tier, cancelled)
+
+
+def ensure_demo(root: Path | None = None) -> None:
+    """On a fresh machine (no complete model in the cache), convert the demo: what the CLI does before its
+    first chat, so a new user's first command answers. Anything already cached: nothing happens."""
+    root = cache_root() if root is None else root
+    if not any(m.complete for m in list_models(root)):
+        log.warning("setting up the demo model (one time)")
+        convert("demo", root=root)

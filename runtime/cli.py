@@ -214,13 +214,11 @@ def _engine(args: argparse.Namespace) -> Any:
 
 def _model_name(name: str | None) -> str:
     """`--model NAME`, else the one the runtime would pick; on a fresh machine the demo, converted first."""
+    from converters.convert import ensure_demo
     from runtime.engine import resolve_model
 
-    if name is None and not any(m.complete for m in list_models()):
-        from converters.convert import convert
-
-        logging.getLogger(__name__).warning("setting up the demo model (one time)")
-        convert("demo")
+    if name is None:
+        ensure_demo()
     return resolve_model(name).name
 
 
@@ -385,7 +383,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from runtime.placement import PlacementSettings
 
     main_bench(
-        _model_name(args.model),
+        args.model,
         args.configs,
         args.prompts,
         args.max_tokens,

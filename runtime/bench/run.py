@@ -13,6 +13,7 @@ from typing import Any
 
 import psutil
 
+from converters.convert import ensure_demo
 from runtime.bench.anchor import ANCHOR, LlamaCppRunner, missing_reason, tool_path
 from runtime.bench.configs import DEFAULT_CONFIGS, GREEDY, LOOKUP, STOCK, BenchConfig, parse_config
 from runtime.bench.memory import measure as measure_memory
@@ -242,6 +243,8 @@ def main_bench(
     prompts = load_prompts(prompt_files, quick, allow_exec)
     if max_tokens < 1 or repeats < 1:
         raise UserError("--max-tokens and --repeats must be at least 1")
+    if model is None:
+        ensure_demo()  # a fresh machine benchmarks the demo, once its inputs are known to be good
     engine = Engine(model, engine_settings)
     try:
         log = lambda m: print(m, flush=True)  # noqa: E731
