@@ -13,15 +13,22 @@ import logging
 import statistics
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from runtime.cache import atomic_write_text
-from runtime.chat import ChatOptions
+from runtime.cache import ModelDir, atomic_write_text
+from runtime.chat import Answer, ChatOptions, Message, Stats
 from runtime.policy import LOSSY_FLOORS, PRECISION, STRICT_FLOORS
 from runtime.sampling import SamplingParams
 
-if TYPE_CHECKING:
-    from runtime.engine import Engine, Stats
+
+class Engine(Protocol):
+    """What calibrating needs of runtime.engine.Engine (which calls this module, so it is not imported)."""
+
+    model: ModelDir
+
+    def chat(self, messages: list[Message], options: ChatOptions) -> Answer: ...
+
+    def machine_key(self) -> dict[str, Any]: ...
 
 log = logging.getLogger("specquant.calibrate")
 CONFIGS: tuple[tuple[str, str | None], ...] = (
