@@ -323,6 +323,8 @@ def _guarded(endpoint: Callable[[Request], Awaitable[Response]]) -> Callable[[Re
             return await endpoint(request)
         except (ApiError, HTTPException):
             raise
+        except UserError as e:  # the server's own settings or the cache said no: the client can read why
+            raise ApiError(400, str(e)) from None
         except Exception as e:
             log.debug("request failed", exc_info=True)
             log.error("%s %s failed: %s", request.method, request.url.path, readable(e))
