@@ -37,6 +37,21 @@ log = logging.getLogger("specquant.engine")
 EXPECTED_ANSWER_TOKENS = {"low": 16, "medium": 48, "high": 96}
 SHORT_ANSWER_TOKENS = 8  # "Answer with the letter": the letter, maybe a few words and the end token
 ESTIMATES_FILE = "controller.json"
+# What a prompt asks for says more about its answer's length than its level does: code, stories and
+# explanations run long whatever their level.
+LONG_ANSWER_INTENTS = frozenset(
+    ["to write", "to explain", "to describe", "to summarise", "to design", "to propose", "to compare", "to analyse",
+     "to evaluate"]
+)
+
+
+def expected_answer_tokens(route: Route) -> int:
+    """The horizon prior of the controller, before the answer itself says more."""
+    if route.short_answer:
+        return SHORT_ANSWER_TOKENS
+    if route.intent in LONG_ANSWER_INTENTS:
+        return EXPECTED_ANSWER_TOKENS["high"]
+    return EXPECTED_ANSWER_TOKENS[route.level]
 
 
 @dataclass(frozen=True)
@@ -309,7 +324,6 @@ class Engine:
             spec = replace(spec, k=choice.k)
         if options.draft_window is not None:
             spec = replace(spec, draft_window=options.draft_window)
-        level = route.level
         params = self.sampling(parent, options)
         controller = Controller(self.estimates(choice.parent, params.greedy), fixed_k=spec.k)
 
@@ -326,7 +340,7 @@ class Engine:
             cancel,
             controller=controller,
             draft_name=choice.draft or "draft",
-            answer_tokens=SHORT_ANSWER_TOKENS if route.short_answer else EXPECTED_ANSWER_TOKENS[level],
+            answer_tokens=expected_answer_tokens(route),
             max_tokens=options.max_tokens,
         )
         reason: str | None = "length"

@@ -129,6 +129,7 @@ class Route:
     features: dict[str, float]
     reason: str
     short_answer: bool = False  # the prompt asks for a letter, a number, a word or yes/no
+    intent: str | None = None  # what the prompt asks for ("to compare"), from INTENTS
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -137,6 +138,7 @@ class Route:
             "features": self.features,
             "reason": self.reason,
             "short_answer": self.short_answer,
+            "intent": self.intent,
         }
 
 
@@ -204,7 +206,7 @@ def route(text: str, settings: RouterSettings | None = None, count_tokens: Calla
     level = "high" if score >= s.high_at else "medium" if score >= s.medium_at else "low"
     short = bool(_SHORT_ANSWER.search(text[-_SAMPLE_CHARS:]))  # such an instruction usually ends the prompt
     asks = intent(text)[1]
-    return Route(level, score, f, _reason(level, f, parts, grade, count_tokens is not None, short, asks), short)
+    return Route(level, score, f, _reason(level, f, parts, grade, count_tokens is not None, short, asks), short, asks)
 
 
 def _reason(

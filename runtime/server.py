@@ -40,6 +40,7 @@ from runtime.engine_worker import EngineWorker, Failure, Job, QueueFull
 from runtime.errors import UserError, readable
 
 log = logging.getLogger("specquant.server")
+SHUTDOWN_GRACE_S = 3.0  # below uvicorn's timeout_graceful_shutdown (5 s)
 MAX_BODY = 1 << 20  # 1 MiB: a long chat is well under it; more is a mistake or an attack
 
 
@@ -170,7 +171,10 @@ class Service:
             first = await _next_chunk(events)
             if call.stream:
                 streaming = True  # the stream's own end calls finish()
-                return EventSourceResponse(self._stream(first, events, model, call.include_usage, finish), ping=15)
+                stream = self._stream(first, events, model, call.include_usage, finish)
+                # On Ctrl-C our cancel ends the answer within one cycle; the grace period lets the stream
+                # send its last event ("cancelled") and [DONE] before sse-starlette would cut it off.
+                return EventSourceResponse(stream, ping=15, shutdown_grace_period=SHUTDOWN_GRACE_S)
             parts, last = [first.text], first
             while not last.done:
                 last = await _next_chunk(events)

@@ -68,7 +68,7 @@ def test_thresholds_come_from_settings() -> None:
 def test_deterministic_and_json_ready() -> None:
     a, b = route("Compare Rust and Go for CLI tools."), route("Compare Rust and Go for CLI tools.")
     assert a == b
-    assert set(a.as_dict()) == {"level", "score", "features", "reason", "short_answer"}
+    assert set(a.as_dict()) == {"level", "score", "features", "reason", "short_answer", "intent"}
 
 
 def test_token_counts_replace_words_when_given() -> None:
@@ -158,3 +158,18 @@ def test_without_an_intent_the_other_features_decide() -> None:
     text = "The committee reviewed the 2023 budget of the Department of Energy in Washington."
     assert intent(text) == (None, None) and route(text).features["intent"] == -1
     assert "asks" not in route(text).reason
+
+
+@pytest.mark.parametrize(
+    ("text", "tokens"),
+    [
+        ("Write a Python function that reverses a list.", 96),  # medium, but code runs long
+        ("Explain how tides work.", 96),
+        ("What is AI?", 16),
+        ("Is the sun a star? Answer yes or no.", 8),
+    ],
+)
+def test_the_answer_length_prior_follows_what_is_asked(text: str, tokens: int) -> None:
+    from runtime.engine import expected_answer_tokens
+
+    assert expected_answer_tokens(route(text)) == tokens
