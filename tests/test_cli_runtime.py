@@ -18,7 +18,7 @@ def test_chat_json(demo_cache: Path) -> None:
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert out["text"].strip()
-    assert set(out["route"]) == {"level", "score", "features", "reason", "short_answer"}
+    assert set(out["route"]) == {"level", "score", "features", "reason", "short_answer", "intent"}
     assert out["route"]["level"] in ("low", "medium", "high")
     assert out["parent"] == "f16" and out["draft"] in ("q4_k_m", "q8_0", None)
     assert out["placement"]["mode"] == "cpu" and out["placement"]["threads"] >= 1
@@ -92,7 +92,7 @@ def test_repl_streams_and_keeps_the_conversation(demo_cache: Path) -> None:
 
 def test_route_without_a_model(tmp_path: Path) -> None:
     out = json.loads(run_cli("route", "What is AI?", "--json").stdout)
-    assert out["level"] == "low" and set(out) == {"level", "score", "features", "reason", "short_answer"}
+    assert out["level"] == "low" and set(out) == {"level", "score", "features", "reason", "short_answer", "intent"}
     f = tmp_path / "p.txt"
     f.write_text("Analyze the impact of climate change on global agriculture and suggest mitigation strategies.")
     assert json.loads(run_cli("route", "--prompt-file", str(f), "--json").stdout)["level"] == "high"
