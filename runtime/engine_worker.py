@@ -85,7 +85,7 @@ class EngineWorker:
                 raise SpecQuantError("the engine has shut down")
             waiting = sum(isinstance(j, Job) for j in self._pending)
             if bounded and self.max_queue is not None and waiting >= self.max_queue:
-                raise QueueFull(waiting, self._retry_after(waiting))
+                raise QueueFull(waiting, self._retry_after())
             self._pending.append(job)
             self._cond.notify()
         return job
@@ -191,7 +191,7 @@ class EngineWorker:
             self.engine.close()
             self.engine = None
 
-    def _retry_after(self, waiting: int) -> int:
+    def _retry_after(self) -> int:
         """Seconds until a place is free: when the running job ends, about one typical job (median of the
         recent ones; 5 s before any has finished)."""
         return max(1, round(statistics.median(self._durations) if self._durations else 5.0))

@@ -110,7 +110,6 @@ class Service:
         self.defaults = defaults
         self.config = config
         self.jobs: set[Job] = set()
-        self.started = time.time()
 
     def cancel_all(self) -> None:
         """Cancel this API's jobs (the window's own, on a shared engine thread, are left alone)."""
