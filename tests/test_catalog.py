@@ -1,0 +1,186 @@
+"""The Discover catalogue: the shipped file, its validation, the fit check, and downloading a catalogue model
+(offline: the one-line error, and the HF cache reused when it holds the files)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from pathlib import Path
+
+import huggingface_hub.constants
+import pytest
+
+from converters import sources
+from converters.convert import convert
+from converters.hf_to_gguf import ARCHITECTURES
+from converters.quantize import QUANT_TYPES, expected_bytes
+from runtime import catalog
+from runtime.cache import list_models
+from runtime.errors import Cancelled, UserError
+from tests.hf_export import export_to_hf
+
+GOOD = {
+    "repo": "org/model-1B-Instruct",
+    "params": 1_000_000_000,
+    "architecture": "LlamaForCausalLM",
+    "shape": {"n_layer": 16, "n_embd": 2048, "n_head_kv": 8, "head_dim": 64, "n_vocab": 128256},
+    "licence": "Apache-2.0",
+    "description": "A model for tests.",
+}
+
+
+def write(path: Path, models: list[object], schema: int = 1) -> Path:
+    path.write_text(json.dumps({"schema": schema, "models": models}))
+    return path
+
+
+@pytest.fixture
+def hf_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """HF_HUB_OFFLINE=1 and an empty HF_HOME; huggingface_hub reads both at import, so its constants follow."""
+    home = tmp_path / "hf"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(home / "hub"))
+    return home / "hub"
+
+
+def cache_snapshot(hub: Path, repo: str, files: Path) -> Path:
+    """Lay `files` out as huggingface_hub's cache holds a downloaded repo (refs/main → snapshots/<commit>)."""
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo_dir = hub / ("models--" + repo.replace("/", "--"))
+    (repo_dir / "refs").mkdir(parents=True)
+    (repo_dir / "refs" / "main").write_text(commit)
+    shutil.copytree(files, repo_dir / "snapshots" / commit)
+    return repo_dir / "snapshots" / commit
+
+
+def test_the_shipped_catalogue_holds_real_supported_models() -> None:
+    entries = catalog.load_catalog()
+    assert 6 <= len(entries) <= 8
+    assert catalog.SUPPORTED_ARCHITECTURES == tuple(ARCHITECTURES)  # the converter's list, not a copy that drifts
+    for e in entries:
+        assert e.architecture in ARCHITECTURES and e.repo.count("/") == 1 and e.licence and e.description
+        assert "Instruct" in e.repo  # instruct models only
+    assert len({e.repo for e in entries}) == len(entries)
+    gated = {e.repo for e in entries if e.gated}
+    assert gated == {e.repo for e in entries if e.repo.startswith("meta-llama/")}
+
+
+def test_tier_sizes_are_the_converters_estimate_from_the_parameter_count() -> None:
+    assert catalog.BITS_PER_WEIGHT["q8_0"] == QUANT_TYPES["q8_0"].bits_per_weight
+    assert catalog.BITS_PER_WEIGHT["q4_k_m"] == QUANT_TYPES["q4_k_m"].bits_per_weight
+    for e in catalog.load_catalog():
+        f16 = e.params * 2
+        assert e.tier_bytes == {
+            "f16": f16,
+            "q8_0": expected_bytes(f16, QUANT_TYPES["q8_0"]),
+            "q4_k_m": expected_bytes(f16, QUANT_TYPES["q4_k_m"]),
+        }
+        assert e.download_bytes == f16
+    seven = next(e for e in catalog.load_catalog() if e.repo == "Qwen/Qwen2.5-7B-Instruct")
+    assert 15.2e9 < seven.tier_bytes["f16"] < 15.3e9 and 4.6e9 < seven.tier_bytes["q4_k_m"] < 4.7e9
+
+
+def test_fit_marks_what_this_computer_cannot_hold() -> None:
+    seven = next(e for e in catalog.load_catalog() if e.repo == "Qwen/Qwen2.5-7B-Instruct")
+    roomy = catalog.fit(seven, ram_bytes=64 * 10**9)
+    assert roomy.fits_all and roomy.line.startswith("fits")
+    eight = catalog.fit(seven, ram_bytes=8 * 10**9)
+    assert eight.tiers == ("q4_k_m",)
+    assert eight.line == (
+        f"F16 needs {eight.needs['f16'] / 1e9:.1f} GB, this computer has 8.0 GB: only Q4_K_M would fit"
+    )
+    small = catalog.fit(seven, ram_bytes=2 * 10**9)
+    assert small.fits_none and small.line.startswith("too big for this computer: even Q4_K_M needs")
+    # The needs are the placement plan's: at exactly F16's need everything fits, a megabyte less and F16 does not.
+    need = roomy.needs["f16"]
+    assert catalog.fit(seven, ram_bytes=need).fits_all
+    assert catalog.fit(seven, ram_bytes=need - 10**6).tiers == ("q8_0", "q4_k_m")
+    assert roomy.needs["f16"] > seven.tier_bytes["f16"]  # KV cache, compute buffer and margin come on top
+
+
+def test_fit_reads_this_computers_ram(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Memory:
+        total = 4 * 10**9
+
+    monkeypatch.setattr(catalog.psutil, "virtual_memory", lambda: Memory())
+    seven = next(e for e in catalog.load_catalog() if e.repo == "Qwen/Qwen2.5-7B-Instruct")
+    assert catalog.fit(seven).fits_none and "this computer has 4.0 GB" in catalog.fit(seven).line
+
+
+@pytest.mark.parametrize(
+    ("models", "needle"),
+    [
+        ([GOOD, {**GOOD, "repo": "org/second", "params": "1B"}], "entry 2 (org/second): 'params' must be a int"),
+        ([GOOD, {**GOOD, "repo": "org/second", "architecture": "GPT2LMHeadModel"}], "entry 2 (org/second): architecture"),
+        ([{k: v for k, v in GOOD.items() if k != "licence"}], "entry 1 (org/model-1B-Instruct): 'licence' is missing"),
+        ([{**GOOD, "repo": "not a repo"}], "entry 1 (not a repo): 'repo' 'not a repo' is not a Hugging Face repo id"),
+        ([GOOD, GOOD], "entry 2 (org/model-1B-Instruct): org/model-1B-Instruct is listed twice"),
+        ([{**GOOD, "shape": {**GOOD["shape"], "n_layer": 0}}], "entry 1 (org/model-1B-Instruct): 'shape.n_layer'"),
+        ([{**GOOD, "description": "two\nlines"}], "'description' must be one non-empty line"),
+        ([42], "entry 1: must be an object"),
+    ],
+)
+def test_a_malformed_catalogue_is_one_line_naming_the_file_and_entry(
+    tmp_path: Path, models: list[object], needle: str
+) -> None:
+    path = write(tmp_path / "catalog.json", models)
+    with pytest.raises(UserError) as e:
+        catalog.load_catalog(path)
+    assert str(e.value).startswith(f"{path}: ") and needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_catalogue_that_is_not_json_names_the_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "catalog.json"
+    path.write_text('{"schema": 1,\n "models": [,]}')
+    with pytest.raises(UserError, match=r"catalog\.json: not valid JSON \(line 2, column 13"):
+        catalog.load_catalog(path)
+    with pytest.raises(UserError, match="cannot read the model catalogue"):
+        catalog.load_catalog(tmp_path / "missing.json")
+    with pytest.raises(UserError, match="schema 2 is not 1"):
+        catalog.load_catalog(write(path, [GOOD], schema=2))
+
+
+def test_eta_text() -> None:
+    assert catalog.eta_text(0, 3_090_000_000, 0) == "0 MB of 3.09 GB"
+    assert catalog.eta_text(1_000_000_000, 3_000_000_000, 50) == "1.00 GB of 3.00 GB, 1 min 40 s left"
+    assert catalog.eta_text(900_000_000, 1_000_000_000, 9) == "900 MB of 1.00 GB, 1 s left"
+    assert catalog.eta_text(5_000_000, 0, 1) == "5 MB"
+
+
+def test_offline_download_is_one_line_and_leaves_nothing(hf_offline: Path, isolated_cache: Path) -> None:
+    repo = catalog.load_catalog()[0].repo
+    seen: list[tuple[int, int]] = []
+    with pytest.raises(UserError) as e:
+        sources.download(repo, lambda done, total: seen.append((done, total)), threading.Event())
+    line = str(e.value)
+    assert line.startswith(f"{repo} is not in the Hugging Face cache and cannot be downloaded (offline")
+    assert "\n" not in line and not seen
+    with pytest.raises(UserError, match="is not in the Hugging Face cache"):
+        convert(repo)  # the conversion's own resolve says the same
+    assert not isolated_cache.exists() or not any(isolated_cache.iterdir())
+
+
+@pytest.fixture(scope="module")
+def micro_hf(tmp_path_factory: pytest.TempPathFactory, micro_gguf: Path) -> Path:
+    return export_to_hf(micro_gguf, tmp_path_factory.mktemp("micro-hf") / "micro")
+
+
+def test_the_hf_cache_is_reused_offline(hf_offline: Path, isolated_cache: Path, micro_hf: Path) -> None:
+    snapshot = cache_snapshot(hf_offline, "test-org/Micro-Instruct", micro_hf)
+    assert sources.download("test-org/Micro-Instruct", lambda *a: None, threading.Event()) == snapshot
+    manifest = convert("test-org/Micro-Instruct")
+    assert manifest["complete"] and manifest["source"]["kind"] == "hf_repo"
+    assert manifest["source"]["ref"] == "test-org/Micro-Instruct" and set(manifest["tiers"]) == set(catalog.TIERS)
+    assert [m.name for m in list_models(isolated_cache) if m.complete] == ["micro-instruct"]
+
+
+def test_a_cancelled_download_raises_cancelled(hf_offline: Path, isolated_cache: Path, micro_hf: Path) -> None:
+    cache_snapshot(hf_offline, "test-org/Micro-Instruct", micro_hf)
+    cancel = threading.Event()
+    cancel.set()
+    with pytest.raises(Cancelled):
+        sources.download("test-org/Micro-Instruct", None, cancel)
+    assert not isolated_cache.exists() or not any(isolated_cache.iterdir())
