@@ -46,6 +46,7 @@ _FIELDS = {
     "description": str,
     "shape": dict,
 }
+_KINDS = {str: "text", int: "a whole number", dict: "an object"}
 
 
 def catalog_path() -> Path:
@@ -93,7 +94,7 @@ def _entry(raw: Any, where: str) -> Entry:
         if value is None:
             raise UserError(f"{where}: '{key}' is missing")
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise UserError(f"{where}: '{key}' must be a {kind.__name__}, not {value!r}")
+            raise UserError(f"{where}: '{key}' must be {_KINDS[kind]}, not {value!r}")
     if not _REPO_ID.match(raw["repo"]):
         raise UserError(f"{where}: 'repo' {raw['repo']!r} is not a Hugging Face repo id like org/name")
     if raw["params"] <= 0:

@@ -59,7 +59,7 @@ def cache_snapshot(hub: Path, repo: str, files: Path) -> Path:
 def test_the_shipped_catalogue_holds_real_supported_models() -> None:
     entries = catalog.load_catalog()
     assert 6 <= len(entries) <= 8
-    assert catalog.SUPPORTED_ARCHITECTURES == tuple(ARCHITECTURES)  # the converter's list, not a copy that drifts
+    assert tuple(ARCHITECTURES) == catalog.SUPPORTED_ARCHITECTURES  # the converter's list, not a copy that drifts
     for e in entries:
         assert e.architecture in ARCHITECTURES and e.repo.count("/") == 1 and e.licence and e.description
         assert "Instruct" in e.repo  # instruct models only
@@ -113,8 +113,8 @@ def test_fit_reads_this_computers_ram(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize(
     ("models", "needle"),
     [
-        ([GOOD, {**GOOD, "repo": "org/second", "params": "1B"}], "entry 2 (org/second): 'params' must be a int"),
-        ([GOOD, {**GOOD, "repo": "org/second", "architecture": "GPT2LMHeadModel"}], "entry 2 (org/second): architecture"),
+        ([GOOD, {**GOOD, "repo": "org/b", "params": "1B"}], "entry 2 (org/b): 'params' must be a whole number"),
+        ([GOOD, {**GOOD, "repo": "org/b", "architecture": "GPT2LMHeadModel"}], "entry 2 (org/b): architecture"),
         ([{k: v for k, v in GOOD.items() if k != "licence"}], "entry 1 (org/model-1B-Instruct): 'licence' is missing"),
         ([{**GOOD, "repo": "not a repo"}], "entry 1 (not a repo): 'repo' 'not a repo' is not a Hugging Face repo id"),
         ([GOOD, GOOD], "entry 2 (org/model-1B-Instruct): org/model-1B-Instruct is listed twice"),
