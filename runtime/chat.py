@@ -67,6 +67,11 @@ class Stats:
     verify_s: float = 0.0
     cycles: int = 0
     stop_reason: str | None = None  # eos | max_tokens | stop | length | cancelled
+    # The parent's measured single-token step (the controller's running estimate for this parent, from
+    # plain steps timed on this machine): what plain decoding at the same precision would pay per token.
+    # None while no plain step was ever timed: then no speed-up is claimed.
+    plain_step_s: float | None = None
+    spec_off: str | None = None  # on the last Chunk of an answer nothing was drafted for: why
 
     @property
     def tok_per_s(self) -> float:
@@ -77,6 +82,30 @@ class Stats:
     @property
     def acceptance(self) -> float | None:
         return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def elapsed_s(self) -> float:
+        """From the start of the prefill to the latest token."""
+        return self.ttft_s + self.decode_s
+
+    @property
+    def plain_s(self) -> float | None:
+        """What plain decoding would have taken: the same first cycle (the prefill and first token cost both the
+        same), then one measured parent step per further token."""
+        if self.plain_step_s is None or self.tokens <= self.first_tokens:
+            return None
+        return self.ttft_s + (self.tokens - self.first_tokens) * self.plain_step_s
+
+    @property
+    def speedup(self) -> float | None:
+        """Plain time over actual time (1.4: arrived 1.4 times sooner); None when it cannot be known."""
+        plain = self.plain_s
+        return plain / self.elapsed_s if plain is not None and self.elapsed_s > 0 else None
+
+    @property
+    def saved_s(self) -> float | None:
+        plain = self.plain_s
+        return None if plain is None else plain - self.elapsed_s
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -95,7 +124,24 @@ class Stats:
             "reused_tokens": self.reused_tokens,
             "dropped_turns": self.dropped_turns,
             "stop_reason": self.stop_reason,
+            **_speedup_facts(self),
         }
+
+
+def _round(x: float | None, digits: int) -> float | None:
+    return None if x is None else round(x, digits)
+
+
+def _speedup_facts(s: Stats) -> dict[str, Any]:
+    """What speculation bought, against plain decoding by the same parent (Stats.as_dict and answer_facts)."""
+    return {
+        "elapsed_s": round(s.elapsed_s, 4),
+        "plain_step_s": _round(s.plain_step_s, 5),
+        "plain_s": _round(s.plain_s, 4),
+        "speedup": _round(s.speedup, 3),
+        "saved_s": _round(s.saved_s, 4),
+        "spec_off": s.spec_off,
+    }
 
 
 @dataclass(frozen=True)
@@ -163,6 +209,7 @@ def answer_facts(last: Chunk) -> dict[str, Any]:
         "reused_tokens": s.reused_tokens,
         "dropped_turns": s.dropped_turns,
         "stop_reason": s.stop_reason,
+        **_speedup_facts(s),
     }
 
 
@@ -174,6 +221,25 @@ def acceptance_text(facts: dict[str, Any]) -> str:
     return f"acceptance {facts['acceptance']:.0%}" if facts.get("acceptance") is not None else "no draft"
 
 
+def _duration(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
+
+
+def speedup_text(facts: dict[str, Any]) -> str:
+    """How much sooner the answer came than plain decoding by its parent would have: "1.4× faster than plain
+    F16 · saved 6 s". "" when nothing was drafted (the comparison would be noise) or no plain parent step was
+    ever timed (nothing to compare with)."""
+    x, saved = facts.get("speedup"), facts.get("saved_s")
+    if x is None or saved is None or not facts.get("drafted"):
+        return ""
+    plain = f"plain {str(facts.get('parent') or '').upper()}".rstrip()
+    if saved >= 0:
+        return f"{x:.1f}× faster than {plain} · saved {_duration(saved)}"
+    return f"{x:.2f}× the speed of {plain} · {_duration(-saved)} slower"
+
+
 def sources_text(facts: dict[str, Any]) -> str:
     """Where the accepted tokens came from: "12 from n-gram, 40 from Q4_K_M" ("" when none were)."""
     words = {"ngram": "n-gram"}
@@ -182,8 +248,8 @@ def sources_text(facts: dict[str, Any]) -> str:
 
 def stats_line(facts: dict[str, Any], detail: bool = False) -> str:
     """One line about an answer. Short (under an answer in the window): level · pair · speed · acceptance ·
-    tokens · how it ended. `detail` (the CLI): also where accepted tokens came from, the first token's time,
-    reused prompt tokens and the placement."""
+    speed-up over plain decoding · tokens · how it ended. `detail` (the CLI): also where accepted tokens came
+    from (or why nothing was drafted), the first token's time, reused prompt tokens and the placement."""
     if not facts.get("pair"):
         return ""
     if not detail:
@@ -192,6 +258,7 @@ def stats_line(facts: dict[str, Any], detail: bool = False) -> str:
             parts.append(speed_text(facts))
         if facts.get("acceptance") is not None:
             parts.append(acceptance_text(facts))
+        parts.append(speedup_text(facts))
         parts.append(f"{facts.get('tokens', 0)} tokens")
         ending = {"cancelled": "stopped", "max_tokens": "cut at the token limit", "length": "cut at the token limit"}
         parts.append(ending.get(facts.get("stop_reason") or "", ""))
@@ -200,6 +267,7 @@ def stats_line(facts: dict[str, Any], detail: bool = False) -> str:
     tokens = f"{facts['tokens']} tokens" + (f" ({sources})" if sources else "")
     speed = speed_text(facts) + (f", {acceptance_text(facts)}" if facts.get("acceptance") is not None else "")
     reused = f"{facts['reused_tokens']} prompt tokens reused" if facts.get("reused_tokens") else ""
-    parts = [facts["level"], facts["pair"], tokens, speed, f"first token {facts['ttft_s']:.2f} s", reused]
+    speedup = speedup_text(facts) or (f"no draft: {facts['spec_off']}" if facts.get("spec_off") else "")
+    parts = [facts["level"], facts["pair"], tokens, speed, speedup, f"first token {facts['ttft_s']:.2f} s", reused]
     line = "[" + " · ".join(p for p in [*parts, facts["placement"]] if p) + "]"
     return line + (f"\n[{facts['precision_note']}]" if facts.get("precision_note") else "")

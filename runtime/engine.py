@@ -19,7 +19,7 @@ from typing import Any
 from runtime import router
 from runtime.cache import DEMO_NAME, ModelDir, atomic_write_text, cache_root, check_name, list_models
 from runtime.chat import Answer, ChatOptions, Chunk, Message, Stats, collect
-from runtime.cost_model import NGRAM, Controller, Estimates
+from runtime.cost_model import NGRAM, Controller, Estimates, Offer
 from runtime.errors import Cancelled, ModelError, UserError
 from runtime.hardware import Inventory, inventory
 from runtime.llama_backend import LlamaBackend, LoadOptions
@@ -203,6 +203,23 @@ class Engine:
             self._calibration = load_or_calibrate(self)
         return self._calibration
 
+    def why_plain(self, choice: Choice, estimates: Estimates, stats: Stats, k_max: int) -> str:
+        """Why an answer drafted nothing, in the words the window shows: no draft for the pair, a short answer
+        (a caught-up draft would pay, but not its catch-up over this answer), or a draft that would not pay."""
+        if choice.draft is None and not choice.ngram:
+            return f"no draft for this pair ({choice.why})"
+        if estimates.step_s() is None or stats.cycles <= 1:
+            return "short answer"  # the first cycle is always the parent's alone
+        if choice.draft is None:
+            return "n-gram lookup found nothing worth proposing"
+        tiers = self.manifest["tiers"]
+        ratio = tiers[choice.draft]["bytes"] / max(1, tiers[choice.parent]["bytes"])
+        # A copy: asking the controller a hypothetical must not touch the estimates it saves.
+        probe = Controller(Estimates.from_dict(estimates.as_dict()))
+        decision = probe.decide([Offer(choice.draft, "tier", k_max, 0, ratio)], 1 << 20)
+        pays = decision.source is not None and decision.rate > decision.plain_rate  # not a mere exploration
+        return "short answer" if pays else "the draft would not pay on this machine"
+
     # --- models ------------------------------------------------------------------------------------
     def backend(self, tier: str, n_gpu_layers: int = 0, op_offload: bool | None = False) -> LlamaBackend:
         """The loaded tier (memory-mapped), reloaded only when its placement changes."""
@@ -351,7 +368,9 @@ class Engine:
                     t_first = now
                 step, reason = take(step, stats.tokens, options.max_tokens, parent.is_end_of_generation)
                 emit, emit_flags, hit = text.add(step.tokens, step.from_draft)
-                stats = _add_step(stats, step, len(step.tokens), now - t_start, now - t_first)
+                # The parent's plain step as the controller now knows it (this answer's plain steps included).
+                plain_step = controller.estimates.step_s()
+                stats = _add_step(stats, step, len(step.tokens), now - t_start, now - t_first, plain_step)
                 if hit:
                     reason = "stop"
                 yield Chunk(emit, step.tokens, step.from_draft, route, choice, placement, stats, draft_chars=emit_flags)
@@ -366,10 +385,14 @@ class Engine:
             self.save_estimates()
         tail, tail_flags = text.finish()
         stats = replace(stats, stop_reason=reason)
+        if stats.drafted == 0:
+            stats = replace(stats, spec_off=self.why_plain(choice, controller.estimates, stats, spec.k_max))
         yield Chunk(tail, (), (), route, choice, placement, stats, done=True, draft_chars=tail_flags)
 
 
-def _add_step(stats: Stats, step: Step, n_out: int, elapsed: float, decode_s: float) -> Stats:
+def _add_step(
+    stats: Stats, step: Step, n_out: int, elapsed: float, decode_s: float, plain_step_s: float | None = None
+) -> Stats:
     first = stats.cycles == 0
     return replace(
         stats,
@@ -384,4 +407,5 @@ def _add_step(stats: Stats, step: Step, n_out: int, elapsed: float, decode_s: fl
         draft_s=stats.draft_s + step.draft_s,
         verify_s=stats.verify_s + step.verify_s,
         cycles=stats.cycles + 1,
+        plain_step_s=plain_step_s,
     )
