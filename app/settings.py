@@ -35,6 +35,7 @@ class AppSettings:
     max_memory_gb: float = 0.0  # memory the model may use; 0: what is available, less a margin
     theme: str = "system"
     highlight_draft: bool = False
+    speed_chart: bool = True  # the status bar's live speed sparkline (View menu)
     zoom: int = 0  # points added to the system font size (Ctrl+ / Ctrl-)
     model: str = ""  # the model last chatted with
     api_server: bool = False  # serve the OpenAI-compatible API on 127.0.0.1 (runtime.server)

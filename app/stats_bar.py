@@ -3,11 +3,14 @@ local API server's URL. One `show_answer` per Chunk; the words come from runtime
 
 from __future__ import annotations
 
+from typing import Any
+
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QStatusBar
 
+from app.speed_chart import SpeedChart
 from app.widgets import LevelBadge
-from runtime.chat import Chunk, acceptance_text, answer_facts, sources_text, speed_text
+from runtime.chat import Chunk, acceptance_text, answer_facts, sources_text, speed_text, speedup_text
 
 
 def _label(name: str, tip: str = "") -> QLabel:
@@ -26,13 +29,15 @@ class StatsBar:
         self.precision = _label("Precision pair", "The parent that answers ← the draft that proposes tokens")
         self.speed = _label("Tokens per second")
         self.acceptance = _label("Draft acceptance", "Share of drafted tokens the parent accepted")
+        self.speedup = _label("Speed-up over plain decoding")
+        self.chart = SpeedChart()
         self.placement = _label("Placement")
         self.model_label = _label("Model name")
         self.api_label = _label("Local API server", "Other apps on this computer can use this model: base URL …/v1")
         self.api_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.api_label.hide()
-        labels = (self.precision, self.speed, self.acceptance, self.placement, self.model_label, self.api_label)
-        for w in (self.badge, *labels):
+        labels = (self.precision, self.speed, self.chart, self.acceptance, self.speedup, self.placement)
+        for w in (self.badge, *labels, self.model_label, self.api_label):
             bar.addPermanentWidget(w)
 
     def show_answer(self, chunk: Chunk, model: str) -> None:
@@ -46,9 +51,29 @@ class StatsBar:
         self.acceptance.setToolTip(
             f"Share of drafted tokens the parent accepted ({sources}); first token after {facts['ttft_s']:.2f} s"
         )
+        self.show_speedup(facts)
+        self.chart.add_chunk(chunk)
         self.placement.setText(facts["placement"])
         self.placement.setToolTip(chunk.placement.reason)
         self.model_label.setText(model)
+
+    def show_speedup(self, facts: dict[str, Any]) -> None:
+        """How much sooner than plain decoding; when nothing was drafted, why not (in the tooltip)."""
+        text = speedup_text(facts)
+        plain = f"plain {str(facts.get('parent') or '').upper()}"
+        if text:
+            self.speedup.setText(text)
+            self.speedup.setToolTip(
+                f"{text}: plain decoding estimated at {facts['plain_s']:.2f} s from the parent's measured step "
+                f"({facts['plain_step_s'] * 1000:.0f} ms a token after the first cycle); this answer took "
+                f"{facts['elapsed_s']:.2f} s"
+            )
+        elif facts.get("spec_off"):
+            self.speedup.setText(plain)
+            self.speedup.setToolTip(f"Nothing was drafted: {facts['spec_off']}")
+        else:  # nothing drafted yet, or no plain step ever timed: claim nothing
+            self.speedup.setText("")
+            self.speedup.setToolTip("")
 
     def show_model(self, model: str) -> None:
         self.model_label.setText(model)

@@ -210,6 +210,7 @@ class MainWindow(QMainWindow):
         # The labels by name, for the tests and the self-test.
         self.badge, self.precision, self.speed = self.stats.badge, self.stats.precision, self.stats.speed
         self.acceptance, self.placement = self.stats.acceptance, self.stats.placement
+        self.speedup, self.speed_chart = self.stats.speedup, self.stats.chart
         self.model_label, self.api_label = self.stats.model_label, self.stats.api_label
         self.setTabOrder(self.input, self.send_button)
         self.setTabOrder(self.send_button, self.stop_button)
@@ -240,6 +241,10 @@ class MainWindow(QMainWindow):
         self.highlight_toggle = act(view, "&Highlight draft tokens", self._toggle_highlight)
         self.highlight_toggle.setCheckable(True)
         self.highlight_toggle.setChecked(self.settings.highlight_draft)
+        self.chart_toggle = act(view, "Speed &chart", self._toggle_chart)
+        self.chart_toggle.setCheckable(True)
+        self.chart_toggle.setChecked(self.settings.speed_chart)
+        self.speed_chart.setVisible(self.settings.speed_chart)
 
     # --- models ------------------------------------------------------------------------------------
     def complete_models(self) -> list[str]:
@@ -461,10 +466,15 @@ class MainWindow(QMainWindow):
         apply_look(settings)
         self.highlight_toggle.setChecked(settings.highlight_draft)
         self.transcript.highlight_draft = settings.highlight_draft
+        self.chart_toggle.setChecked(settings.speed_chart)
+        self.speed_chart.setVisible(settings.speed_chart)
         self.open_conversation(self.conversation)
 
     def _toggle_highlight(self) -> None:
         self.apply_settings(replace(self.settings, highlight_draft=self.highlight_toggle.isChecked()))
+
+    def _toggle_chart(self) -> None:
+        self.apply_settings(replace(self.settings, speed_chart=self.chart_toggle.isChecked()))
 
     def zoom(self, step: int) -> None:
         zoom = 0 if step == 0 else max(-6, min(24, self.settings.zoom + step))
@@ -512,5 +522,3 @@ class MainWindow(QMainWindow):
             self.chat.live = None
             self.store.close()
         event.accept()
-
-

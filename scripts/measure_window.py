@@ -1,24 +1,20 @@
 """Measure what the window costs: decode speed in the window against the Engine alone (interleaved pairs, in
-one process, median ratio), and the time from Stop to the worker's last chunk.
+one process, median ratio), and the time from Stop to the worker's last chunk. The window is shown, with its
+live speed chart on unless `--chart off`, so what it paints per cycle is part of what is measured.
 
-    QT_QPA_PLATFORM=offscreen python scripts/measure_window.py [--pairs 5] [--model NAME]
+    QT_QPA_PLATFORM=offscreen python scripts/measure_window.py [--pairs 5] [--model NAME] [--chart on|off]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from PySide6.QtCore import QSettings, Qt, QTimer
-from PySide6.QtWidgets import QApplication
-
-from app.settings import AppSettings, save_settings
-from app.store import Store
-from app.window import MainWindow
-from runtime.engine import Engine
+REPO = Path(__file__).resolve().parents[1]
 
 PROMPT = "Explain in two sentences why the sky is blue."
 LONG = "Write a very long story about a dragon who learns to bake bread, with many chapters."
@@ -28,12 +24,23 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--pairs", type=int, default=5)
     p.add_argument("--model", default="")
+    p.add_argument("--chart", choices=("on", "off"), default="on", help="the status bar's live speed chart")
     args = p.parse_args()
+    sys.path.insert(0, str(REPO))  # run as a file, Python looks for `app` next to it, in scripts/
+    from PySide6.QtCore import QSettings, Qt, QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from app.settings import AppSettings, save_settings
+    from app.store import Store
+    from app.window import MainWindow
+    from runtime.engine import Engine
+
     app = QApplication([])
     folder = Path(tempfile.mkdtemp())
     qs = QSettings(str(folder / "s.ini"), QSettings.Format.IniFormat)
-    save_settings(AppSettings(max_tokens=120, model=args.model), qs)
+    save_settings(AppSettings(max_tokens=120, model=args.model, speed_chart=args.chart == "on"), qs)
     w = MainWindow(Store(folder / "c.db"), qs)
+    w.show()  # a hidden window paints nothing: neither the streamed text nor the chart would cost anything
     engine = Engine(w.model, w.settings.engine_settings())  # the same model and settings, without the window
     window_speed: list[float] = []
     direct_speed: list[float] = []
@@ -77,6 +84,8 @@ def main() -> None:
     print(f"window tok/s {window_speed}; engine alone {[round(x, 1) for x in direct_speed]}")
     print(f"median ratio window/engine: {statistics.median(ratios):.3f} over {len(ratios)} interleaved pairs")
     print(f"Stop -> last chunk: median {statistics.median(stops):.0f} ms, max {max(stops):.0f} ms over {len(stops)}")
+    chart = w.speed_chart
+    print(f"speed chart {args.chart}: {chart.paints} paints, {chart.cycles} cycles in the last answer")
     w.close()
     engine.close()
 
