@@ -1,7 +1,9 @@
-"""The model manager: cached models and their tiers; add (convert), repair, delete; the demo in one click."""
+"""The model manager: cached models and their tiers; add (convert), repair, delete; the demo in one click;
+Discover, a short catalogue of models to download and convert."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -18,14 +20,17 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QProgressBar,
     QPushButton,
+    QTabWidget,
     QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
     QWidget,
 )
 
+from app.discover import DiscoverTab
 from app.worker import ConvertJob, ConvertWorker, start_thread
 from runtime.cache import DEMO_NAME, TIERS, CachedModel, cache_root, delete_model, list_models
+from runtime.catalog import eta_text
 from runtime.errors import UserError
 
 if TYPE_CHECKING:
@@ -77,6 +82,7 @@ class ModelsDialog(QDialog):
         self.thread: QThread | None = None
         self.converting = ""
         self.last_error = ""
+        self.download_started = 0.0  # monotonic time of the first byte report, for the ETA
 
         self.tree = QTreeWidget()
         self.tree.setHeaderLabels(["Model", "Size", "Notes"])
@@ -138,12 +144,21 @@ class ModelsDialog(QDialog):
         close = QPushButton("Close")
         close.clicked.connect(self.close)
 
+        installed = QWidget()
+        inner = QVBoxLayout(installed)
+        inner.addWidget(self.tree, 1)
+        inner.addLayout(row)
+        inner.addSpacing(8)
+        inner.addWidget(QLabel("<b>Add a model</b> (converted once into F16, Q8_0 and Q4_K_M tiers)"))
+        inner.addLayout(form)
+        self.discover = DiscoverTab()
+        self.discover.download_requested.connect(self.download)
+        self.tabs = QTabWidget()
+        self.tabs.addTab(installed, "&Installed")
+        self.tabs.addTab(self.discover, "Disc&over")
+
         layout = QVBoxLayout(self)
-        layout.addWidget(self.tree, 1)
-        layout.addLayout(row)
-        layout.addSpacing(8)
-        layout.addWidget(QLabel("<b>Add a model</b> (converted once into F16, Q8_0 and Q4_K_M tiers)"))
-        layout.addLayout(form)
+        layout.addWidget(self.tabs, 1)
         layout.addWidget(self.stage)
         layout.addLayout(progress)
         layout.addWidget(close, 0, Qt.AlignmentFlag.AlignRight)
@@ -190,6 +205,7 @@ class ModelsDialog(QDialog):
         self.delete_button.setEnabled(bool(name) and not busy)
         for w in (self.add_button, self.demo_button, self.source, self.name, self.requant):
             w.setEnabled(not busy)
+        self.discover.set_busy(busy)
         self.cancel_button.setEnabled(busy)
 
     # --- actions -----------------------------------------------------------------------------------
@@ -243,7 +259,11 @@ class ModelsDialog(QDialog):
             self.source.setText(path)
 
     # --- conversion --------------------------------------------------------------------------------
-    def start(self, source: str, name: str, allow_requant: bool) -> None:
+    def download(self, repo: str) -> None:
+        """Discover's one button: download `repo` from Hugging Face with bytes and ETA, then convert it."""
+        self.start(repo, "", False, download=True)
+
+    def start(self, source: str, name: str, allow_requant: bool, download: bool = False) -> None:
         """Convert on the worker thread (started on first use); one conversion at a time."""
         if self.converting:
             return
@@ -251,10 +271,11 @@ class ModelsDialog(QDialog):
             self.thread = start_thread(self.worker, "specquant-convert")
         self.converting = source
         self.last_error = ""
+        self.download_started = 0.0
         self.bar.setRange(0, 0)  # busy until the first report
-        self._say(f"Converting {source}…")
+        self._say(f"Downloading {source}…" if download else f"Converting {source}…")
         self._update_buttons()
-        self.convert_requested.emit(ConvertJob(source, name, allow_requant))
+        self.convert_requested.emit(ConvertJob(source, name, allow_requant, download))
 
     def cancel(self) -> None:
         if self.converting:
@@ -270,6 +291,15 @@ class ModelsDialog(QDialog):
             self.bar.setValue(min(1000, int(1000 * done / total)))
             note = f" ({p.message})" if p.message else ""
             self.stage.setText(f"{STAGE_NAMES[stage]}: {size_text(done)} of about {size_text(total)}{note}")
+        elif stage == "download":
+            now = time.monotonic()
+            if not self.download_started:
+                self.download_started = now
+            if p.total > 0:
+                self.bar.setRange(0, 1000)
+                self.bar.setValue(min(1000, int(1000 * p.done / p.total)))
+            eta = eta_text(p.done, p.total, now - self.download_started)
+            self.stage.setText(f"Downloading {self.converting}: {eta}")
         elif stage == "hash":
             self.stage.setText("Checking the tiers…")
         self.progressed.emit(p)

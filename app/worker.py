@@ -76,6 +76,7 @@ class ConvertJob:
     source: str
     name: str = ""
     allow_requant: bool = False
+    download: bool = False  # a Hugging Face repo id: download it first, reporting Progress("download", bytes)
 
 
 class ConvertWorker(QObject):
@@ -91,10 +92,16 @@ class ConvertWorker(QObject):
 
     @Slot(object)
     def run(self, job: ConvertJob) -> None:
-        from converters.convert import convert
+        from converters.convert import Progress, convert
+        from converters.sources import download
 
         self.cancel.clear()
         try:
+            if job.download:
+                # Its own phase, so its bytes and ETA show; convert() then finds the files in the HF cache.
+                download(
+                    job.source, lambda done, total: self.progress.emit(Progress("download", done, total)), self.cancel
+                )
             manifest = convert(
                 job.source, name=job.name or None, allow_requant=job.allow_requant, on_progress=self.progress.emit,
                 cancel=self.cancel,

@@ -3,9 +3,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import http.server
+import itertools
 import json
 import shutil
 import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import huggingface_hub.constants
@@ -35,8 +41,7 @@ def write(path: Path, models: list[object], schema: int = 1) -> Path:
     return path
 
 
-@pytest.fixture
-def hf_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def go_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """HF_HUB_OFFLINE=1 and an empty HF_HOME; huggingface_hub reads both at import, so its constants follow."""
     home = tmp_path / "hf"
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -44,6 +49,11 @@ def hf_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(home / "hub"))
     return home / "hub"
+
+
+@pytest.fixture
+def hf_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    return go_offline(tmp_path, monkeypatch)
 
 
 def cache_snapshot(hub: Path, repo: str, files: Path) -> Path:
@@ -54,6 +64,106 @@ def cache_snapshot(hub: Path, repo: str, files: Path) -> Path:
     (repo_dir / "refs" / "main").write_text(commit)
     shutil.copytree(files, repo_dir / "snapshots" / commit)
     return repo_dir / "snapshots" / commit
+
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+class FakeHub(http.server.ThreadingHTTPServer):
+    """The few Hub endpoints `snapshot_download` uses (revision, tree, resolve), serving one repo from a folder
+    over localhost, so a real download (huggingface_hub's own HTTP code, our progress bar) runs offline.
+    Weights are sent in `piece`-byte writes `delay` seconds apart, so a test can cancel mid-file."""
+
+    def __init__(self, repo: str, files: Path, piece: int = 1 << 20, delay: float = 0.0) -> None:
+        self.repo, self.piece, self.delay = repo, piece, delay
+        self.files = {p.name: p.read_bytes() for p in sorted(files.iterdir()) if p.is_file()}
+        self.served = 0  # bytes of file bodies written
+        super().__init__(("127.0.0.1", 0), _HubHandler)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    @property
+    def total(self) -> int:
+        return sum(len(b) for b in self.files.values())
+
+
+class _HubHandler(http.server.BaseHTTPRequestHandler):
+    server: FakeHub
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _json(self, body: object) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _file(self, body: bool) -> None:
+        prefix = f"/{self.server.repo}/resolve/{COMMIT}/"
+        name = self.path.split("?")[0].removeprefix(prefix)
+        data = self.server.files.get(name) if self.path.startswith(prefix) else None
+        if data is None:
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("X-Repo-Commit", COMMIT)
+        self.send_header("ETag", f'"{hashlib.sha1(data).hexdigest()}"')
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if not body:
+            return
+        try:
+            for i in range(0, len(data), self.server.piece):
+                self.wfile.write(data[i : i + self.server.piece])
+                self.server.served += len(data[i : i + self.server.piece])
+                time.sleep(self.server.delay)
+        except (BrokenPipeError, ConnectionResetError):  # the client cancelled
+            pass
+
+    def do_HEAD(self) -> None:
+        self._file(body=False)
+
+    def do_GET(self) -> None:
+        api = f"/api/models/{self.server.repo}"
+        path = self.path.split("?")[0]
+        if path == f"{api}/revision/main":
+            self._json(
+                {"id": self.server.repo, "sha": COMMIT, "siblings": [{"rfilename": n} for n in self.server.files]}
+            )
+        elif path == f"{api}/tree/{COMMIT}":
+            self._json(
+                [
+                    {"type": "file", "path": n, "size": len(b), "oid": hashlib.sha1(b).hexdigest()}
+                    for n, b in self.server.files.items()
+                ]
+            )
+        else:
+            self._file(body=True)
+
+
+@contextlib.contextmanager
+def serve_hub(monkeypatch: pytest.MonkeyPatch, hub_cache: Path, hub: FakeHub) -> Iterator[FakeHub]:
+    """Point huggingface_hub at `hub` (online) with its cache in `hub_cache`, for the test's duration."""
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(hub_cache))
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", hub.url)
+    template = hub.url + "/{repo_id}/resolve/{revision}/{filename}"
+    monkeypatch.setattr(huggingface_hub.constants, "HUGGINGFACE_CO_URL_TEMPLATE", template)
+    monkeypatch.setattr(huggingface_hub.constants, "DOWNLOAD_CHUNK_SIZE", 1 << 20)  # progress every megabyte
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    thread = threading.Thread(target=hub.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield hub
+    finally:
+        hub.shutdown()
+        hub.server_close()
+        thread.join()
 
 
 def test_the_shipped_catalogue_holds_real_supported_models() -> None:
@@ -183,4 +293,34 @@ def test_a_cancelled_download_raises_cancelled(hf_offline: Path, isolated_cache:
     cancel.set()
     with pytest.raises(Cancelled):
         sources.download("test-org/Micro-Instruct", None, cancel)
+    assert not isolated_cache.exists() or not any(isolated_cache.iterdir())
+
+
+def test_a_download_reports_its_bytes_and_then_converts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_cache: Path, micro_hf: Path
+) -> None:
+    with serve_hub(monkeypatch, tmp_path / "hub", FakeHub("test-org/Micro-Instruct", micro_hf)) as hub:
+        seen: list[tuple[int, int]] = []
+        path = sources.download("test-org/Micro-Instruct", lambda done, total: seen.append((done, total)))
+        assert sorted(p.name for p in path.iterdir()) == sorted(hub.files)
+        assert seen[-1] == (hub.total, hub.total) and len(seen) > 3  # every megabyte, to the last byte
+        assert all(a[0] <= b[0] for a, b in itertools.pairwise(seen))
+        manifest = convert("test-org/Micro-Instruct")
+    assert manifest["complete"] and manifest["source"]["kind"] == "hf_repo"
+
+
+def test_cancel_stops_a_download_midway_and_leaves_no_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_cache: Path, micro_hf: Path
+) -> None:
+    slow = FakeHub("test-org/Micro-Instruct", micro_hf, piece=256 * 1024, delay=0.05)
+    with serve_hub(monkeypatch, tmp_path / "hub", slow) as hub:
+        cancel = threading.Event()
+
+        def on_bytes(done: int, total: int) -> None:
+            if done >= 2 << 20:
+                cancel.set()
+
+        with pytest.raises(Cancelled):
+            sources.download("test-org/Micro-Instruct", on_bytes, cancel)
+        assert hub.served < hub.total  # stopped within the file, not after it
     assert not isolated_cache.exists() or not any(isolated_cache.iterdir())
