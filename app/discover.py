@@ -63,7 +63,8 @@ class DiscoverTab(QWidget):
         self.tree = QTreeWidget()
         self.tree.setHeaderLabels(COLUMNS)
         self.tree.setRootIsDecorated(False)
-        self.tree.header().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.tree.header().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.tree.header().setStretchLastSection(True)
         self.tree.setAccessibleName("Models to download")
         self.tree.itemSelectionChanged.connect(self._update)
         self.tree.itemDoubleClicked.connect(lambda *_: self._download())
@@ -112,8 +113,6 @@ class DiscoverTab(QWidget):
             if not f.fits_all:
                 item.setForeground(6, QBrush(TOO_BIG if f.fits_none else PARTLY))
             self.tree.addTopLevelItem(item)
-        for column in range(1, len(COLUMNS)):
-            self.tree.resizeColumnToContents(column)
         self._update()
 
     def selected(self) -> Entry | None:
