@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from runtime.cache import cache_root, list_models
 from runtime.catalog import Entry, Fit, fit, load_catalog
 from runtime.errors import UserError
 
@@ -53,6 +54,7 @@ class DiscoverTab(QWidget):
         self.ram_bytes = ram_bytes  # None: this computer's (tests pass a figure)
         self.entries: list[Entry] = []
         self.fits: dict[str, Fit] = {}
+        self.installed: dict[str, str] = {}  # repo -> the cached model converted from it
         self.busy = False
 
         self.error = QLabel("")
@@ -88,6 +90,10 @@ class DiscoverTab(QWidget):
 
     def reload(self) -> None:
         """Read the catalogue again; a bad file is one line above an empty list, never a traceback."""
+        keep = self.selected()
+        self.installed = {
+            (m.manifest or {}).get("source", {}).get("ref", ""): m.name for m in list_models(cache_root()) if m.complete
+        }
         self.tree.clear()
         self.fits = {}
         try:
@@ -104,8 +110,9 @@ class DiscoverTab(QWidget):
             self.fits[entry.repo] = f
             tiers = " / ".join(_size(entry.tier_bytes[t]) for t in ("f16", "q8_0", "q4_k_m"))
             ram = f"{_size(f.needs['q4_k_m'])} – {_size(f.needs['f16'])}"
+            mark = verdict(f) + (" · installed" if entry.repo in self.installed else "")
             item = QTreeWidgetItem(
-                [entry.name, _params(entry.params), _size(entry.download_bytes), tiers, ram, entry.licence, verdict(f)]
+                [entry.name, _params(entry.params), _size(entry.download_bytes), tiers, ram, entry.licence, mark]
             )
             item.setData(0, Qt.ItemDataRole.UserRole, entry.repo)
             item.setToolTip(0, f"{entry.repo}: {entry.description}")
@@ -113,6 +120,8 @@ class DiscoverTab(QWidget):
             if not f.fits_all:
                 item.setForeground(6, QBrush(TOO_BIG if f.fits_none else PARTLY))
             self.tree.addTopLevelItem(item)
+            if keep is not None and keep.repo == entry.repo:
+                item.setSelected(True)
         self._update()
 
     def selected(self) -> Entry | None:
@@ -131,7 +140,8 @@ class DiscoverTab(QWidget):
             self.note.setText("Pick a model to see what it needs." if self.entries else "")
             return
         gated = " The Hub asks you to accept its licence and log in first (`hf auth login`)." if entry.gated else ""
-        self.note.setText(f"<b>{entry.repo}</b>: {entry.description}<br>{self.fits[entry.repo].line}.{gated}")
+        have = f" Already converted as {self.installed[entry.repo]}." if entry.repo in self.installed else ""
+        self.note.setText(f"<b>{entry.repo}</b>: {entry.description}<br>{self.fits[entry.repo].line}.{gated}{have}")
 
     def _download(self) -> None:
         entry = self.selected()

@@ -188,6 +188,7 @@ class ModelsDialog(QDialog):
         self.tree.expandAll()
         have_demo = any(m.name == DEMO_NAME and m.complete for m in list_models(cache_root()))
         self.demo_button.setVisible(self.demo_shipped and not have_demo)
+        self.discover.reload()  # its "installed" marks follow the cache
         self._update_buttons()
 
     def selected(self) -> str:

@@ -118,6 +118,8 @@ def test_download_shows_bytes_then_converts(
             qtbot.mouseClick(dialog.discover.download_button, Qt.MouseButton.LeftButton)
             assert not dialog.discover.download_button.isEnabled()  # one at a time
         assert ended.args == ["micro-instruct", ""] and "micro-instruct is ready" in dialog.stage.text()
+        assert dialog.discover.tree.topLevelItem(0).text(6) == "fits · installed"  # marked from the manifest
+        assert "Already converted as micro-instruct." in dialog.discover.note.text()
         total_mb = f"of {hub.total / 1e6:.0f} MB"
         assert shown and all(s.startswith(f"Downloading {MICRO}: ") for s in shown)
         assert shown[-1].startswith(f"Downloading {MICRO}: {hub.total / 1e6:.0f} MB {total_mb}"), shown[-1]
