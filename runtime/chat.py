@@ -267,7 +267,7 @@ def stats_line(facts: dict[str, Any], detail: bool = False) -> str:
     tokens = f"{facts['tokens']} tokens" + (f" ({sources})" if sources else "")
     speed = speed_text(facts) + (f", {acceptance_text(facts)}" if facts.get("acceptance") is not None else "")
     reused = f"{facts['reused_tokens']} prompt tokens reused" if facts.get("reused_tokens") else ""
-    speedup = speedup_text(facts) or (f"no draft: {facts['spec_off']}" if facts.get("spec_off") else "")
+    speedup = speedup_text(facts) or (f"plain decoding: {facts['spec_off']}" if facts.get("spec_off") else "")
     parts = [facts["level"], facts["pair"], tokens, speed, speedup, f"first token {facts['ttft_s']:.2f} s", reused]
     line = "[" + " · ".join(p for p in [*parts, facts["placement"]] if p) + "]"
     return line + (f"\n[{facts['precision_note']}]" if facts.get("precision_note") else "")

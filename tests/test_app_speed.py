@@ -71,7 +71,7 @@ def test_no_speedup_is_claimed_before_the_parent_step_was_ever_timed(engine: Eng
     assert d["speedup"] is None and d["plain_s"] is None and d["spec_off"] == "short answer"
     facts = answer_facts(answer.last)
     assert speedup_text(facts) == "" and "×" not in stats_line(facts)
-    assert "no draft: short answer" in stats_line(facts, detail=True)
+    assert "plain decoding: short answer" in stats_line(facts, detail=True)
     # Made up the same but with a measured step, the same formatter does claim one: the test above can fail.
     assert speedup_text(facts | {"speedup": 1.5, "saved_s": 2.0, "drafted": 3}) == (
         "1.5× faster than plain F16 · saved 2.0 s"

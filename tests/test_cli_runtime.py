@@ -25,6 +25,10 @@ def test_chat_json(demo_cache: Path) -> None:
     for key in ("tokens", "tok_per_s", "ttft_s", "drafted", "accepted", "acceptance", "draft_s", "verify_s"):
         assert key in out["stats"], key
     assert out["stats"]["tokens"] > 0
+    stats = out["stats"]  # what speculation bought, against the parent's measured plain step
+    assert {"plain_step_s", "plain_s", "elapsed_s", "speedup", "saved_s", "spec_off"} <= set(stats)
+    if stats["speedup"] is not None:
+        assert stats["speedup"] == pytest.approx(stats["plain_s"] / stats["elapsed_s"], rel=2e-3)
 
 
 def test_chat_flags_pin_the_pair(demo_cache: Path) -> None:

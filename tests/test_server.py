@@ -123,6 +123,7 @@ def test_openai_client_lists_models_and_chats_whole_and_streamed(server: Served)
     assert facts["level"] in ("low", "medium", "high") and facts["reason"]
     assert facts["pair"].startswith("F16")  # exact by default: the parent is F16
     assert facts["tok_per_s"] > 0 and facts["ttft_s"] > 0
+    assert {"plain_step_s", "plain_s", "speedup", "saved_s", "spec_off"} <= set(facts)  # what speculation bought
 
     chunks = list(client.chat.completions.create(**ask, stream=True, stream_options={"include_usage": True}))
     streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
