@@ -24,6 +24,9 @@ NGRAM = "ngram"  # the n-gram lookup source: its kind, and its name (a tier draf
 # by measurements within a few cycles.
 PRIOR_VERIFY_SLOPE = 0.15  # each verify row past the first costs ~0.15 of a step on 2 CPU cores (§6)
 PRIOR_ACCEPTANCE = {NGRAM: 0.6, "tier": 0.8}
+# An n-gram proposal is kept per match length: a 4-token match inside quoted code predicts far better than
+# a 2-token one in prose, and one shared estimate would make the controller refuse both.
+NGRAM_PRIOR_BY_MATCH = {2: 0.3, 3: 0.45, 4: 0.6}
 # A caught-up token costs 0.3-0.5 of a draft step when batched (measured: q4_k_m of the 1.5B, 2 cores).
 PRIOR_PREFILL_FRACTION = 0.4
 EWMA = 0.15  # weight of the newest acceptance sample
@@ -31,7 +34,23 @@ WINDOW = 9  # recent timings kept per term (their median is the estimate)
 PRIOR_WEIGHT = 2  # pseudo-samples a prior counts for while fewer than 4 timings are known
 MIN_RATE_GAIN = 1.03  # speculate only when it predicts at least 3% more tokens per second than plain
 EXPLORE_EVERY = 48  # cycles between retries of a source that is predicted not to pay, to refresh its estimates
+# A tier draft declined for this many answers in a row is tried once more in a long answer: its catch-up is
+# the price of finding out whether what made it look slow (another program, an old measurement) still holds.
+EXPLORE_ANSWERS = 8
+EXPLORE_HORIZON = 64  # only in answers expected to run at least this long (the catch-up is then a small part)
+PROBE_CYCLES = 8  # cycles such a retry runs, enough to replace the stale timings' medians
 K_MAX = {"tier": 8, NGRAM: 12}
+
+
+def ngram_key(match: int) -> str:
+    """The estimates' name for n-gram proposals from a suffix match of `match` tokens."""
+    return f"{NGRAM}:{match}"
+
+
+def _prior_acceptance(name: str, kind: str) -> float:
+    if kind == NGRAM and name.startswith(f"{NGRAM}:") and name[len(NGRAM) + 1 :].isdigit():
+        return NGRAM_PRIOR_BY_MATCH.get(int(name[len(NGRAM) + 1 :]), PRIOR_ACCEPTANCE[NGRAM])
+    return PRIOR_ACCEPTANCE[kind]
 
 
 def expected_tokens(acceptance: Sequence[float]) -> float:
@@ -76,6 +95,8 @@ class SourceStats:
     accept: list[float] = field(default_factory=list)  # per position: P(accepted | the previous one was)
     step: Timing = field(default_factory=Timing)  # one draft step (tier) or one lookup (ngram)
     prefill: Timing = field(default_factory=Timing)  # per token a tier draft catches up on
+    prior: float = 0.0  # acceptance at a position never measured (0: the kind's prior)
+    idle: int = 0  # answers in a row that offered this tier draft and did not use it
 
     def acceptance(self, k: int) -> list[float]:
         out = []
@@ -83,7 +104,7 @@ class SourceStats:
             if i < len(self.accept):
                 out.append(self.accept[i])
             else:  # unseen positions: the deepest measured one, a little lower (acceptance falls with depth)
-                out.append(out[-1] * 0.97 if out else PRIOR_ACCEPTANCE[self.kind])
+                out.append(out[-1] * 0.97 if out else self.prior or PRIOR_ACCEPTANCE[self.kind])
         return out
 
     def record(self, drafted: int, accepted: int) -> None:
@@ -102,7 +123,7 @@ class Estimates:
 
     def source(self, name: str, kind: str) -> SourceStats:
         if name not in self.sources:
-            self.sources[name] = SourceStats(kind)
+            self.sources[name] = SourceStats(kind, prior=_prior_acceptance(name, kind))
         return self.sources[name]
 
     def step_s(self) -> float | None:
@@ -139,6 +160,7 @@ class Estimates:
                     "accept": s.accept,
                     "step": list(s.step.samples),
                     "prefill": list(s.prefill.samples),
+                    "idle": s.idle,
                 }
                 for name, s in self.sources.items()
             },
@@ -165,6 +187,7 @@ class Estimates:
             src.accept = numbers(raw.get("accept"), 0, 1)
             src.step = Timing(numbers(raw.get("step"), 0, 3600))
             src.prefill = Timing(numbers(raw.get("prefill"), 0, 3600))
+            src.idle = int(next(iter(numbers([raw.get("idle", 0)], 0, 1e6)), 0))
         return est
 
 
@@ -177,6 +200,11 @@ class Offer:
     max_k: int
     catch_up: int = 0  # tokens a tier draft must decode before it can propose (its prefill after a gap)
     size_ratio: float = 0.35  # draft bytes over parent bytes: the prior for its step cost (memory-bound)
+    key: str = ""  # the estimates it is judged by, if not its name's (n-gram: per match length)
+
+    @property
+    def stats_key(self) -> str:
+        return self.key or self.name
 
 
 @dataclass(frozen=True)
@@ -188,17 +216,24 @@ class Decision:
 
 
 class Controller:
-    """Picks, each cycle, the draft source and k that maximise predicted tokens per second."""
+    """Picks, each cycle, the draft source and k that maximise predicted tokens per second.
+
+    One Controller serves one answer; its Estimates outlive it. Estimates can only improve by running a
+    source, so one that looks bad is still tried now and then: a caught-up source every EXPLORE_EVERY
+    cycles for one token, and a tier draft declined for EXPLORE_ANSWERS answers for PROBE_CYCLES cycles of
+    one long answer.
+    """
 
     def __init__(self, estimates: Estimates | None = None, fixed_k: int | None = None) -> None:
         self.estimates = estimates or Estimates()
         self.fixed_k = fixed_k
         self.cycles = 0
         self._last_try: dict[str, int] = {}
+        self._probing: dict[str, int] = {}  # stats key -> probe cycles left
 
     def _costs(self, offer: Offer, k: int, step: float) -> tuple[float, float]:
         """(seconds of k proposals, seconds paid once first: the catch-up of a draft that fell behind)."""
-        src = self.estimates.source(offer.name, offer.kind)
+        src = self.estimates.source(offer.stats_key, offer.kind)
         if offer.kind == NGRAM:
             return src.step.estimate(0.0) or 0.0, 0.0
         per_step = src.step.estimate(offer.size_ratio * step) or 0.0
@@ -206,9 +241,28 @@ class Controller:
         # A catch-up batch of one or two tokens costs about a step and stands for the first proposal.
         return k * per_step, per_prefill * max(0, offer.catch_up - 2)
 
+    def _best_k(self, offer: Offer, step: float, horizon: int) -> tuple[int, float]:
+        """The k with the most predicted tokens per second for this offer, and that rate."""
+        src = self.estimates.source(offer.stats_key, offer.kind)
+        top = min(offer.max_k, K_MAX[offer.kind])
+        best_k, best_rate = 0, 0.0
+        for k in [min(self.fixed_k, offer.max_k)] if self.fixed_k else range(1, top + 1):
+            tokens = expected_tokens(src.acceptance(k))
+            draft, once = self._costs(offer, k, step)
+            cycle = draft + (self.estimates.verify_s(k + 1) or step)
+            # A catch-up is paid once and repaid over the rest of the answer, if the answer is long enough.
+            rate = horizon / (once + horizon * cycle / tokens)
+            if rate > best_rate:
+                best_k, best_rate = k, rate
+        return best_k, best_rate
+
     def decide(self, offers: Sequence[Offer], remaining: int) -> Decision:
         """The best (source, k) for this cycle; `remaining` is how many tokens the answer may still need."""
         self.cycles += 1
+        if self.cycles == 1:  # a new answer: one more that has not (yet) used each tier draft
+            for offer in offers:
+                if offer.kind == "tier":
+                    self.estimates.source(offer.stats_key, offer.kind).idle += 1
         step = self.estimates.step_s()
         if step is None:  # nothing timed yet: a plain cycle measures the parent's step
             return Decision(None, 0, 0.0, 0.0)
@@ -218,28 +272,36 @@ class Controller:
         for offer in offers:
             if offer.max_k <= 0:
                 continue
-            src = self.estimates.source(offer.name, offer.kind)
-            top = min(offer.max_k, K_MAX[offer.kind])
-            for k in [min(self.fixed_k, offer.max_k)] if self.fixed_k else range(1, top + 1):
-                tokens = expected_tokens(src.acceptance(k))
-                draft, once = self._costs(offer, k, step)
-                cycle = draft + (self.estimates.verify_s(k + 1) or step)
-                # A catch-up is paid once and repaid over the rest of the answer, if the answer is long enough.
-                rate = horizon / (once + horizon * cycle / tokens)
-                beats = rate > best.rate * (1.0 if best.source else MIN_RATE_GAIN)
-                if beats or (self.fixed_k and best.source is None):
-                    best = Decision(offer.name, k, rate, plain)
+            k, rate = self._best_k(offer, step, horizon)
+            if self._probing.get(offer.stats_key, 0) > 0:  # a retry runs its cycles whatever is predicted
+                self._probing[offer.stats_key] -= 1
+                best = Decision(offer.name, k, rate, plain)
+                break
+            beats = rate > best.rate * (1.0 if best.source else MIN_RATE_GAIN)
+            if beats or (self.fixed_k and best.source is None):
+                best = Decision(offer.name, k, rate, plain)
         if best.source is None:
-            best = self._explore(offers, best)
+            best = self._explore(offers, best, horizon)
         if best.source is not None:
             self._last_try[best.source] = self.cycles
+            for offer in offers:
+                if offer.name == best.source:
+                    self.estimates.source(offer.stats_key, offer.kind).idle = 0
         return best
 
-    def _explore(self, offers: Sequence[Offer], plain: Decision) -> Decision:
+    def _explore(self, offers: Sequence[Offer], plain: Decision, horizon: int) -> Decision:
         """Now and then try a source predicted not to pay: its estimates would otherwise never recover."""
         for offer in offers:
-            if offer.max_k <= 0 or offer.catch_up > 2:
+            if offer.max_k <= 0:
                 continue
+            src = self.estimates.source(offer.stats_key, offer.kind)
+            if offer.catch_up > 2:
+                if offer.kind != "tier" or src.idle < EXPLORE_ANSWERS or horizon < EXPLORE_HORIZON:
+                    continue
+                # Its timings are stale: measure afresh (priors until new samples arrive), for a few cycles.
+                src.step, src.prefill = Timing(), Timing()
+                self._probing[offer.stats_key] = PROBE_CYCLES - 1
+                return Decision(offer.name, min(2, offer.max_k), plain.rate, plain.plain_rate)
             if self.cycles - self._last_try.get(offer.name, 0) >= EXPLORE_EVERY:
                 return Decision(offer.name, 1, plain.rate, plain.plain_rate)
         return plain
@@ -249,7 +311,7 @@ class Controller:
         self.estimates.record_verify(cycle.drafted + 1, cycle.verify_s)
         if cycle.source is None:
             return
-        src = self.estimates.source(cycle.source, cycle.kind)
+        src = self.estimates.source(cycle.key or cycle.source, cycle.kind)
         src.record(cycle.drafted, cycle.accepted)
         if cycle.kind == NGRAM:
             src.step.add(cycle.draft_s)
@@ -273,3 +335,4 @@ class CycleFacts:
     verify_s: float
     caught_up: int = 0
     catch_up_s: float = 0.0
+    key: str | None = None  # the estimates it teaches, if not its source's (n-gram: per match length)

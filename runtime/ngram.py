@@ -43,13 +43,18 @@ class NgramIndex:
 
     def lookup(self, seq: Sequence[int], k: int) -> list[int]:
         """Up to k tokens that followed the latest earlier occurrence of the longest matching suffix."""
+        return self.match(seq, k)[0]
+
+    def match(self, seq: Sequence[int], k: int) -> tuple[list[int], int]:
+        """`lookup`'s tokens and the length of the suffix that matched (0: none). A longer match predicts
+        better, so the controller keeps acceptance per match length."""
         self.sync(seq)
         if k <= 0:
-            return []
+            return [], 0
         for n in range(N_MAX, N_MIN - 1, -1):
             if len(self._seq) < n:
                 continue
             at = self._after[n].get(tuple(self._seq[-n:]))
             if at is not None:
-                return self._seq[at : at + k]
-        return []
+                return self._seq[at : at + k], n
+        return [], 0

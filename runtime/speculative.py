@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from runtime.cost_model import K_MAX, NGRAM, Controller, CycleFacts, Offer
+from runtime.cost_model import K_MAX, NGRAM, Controller, CycleFacts, Offer, ngram_key
 from runtime.llama_backend import LlamaBackend
 from runtime.ngram import NgramIndex
 from runtime.sampling import SamplingParams, apply_penalties, one_hot, sample, verify_sampled, warp
@@ -134,9 +134,10 @@ def generate_steps(
         t0 = time.perf_counter()
         offers: list[Offer] = []
         candidates: list[int] = []
+        match = 0
         if ngram is not None:
-            candidates = ngram.lookup(seq, min(K_MAX[NGRAM], room - 1))
-            offers.append(Offer(NGRAM, NGRAM, len(candidates)))
+            candidates, match = ngram.match(seq, min(K_MAX[NGRAM], room - 1))
+            offers.append(Offer(NGRAM, NGRAM, len(candidates), key=ngram_key(match)))
         windowed = False
         if draft is not None:
             behind = len(seq) - offset - draft.n_past
@@ -189,7 +190,8 @@ def generate_steps(
 
         if not pending:  # a prefill is no sample of a verify's cost
             kind = NGRAM if source == NGRAM else "tier"
-            facts = CycleFacts(source, kind, len(drafts), accepted, t1 - t0, t2 - t1, caught_up, catch_up_s)
+            key = ngram_key(match) if source == NGRAM else None
+            facts = CycleFacts(source, kind, len(drafts), accepted, t1 - t0, t2 - t1, caught_up, catch_up_s, key)
             controller.record(facts)
         pending, first = [], False
         # Roll back: keep seq + accepted drafts; the corrected/bonus token is the new last, not yet cached.

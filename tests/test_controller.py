@@ -10,7 +10,19 @@ import numpy as np
 import pytest
 
 from runtime.cache import DEMO_NAME, ModelDir
-from runtime.cost_model import Controller, CycleFacts, Estimates, Offer, Timing, expected_tokens, speedup
+from runtime.cost_model import (
+    EXPLORE_ANSWERS,
+    EXPLORE_HORIZON,
+    PROBE_CYCLES,
+    Controller,
+    CycleFacts,
+    Estimates,
+    Offer,
+    Timing,
+    expected_tokens,
+    ngram_key,
+    speedup,
+)
 from runtime.engine import ChatOptions, Engine, EngineSettings
 from runtime.llama_backend import LlamaBackend, LoadOptions
 from runtime.ngram import NgramIndex
@@ -90,6 +102,57 @@ def test_acceptance_is_learned_per_position() -> None:
     accept = controller.estimates.source(NGRAM, NGRAM).accept
     assert accept[0] > 0.95 and accept[1] < 0.05 and len(accept) == 3
     assert expected_tokens(accept[:2]) == pytest.approx(1 + accept[0] + accept[0] * accept[1])
+
+
+def test_ngram_acceptance_is_kept_per_match_length() -> None:
+    # Long matches (quoted code being copied) are accepted, short ones (common words in prose) are not: one
+    # shared estimate would refuse both; per match length the long ones are drafted far and the short not.
+    controller = Controller(table(VERIFY, {}))
+    for _ in range(30):
+        controller.record(CycleFacts(NGRAM, NGRAM, 8, 8, 0.0001, VERIFY[9], key=ngram_key(4)))
+        controller.record(CycleFacts(NGRAM, NGRAM, 2, 0, 0.0001, VERIFY[3], key=ngram_key(2)))
+    long = controller.decide([Offer(NGRAM, NGRAM, 12, key=ngram_key(4))], remaining=200)
+    assert long.source == NGRAM and long.k >= 8
+    assert controller.decide([Offer(NGRAM, NGRAM, 12, key=ngram_key(2))], remaining=200).source is None
+    # Never-measured match lengths start from their own priors: the longer the match, the further it drafts.
+    fresh = Controller(table(VERIFY, {}))
+    short, long = (fresh.decide([Offer(NGRAM, NGRAM, 12, key=ngram_key(n))], remaining=200) for n in (2, 4))
+    assert long.source == NGRAM and long.k > short.k and long.rate > short.rate
+
+
+def test_a_tier_draft_declined_for_many_answers_is_retried_once_in_a_long_answer() -> None:
+    # Estimates that say the draft is slow (measured while another program ran, say) would never be measured
+    # again if the controller only followed them: after EXPLORE_ANSWERS declined answers it tries once more.
+    est = table(VERIFY, {"q4_k_m": ("tier", [0.9] * 8, 0.2)})  # a draft step "twice a parent step"
+    behind = Offer("q4_k_m", "tier", 8, catch_up=100)
+    caught_up = Offer("q4_k_m", "tier", 8, catch_up=1)
+    for _ in range(EXPLORE_ANSWERS - 1):
+        assert Controller(est).decide([behind], remaining=200).source is None
+    short = Controller(est)
+    assert short.decide([behind], remaining=EXPLORE_HORIZON - 1).source is None  # not in a short answer
+    retry = Controller(est)
+    first = retry.decide([behind], remaining=200)
+    assert first.source == "q4_k_m" and first.k > 0
+    assert len(est.sources["q4_k_m"].step) == 0  # the stale timings are dropped, to be measured afresh
+    # It is fast after all: the retry's cycles measure that, and the draft keeps drafting after the probe.
+    for _ in range(PROBE_CYCLES - 1):
+        retry.record(CycleFacts("q4_k_m", "tier", 2, 2, 0.06, VERIFY[3]))
+        assert retry.decide([caught_up], remaining=200).source == "q4_k_m"
+    retry.record(CycleFacts("q4_k_m", "tier", 2, 2, 0.06, VERIFY[3]))
+    assert retry.decide([caught_up], remaining=200).source == "q4_k_m"
+    assert est.sources["q4_k_m"].idle == 0
+    # Measured slow again: after its probe cycles it is declined, and it waits EXPLORE_ANSWERS answers again.
+    slow = table(VERIFY, {"q4_k_m": ("tier", [0.9] * 8, 0.2)})
+    slow.sources["q4_k_m"].idle = EXPLORE_ANSWERS
+    probe = Controller(slow)
+    used = 0
+    for _ in range(PROBE_CYCLES + 4):
+        d = probe.decide([behind if used == 0 else caught_up], remaining=200)
+        used += d.source is not None
+        if d.source is not None:
+            probe.record(CycleFacts("q4_k_m", "tier", d.k, 0, 0.2 * d.k, VERIFY[d.k + 1]))
+    assert used == PROBE_CYCLES
+    assert Controller(slow).decide([behind], remaining=200).source is None
 
 
 def test_estimates_survive_a_round_trip_and_malformed_caches() -> None:
