@@ -1,7 +1,14 @@
-"""The transcript: Markdown messages with code blocks (each with a Copy link) in one selectable view.
+"""The transcript: Markdown messages with coloured code blocks (a header with the language and Copy) in one
+selectable reading column.
 
 Finished messages are rendered once. The answer in flight is re-rendered from a marker to the end of the
-document at most every few frames, so streaming stays cheap however long the conversation grows.
+document at most every few frames, so streaming stays cheap however long the conversation grows. Closed code
+blocks are lexed once (code_highlight caches by content); the block still being written is shown plain until
+its fence closes, so a long block is never re-lexed on every frame.
+
+The draft tint is laid over the rendered Markdown: each rendered character is matched to the next equal
+source character (Markdown only removes syntax, so the rendered text is a subsequence of the source), and
+characters whose source came from an accepted draft token get the tint.
 """
 
 from __future__ import annotations
@@ -10,27 +17,34 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from PySide6.QtCore import QUrl, Signal
+from PySide6.QtCore import QEvent, Qt, QUrl, Signal
 from PySide6.QtGui import (
     QColor,
     QFont,
     QFontDatabase,
+    QFontInfo,
+    QFontMetricsF,
     QGuiApplication,
     QPalette,
+    QResizeEvent,
     QTextBlockFormat,
     QTextCharFormat,
     QTextCursor,
+    QTextFrame,
     QTextFrameFormat,
     QTextLength,
     QTextTableFormat,
 )
-from PySide6.QtWidgets import QTextBrowser, QWidget
+from PySide6.QtWidgets import QApplication, QTextBrowser, QWidget
 
+from app.code_highlight import highlight, language_label, mix
 from app.store import StoredMessage
 from runtime.chat import stats_line
 
 _FENCE = re.compile(r"^(```|~~~)[ \t]*([\w+#.-]*)[^\n]*$", re.MULTILINE)
+_SPACE = re.compile(r"\s")
 DRAFT_TINT = QColor(255, 196, 0, 70)  # readable over light and dark text alike
+COLUMN_EM = 52  # the reading column's widest measure, in font heights (~70 characters of prose)
 
 
 @dataclass(frozen=True)
@@ -38,6 +52,8 @@ class Segment:
     kind: str  # text | code
     text: str
     lang: str = ""
+    start: int = 0  # where `text` starts in the message (maps the draft flags onto it)
+    closed: bool = True  # False for a fence still open at the end (mid-stream)
 
 
 def split_code(markdown: str) -> list[Segment]:
@@ -49,14 +65,15 @@ def split_code(markdown: str) -> list[Segment]:
         if opening is None:
             break
         if opening.start() > pos:
-            out.append(Segment("text", markdown[pos : opening.start()]))
+            out.append(Segment("text", markdown[pos : opening.start()], start=pos))
         body_start = opening.end() + 1
         closing = re.compile(rf"^{re.escape(opening.group(1))}[ \t]*$", re.MULTILINE).search(markdown, body_start)
         end = closing.start() if closing else len(markdown)
-        out.append(Segment("code", markdown[body_start:end].rstrip("\n"), opening.group(2)))
+        body = markdown[body_start:end].rstrip("\n")
+        out.append(Segment("code", body, opening.group(2), start=body_start, closed=closing is not None))
         pos = closing.end() if closing else len(markdown)
     if pos < len(markdown):
-        out.append(Segment("text", markdown[pos:]))
+        out.append(Segment("text", markdown[pos:], start=pos))
     return [s for s in out if s.kind == "code" or s.text.strip()]
 
 
@@ -70,6 +87,34 @@ def draft_mask(flags: Sequence[bool]) -> list[list[int]]:
             else:
                 runs.append([i, i + 1])
     return runs
+
+
+def draft_flags(runs: Sequence[Sequence[int]], length: int) -> list[bool]:
+    """The inverse of draft_mask, clipped to `length` characters."""
+    flags = [False] * length
+    for start, end in runs:
+        flags[max(0, start) : min(length, end)] = [True] * max(0, min(length, end) - max(0, start))
+    return flags
+
+
+def align(rendered: str, source: str) -> list[int | None]:
+    """For each rendered character, the index of the source character it shows (None: shown from nothing,
+    e.g. an image's placeholder). Greedy: the next equal source character; any whitespace (a paragraph
+    break, a soft line break shown as a space) matches the next source whitespace."""
+    out: list[int | None] = []
+    j = 0
+    for ch in rendered:
+        if ch.isspace():
+            m = _SPACE.search(source, j)
+            k = m.start() if m else -1
+        else:
+            k = source.find(ch, j)
+        if k < 0:
+            out.append(None)
+        else:
+            out.append(k)
+            j = k + 1
+    return out
 
 
 class TranscriptView(QTextBrowser):
@@ -87,12 +132,17 @@ class TranscriptView(QTextBrowser):
         self._codes: list[str] = []
         self._live_start: int | None = None
         self._live_codes = 0
+        self._live_role = "assistant"
+        self._frame: QTextFrame | None = None  # where blocks go: the root frame, or a user turn's frame
+        self._fresh = False  # the current frame's first block is still unused
 
     # --- whole conversations -----------------------------------------------------------------------
     def show_messages(self, messages: Sequence[StoredMessage]) -> None:
         self.clear()
         self._codes.clear()
         self._live_start = None
+        self._frame = None
+        self._fit_column()  # clear() resets the root frame's format
         for m in messages:
             self._append(m.role, m.content, m.meta)
         self._scroll_to_end()
@@ -113,100 +163,181 @@ class TranscriptView(QTextBrowser):
         cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
         cursor.removeSelectedText()
         del self._codes[self._live_codes :]
-        self._append(self._live_role, text, meta or {})
+        self._append(self._live_role, text, meta or {}, live=True)
         if at_bottom:
             self._scroll_to_end()
 
+    # --- layout ------------------------------------------------------------------------------------
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        self._fit_column(event.size().width())  # before the relayout the resize triggers anyway
+        super().resizeEvent(event)
+
+    def changeEvent(self, event: QEvent) -> None:
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.FontChange:
+            self._fit_column()
+
+    def _fit_column(self, width: int | None = None) -> None:
+        """Centre a reading column of at most COLUMN_EM font heights: the root frame's side margins."""
+        width = self.width() if width is None else width
+        em = QFontInfo(self.font()).pixelSize()
+        usable = width - self.verticalScrollBar().sizeHint().width() - 2 * self.frameWidth()
+        side = max(em, (usable - COLUMN_EM * em) // 2)
+        frame = self.document().rootFrame()
+        fmt = frame.frameFormat()
+        if fmt.leftMargin() != side or fmt.rightMargin() != side:  # an unchanged format would relayout too
+            fmt.setLeftMargin(side)
+            fmt.setRightMargin(side)
+            frame.setFrameFormat(fmt)
+
+    def _colours(self) -> QPalette:
+        """The application's palette, unless this widget has its own: a theme switch re-renders at once,
+        before the widget's copy of the palette follows (that waits for the next event-loop pass)."""
+        if self.testAttribute(Qt.WidgetAttribute.WA_SetPalette):
+            return self.palette()
+        return QApplication.palette(self)
+
+    def _line(self) -> float:
+        """One line of the widget's font: the unit for spacing, so it follows zoom and the platform."""
+        return QFontMetricsF(self.font()).height()
+
     # --- rendering ---------------------------------------------------------------------------------
-    def _append(self, role: str, content: str, meta: dict) -> None:
-        cursor = self._new_block(top_margin=14)
+    def _append(self, role: str, content: str, meta: dict, live: bool = False) -> None:
+        runs = meta.get("draft_mask") if self.highlight_draft and role == "assistant" else None
+        flags = draft_flags(runs, len(content)) if runs is not None else None
+        palette = self._colours()
+        if role == "user":
+            self._open_turn_frame()
+        cursor = self._new_block(top_margin=0 if self._fresh else self._line())
         who = {"user": "You", "assistant": "Assistant", "system": "System"}.get(role, role)
         head = QTextCharFormat()
         head.setFontWeight(QFont.Weight.Bold)
-        head.setForeground(self.palette().color(QPalette.ColorRole.Highlight))
+        head.setForeground(palette.color(QPalette.ColorRole.Highlight if role == "user" else QPalette.ColorRole.Text))
         cursor.insertText(who, head)
-        mask = meta.get("draft_mask") if self.highlight_draft and role == "assistant" else None
-        if role != "assistant":
-            self._plain(content)
-        elif mask is not None:
-            self._highlighted(content, mask)
-        else:
-            for seg in split_code(content):
-                if seg.kind == "code":
-                    self._code(seg)
-                else:
-                    self._new_block().insertMarkdown(seg.text.strip("\n"))
+        for seg in split_code(content):
+            if seg.kind == "code":
+                self._code(seg, flags, colour=seg.closed or not live)
+            else:
+                self._markdown(seg, flags)
+        self._frame = None
         line = stats_line(meta) if role == "assistant" else ""
         if line:
             small = QTextCharFormat()
-            small.setForeground(self.palette().color(QPalette.ColorRole.PlaceholderText))
+            small.setForeground(palette.color(QPalette.ColorRole.PlaceholderText))
             small.setFontPointSize(max(7.0, self.font().pointSizeF() * 0.85))
-            self._new_block().insertText(line, small)
+            self._new_block(top_margin=self._line() * 0.2).insertText(line, small)
 
-    def _plain(self, text: str) -> None:
-        for line in text.split("\n"):
-            self._new_block().insertText(line, QTextCharFormat())
+    def _open_turn_frame(self) -> None:
+        """A user turn sits on a lightly tinted panel, so turns read apart at a glance."""
+        palette = self._colours()
+        fmt = QTextFrameFormat()
+        fmt.setBackground(mix(palette.color(QPalette.ColorRole.Base), palette.color(QPalette.ColorRole.Highlight), 0.1))
+        fmt.setPadding(self._line() * 0.5)
+        fmt.setTopMargin(self._line() * (0 if self.document().isEmpty() else 1))
+        fmt.setBorder(0)
+        self._frame = self._end_cursor().insertFrame(fmt)
+        self._fresh = True
 
-    def _highlighted(self, text: str, runs: list[list[int]]) -> None:
-        """Plain text with the draft's characters tinted (Markdown is skipped so the spans stay exact)."""
-        cursor = self._new_block()
-        plain, tinted = QTextCharFormat(), QTextCharFormat()
-        tinted.setBackground(DRAFT_TINT)
-        tinted.setToolTip("proposed by the draft, accepted by the parent")
-        pos = 0
-        for start, end in [*runs, [len(text), len(text)]]:
-            for part, fmt in ((text[pos:start], plain), (text[start:end], tinted)):
-                for i, line in enumerate(part.split("\n")):
-                    if i:
-                        cursor = self._new_block()
-                    if line:
-                        cursor.insertText(line, fmt)
-            pos = end
+    def _markdown(self, seg: Segment, flags: list[bool] | None) -> None:
+        text = seg.text.strip("\n")
+        offset = seg.start + len(seg.text) - len(seg.text.lstrip("\n"))
+        cursor = self._new_block(top_margin=self._line() * 0.3)  # off a code block or the heading
+        start = cursor.position()
+        cursor.insertMarkdown(text)
+        if flags is not None:
+            self._tint(start, self._end_cursor().position(), text, flags[offset : offset + len(text)])
 
-    def _code(self, seg: Segment) -> None:
-        cursor = self._new_block()
+    def _tint(self, start: int, end: int, source: str, flags: list[bool]) -> None:
+        """Tint the document's characters in [start, end) whose source characters came from the draft."""
+        doc = self.document()
+        rendered = "".join(doc.characterAt(p) for p in range(start, end))
+        tinted = [
+            start + i
+            for i, k in enumerate(align(rendered, source))
+            if k is not None and flags[k] and source[k] == rendered[i]  # a newline shown as a space is not
+        ]
+        fmt = QTextCharFormat()
+        fmt.setBackground(DRAFT_TINT)
+        fmt.setToolTip("proposed by the draft, accepted by the parent")
+        cursor = QTextCursor(doc)
+        i = 0
+        while i < len(tinted):
+            j = i
+            while j + 1 < len(tinted) and tinted[j + 1] == tinted[j] + 1:
+                j += 1
+            cursor.setPosition(tinted[i])
+            cursor.setPosition(tinted[j] + 1, QTextCursor.MoveMode.KeepAnchor)
+            cursor.mergeCharFormat(fmt)
+            i = j + 1
+
+    def _code(self, seg: Segment, flags: list[bool] | None, colour: bool) -> None:
+        """A two-row table: a header (language, Copy) over the code, coloured unless `colour` is False."""
+        palette = self._colours()
+        base, text = palette.color(QPalette.ColorRole.Base), palette.color(QPalette.ColorRole.Text)
+        body_bg, head_bg = mix(base, text, 0.06), mix(base, text, 0.13)
+        cursor = self._new_block(top_margin=self._line() * 0.4)
         fmt = QTextTableFormat()
         fmt.setBorder(0)
-        fmt.setCellPadding(8)
+        fmt.setCellSpacing(0)
+        fmt.setCellPadding(self._line() * 0.4)
         fmt.setWidth(QTextLength(QTextLength.Type.PercentageLength, 100))
+        fmt.setColumnWidthConstraints([QTextLength(QTextLength.Type.PercentageLength, 50)] * 2)
         fmt.setBorderStyle(QTextFrameFormat.BorderStyle.BorderStyle_None)
-        table = cursor.insertTable(1, 1, fmt)
-        mono = QTextCharFormat()
-        mono.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
-        cell_format = table.cellAt(0, 0).format()
-        cell_format.setBackground(self._code_background())  # a table's own background is not painted
-        table.cellAt(0, 0).setFormat(cell_format)
-        cell = table.cellAt(0, 0).firstCursorPosition()
-        for i, line in enumerate(seg.text.split("\n")):
-            if i:
-                cell.insertBlock()
-            cell.insertText(line, mono)
+        table = cursor.insertTable(2, 2, fmt)
+        table.mergeCells(1, 0, 1, 2)
+        for row, col, bg in ((0, 0, head_bg), (0, 1, head_bg), (1, 0, body_bg)):
+            cell_format = table.cellAt(row, col).format()
+            cell_format.setBackground(bg)  # a table's own background is not painted
+            table.cellAt(row, col).setFormat(cell_format)
+        small = self.font().pointSizeF() * 0.85
+        label = QTextCharFormat()
+        label.setForeground(mix(text, head_bg, 0.3))  # the placeholder grey is too faint on the header
+        label.setFontPointSize(small)
+        table.cellAt(0, 0).firstCursorPosition().insertText(language_label(seg.lang), label)
         self._codes.append(seg.text)
         link = QTextCharFormat()
         link.setAnchor(True)
         link.setAnchorHref(f"copy:{len(self._codes) - 1}")
-        link.setForeground(self.palette().color(QPalette.ColorRole.Link))
-        link.setFontPointSize(max(7.0, self.font().pointSizeF() * 0.85))
-        self._new_block().insertText("Copy" + (f" {seg.lang}" if seg.lang else " code"), link)
+        link.setForeground(palette.color(QPalette.ColorRole.Link))
+        link.setFontPointSize(small)
+        link.setToolTip("Copy the code to the clipboard")
+        copy = table.cellAt(0, 1).firstCursorPosition()
+        right = QTextBlockFormat()
+        right.setAlignment(Qt.AlignmentFlag.AlignRight)
+        copy.setBlockFormat(right)
+        copy.insertText("Copy", link)
+        mono = QTextCharFormat()
+        font = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+        font.setPointSizeF(self.font().pointSizeF() * 0.95)  # the system's mono size ignores the app's zoom
+        mono.setFont(font)
+        mono.setForeground(text)
+        cell = table.cellAt(1, 0).firstCursorPosition()
+        start = cell.position()
+        spans = highlight(seg.text, seg.lang, body_bg, text) if colour else [(seg.text, QTextCharFormat())]
+        for part, style in spans:
+            fmt_part = QTextCharFormat(mono)
+            fmt_part.merge(style)
+            for i, piece in enumerate(part.split("\n")):
+                if i:
+                    cell.insertBlock()
+                if piece:
+                    cell.insertText(piece, fmt_part)
+        if flags is not None:
+            self._tint(start, cell.position(), seg.text, flags[seg.start : seg.start + len(seg.text)])
 
-    def _code_background(self) -> QColor:
-        """The base colour moved 8% towards the text colour: visible in light and dark themes alike."""
-        base, text = self.palette().color(QPalette.ColorRole.Base), self.palette().color(QPalette.ColorRole.Text)
-        rgb = (b + (t - b) * 0.08 for b, t in zip(base.getRgbF()[:3], text.getRgbF()[:3], strict=True))
-        return QColor.fromRgbF(*rgb)
-
-    def _new_block(self, top_margin: int = 2) -> QTextCursor:
+    def _new_block(self, top_margin: float = 0) -> QTextCursor:
         cursor = self._end_cursor()
         block = QTextBlockFormat()
         block.setTopMargin(top_margin)
-        if self.document().isEmpty():
+        if self._fresh or (self._frame is None and self.document().isEmpty()):
             cursor.setBlockFormat(block)
+            self._fresh = False
         else:
             cursor.insertBlock(block, QTextCharFormat())
         return cursor
 
     def _end_cursor(self) -> QTextCursor:
-        return self.document().rootFrame().lastCursorPosition()
+        return (self._frame or self.document().rootFrame()).lastCursorPosition()
 
     def _at_bottom(self) -> bool:
         bar = self.verticalScrollBar()
