@@ -134,7 +134,8 @@ class TranscriptView(QTextBrowser):
         self._live_codes = 0
         self._live_role = "assistant"
         self._frame: QTextFrame | None = None  # where blocks go: the root frame, or a user turn's frame
-        self._fresh = False  # the current frame's first block is still unused
+        self._fresh = False  # the block at the end is still unused (a new frame's first, the one after it)
+        self._live_fresh = False
 
     # --- whole conversations -----------------------------------------------------------------------
     def show_messages(self, messages: Sequence[StoredMessage]) -> None:
@@ -142,6 +143,7 @@ class TranscriptView(QTextBrowser):
         self._codes.clear()
         self._live_start = None
         self._frame = None
+        self._fresh = False
         self._fit_column()  # clear() resets the root frame's format
         for m in messages:
             self._append(m.role, m.content, m.meta)
@@ -153,6 +155,7 @@ class TranscriptView(QTextBrowser):
         self._live_start = self._end_cursor().position()
         self._live_codes = len(self._codes)
         self._live_role = role
+        self._live_fresh = self._fresh
 
     def update_live(self, text: str, meta: dict | None = None) -> None:
         if self._live_start is None:
@@ -162,6 +165,7 @@ class TranscriptView(QTextBrowser):
         cursor.setPosition(self._live_start)
         cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
         cursor.removeSelectedText()
+        self._fresh = self._live_fresh  # removing leaves the block the answer started in, empty again
         del self._codes[self._live_codes :]
         self._append(self._live_role, text, meta or {}, live=True)
         if at_bottom:
@@ -208,7 +212,7 @@ class TranscriptView(QTextBrowser):
         palette = self._colours()
         if role == "user":
             self._open_turn_frame()
-        cursor = self._new_block(top_margin=0 if self._fresh else self._line())
+        cursor = self._new_block(top_margin=0 if self._frame is not None else self._line())
         who = {"user": "You", "assistant": "Assistant", "system": "System"}.get(role, role)
         head = QTextCharFormat()
         head.setFontWeight(QFont.Weight.Bold)
@@ -219,7 +223,9 @@ class TranscriptView(QTextBrowser):
                 self._code(seg, flags, colour=seg.closed or not live)
             else:
                 self._markdown(seg, flags)
-        self._frame = None
+        if self._frame is not None:
+            self._frame = None
+            self._fresh = True  # Qt keeps an empty block after a frame: the next turn starts in it
         line = stats_line(meta) if role == "assistant" else ""
         if line:
             small = QTextCharFormat()
@@ -234,6 +240,7 @@ class TranscriptView(QTextBrowser):
         fmt.setBackground(mix(palette.color(QPalette.ColorRole.Base), palette.color(QPalette.ColorRole.Highlight), 0.1))
         fmt.setPadding(self._line() * 0.5)
         fmt.setTopMargin(self._line() * (0 if self.document().isEmpty() else 1))
+        fmt.setBottomMargin(self._line())  # the next block's own top margin is not applied after a frame
         fmt.setBorder(0)
         self._frame = self._end_cursor().insertFrame(fmt)
         self._fresh = True

@@ -136,6 +136,9 @@ def test_an_open_fence_streams_plain_and_is_coloured_once_finished(qtbot) -> Non
     assert len(code_colours(view, line)) == 1  # not re-lexed on every frame while it grows
     view.update_live(f"Sure:\n\n```python\n{CODE}```\nDone.")
     assert len(code_colours(view, line)) > 1  # closed: coloured (lexed once, then cached)
+    live = (view.toPlainText(), view.document().blockCount())
+    view.show_messages([message("user", "code please"), message("assistant", f"Sure:\n\n```python\n{CODE}```\nDone.")])
+    assert (view.toPlainText(), view.document().blockCount()) == live  # streamed = finished, no stray blocks
     view.show_messages([message("user", "code please"), message("assistant", f"Sure:\n\n```python\n{CODE}")])
     assert len(code_colours(view, line)) > 1  # a finished answer's unclosed fence is coloured too
 
