@@ -1,8 +1,10 @@
 """Measure what the window costs: decode speed in the window against the Engine alone (interleaved pairs, in
 one process, median ratio), and the time from Stop to the worker's last chunk. The window is shown, with its
-live speed chart on unless `--chart off`, so what it paints per cycle is part of what is measured.
+live speed chart on unless `--chart off`, so what it paints per cycle is part of what is measured. Greedy
+unless `--sampled`: then the window and the Engine write the same answer, and the ratio is the window's cost
+alone, not the spread of sampled answers' lengths and speeds.
 
-    QT_QPA_PLATFORM=offscreen python scripts/measure_window.py [--pairs 5] [--model NAME] [--chart on|off]
+    QT_QPA_PLATFORM=offscreen python scripts/measure_window.py [--pairs 5] [--model NAME] [--chart on|off] [--sampled]
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ def main() -> None:
     p.add_argument("--pairs", type=int, default=5)
     p.add_argument("--model", default="")
     p.add_argument("--chart", choices=("on", "off"), default="on", help="the status bar's live speed chart")
+    p.add_argument("--sampled", action="store_true", help="the model's recommended sampling instead of greedy")
     args = p.parse_args()
     sys.path.insert(0, str(REPO))  # run as a file, Python looks for `app` next to it, in scripts/
     from PySide6.QtCore import QSettings, Qt, QTimer
@@ -38,7 +41,8 @@ def main() -> None:
     app = QApplication([])
     folder = Path(tempfile.mkdtemp())
     qs = QSettings(str(folder / "s.ini"), QSettings.Format.IniFormat)
-    save_settings(AppSettings(max_tokens=120, model=args.model, speed_chart=args.chart == "on"), qs)
+    greedy = {} if args.sampled else {"model_sampling": False, "temperature": 0.0}
+    save_settings(AppSettings(max_tokens=120, model=args.model, speed_chart=args.chart == "on", **greedy), qs)
     w = MainWindow(Store(folder / "c.db"), qs)
     w.show()  # a hidden window paints nothing: neither the streamed text nor the chart would cost anything
     engine = Engine(w.model, w.settings.engine_settings())  # the same model and settings, without the window
