@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
 
 from app.discover import DiscoverTab
 from app.worker import ConvertJob, ConvertWorker, start_thread
-from runtime.cache import DEMO_NAME, TIERS, CachedModel, cache_root, delete_model, list_models
+from runtime.cache import DEMO_NAME, TIERS, CachedModel, cache_root, delete_model, list_models, size_text
 from runtime.catalog import eta_text
 from runtime.errors import UserError
 
@@ -49,10 +49,6 @@ def demo_available() -> bool:
 
 
 STAGE_NAMES = {"f16": "Step 1 of 3: F16 tier", "q8_0": "Step 2 of 3: Q8_0 tier", "q4_k_m": "Step 3 of 3: Q4_K_M tier"}
-
-
-def size_text(n: int) -> str:
-    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
 
 
 def model_summary(m: CachedModel) -> str:

@@ -35,6 +35,11 @@ DEMO_NAME = "smollm2-135m-instruct"
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 
 
+def size_text(n: float) -> str:
+    """A file or download size as the model manager shows it: "3.09 GB", or "900 MB" under a gigabyte."""
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
+
+
 def cache_root() -> Path:
     """Where models live: $SPECQUANT_CACHE_DIR, else the per-user data directory."""
     env = os.environ.get("SPECQUANT_CACHE_DIR")

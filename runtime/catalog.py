@@ -25,7 +25,7 @@ from typing import Any
 
 import psutil
 
-from runtime.cache import TIERS
+from runtime.cache import TIERS, size_text
 from runtime.errors import UserError
 from runtime.hardware import Inventory, physical_cores
 from runtime.placement import GB, NotEnoughMemory, PlacementSettings, plan, tier_facts
@@ -211,11 +211,7 @@ def fit(entry: Entry, ram_bytes: int | None = None, n_ctx: int = DEFAULT_N_CTX) 
 
 def eta_text(done: int, total: int, elapsed_s: float) -> str:
     """'1.20 GB of 3.09 GB, 2 min 10 s left' from the bytes so far and the time they took."""
-
-    def size(n: float) -> str:
-        return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
-
-    text = f"{size(done)} of {size(total)}" if total > 0 else size(done)
+    text = f"{size_text(done)} of {size_text(total)}" if total > 0 else size_text(done)
     if done <= 0 or elapsed_s <= 0 or total <= done:
         return text
     left = (total - done) / (done / elapsed_s)
