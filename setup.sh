@@ -12,8 +12,8 @@ PY=${PYTHON:-python3}
 LLAMA_VERSION=0.3.36
 FLAVOUR=${SPECQUANT_FLAVOUR:-cpu-avx2}
 case "$FLAVOUR" in
-  cpu-avx2) FLAGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAVA_BUILD=OFF" ;;
-  cpu-all-variants) FLAGS="-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DLLAVA_BUILD=OFF" ;;
+  cpu-avx2) FLAGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_RPC=ON -DLLAVA_BUILD=OFF" ;;
+  cpu-all-variants) FLAGS="-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DGGML_RPC=ON -DLLAVA_BUILD=OFF" ;;
   *) echo "setup.sh: unknown SPECQUANT_FLAVOUR '$FLAVOUR' (cpu-avx2 or cpu-all-variants)" >&2; exit 2 ;;
 esac
 WHEELS=${SPECQUANT_WHEELS:-${XDG_CACHE_HOME:-$HOME/.cache}/specquant/wheels}/$FLAVOUR
@@ -21,6 +21,12 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 wheel=$(ls "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl 2>/dev/null | head -n 1 || true)
+# A wheel built with other flags (an older SpecQuant's flavour, e.g. before GGML_RPC) is rebuilt.
+if [ -n "$wheel" ] && [ "$(cat "$WHEELS/FLAGS" 2>/dev/null)" != "$FLAGS" ]; then
+  echo "setup.sh: $WHEELS was built with other flags; rebuilding" >&2
+  rm -f "$wheel"
+  wheel=""
+fi
 if [ -z "$wheel" ]; then
   echo "setup.sh: building llama-cpp-python $LLAMA_VERSION ($FLAVOUR) into $WHEELS; about 7 minutes on 2 cores, once" >&2
   tmp=$work/wheel

@@ -71,7 +71,9 @@ def portable_wheel(flavour: str, folder: Path | None) -> Path:
             raise UserError(f"--wheels {folder}: no such folder")
         return check_wheel(folder)
     folder = default_wheel_dir(flavour)
-    if find_wheel(folder) is None:
+    flags_file = folder / "FLAGS"
+    stale = flags_file.is_file() and flags_file.read_text().strip() != FLAVOURS[flavour]
+    if find_wheel(folder) is None or stale:  # stale: built by an older SpecQuant with other flags
         build_wheel(flavour, folder)
     return check_wheel(folder)
 

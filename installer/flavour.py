@@ -22,7 +22,8 @@ from runtime.errors import UserError
 __all__ = ["default_wheel_dir"]  # setup.sh's layout lives in runtime.cache; the installer's callers use it here
 
 LLAMA_VERSION = "0.3.36"
-PORTABLE = "-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DLLAVA_BUILD=OFF"
+# GGML_RPC: `specquant worker` serves this machine's backend, and --rpc reaches other machines' (README).
+PORTABLE = "-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DGGML_RPC=ON -DLLAVA_BUILD=OFF"
 # The same portable CPU kernels plus one GPU backend, itself a loadable library: a machine without the
 # GPU runtime just skips it and runs on the CPU.
 FLAVOURS = {
@@ -47,6 +48,8 @@ def check_flags(flags: str, where: Path) -> None:
     for needed in ("GGML_BACKEND_DL", "GGML_CPU_ALL_VARIANTS"):
         if not re.search(rf"{needed}=(ON|1|TRUE)\b", flags, re.IGNORECASE):
             raise UserError(f"{where} was built without {needed}=ON, so it only suits this CPU; {_REBUILD}")
+    if not re.search(r"GGML_RPC=(ON|1|TRUE)\b", flags, re.IGNORECASE):
+        raise UserError(f"{where} was built without GGML_RPC=ON, so `specquant worker` and --rpc fail; {_REBUILD}")
 
 
 _REBUILD = "bundles need `SPECQUANT_FLAVOUR=cpu-all-variants ./setup.sh` (or let build_installer.py build it)"
@@ -108,6 +111,8 @@ def build_wheel(flavour: str, folder: Path) -> Path:
             raise UserError(f"could not build llama-cpp-python ({flavour}): see pip's output above")
         built = next(Path(tmp).glob("llama_cpp_python-*.whl"))
         folder.mkdir(parents=True, exist_ok=True)
+        for old in folder.glob(f"llama_cpp_python-{LLAMA_VERSION}-*.whl"):
+            old.unlink()  # a wheel of other flags must not be found first
         (folder / "FLAGS").write_text(flags + "\n")
         # Copy, then rename: a finished wheel appears in one step, never half-written.
         partial = folder / ".partial"

@@ -202,14 +202,23 @@ def _engine_settings(args: argparse.Namespace) -> Any:
 
     if args.ctx < 256:
         raise UserError(f"--ctx {args.ctx} is too small (at least 256)")
+    from runtime.rpc import parse_endpoints
+
     placement = PlacementSettings(mode=args.placement, max_memory_bytes=_memory_budget(args))
-    return EngineSettings(n_ctx=args.ctx, n_threads=args.threads, placement=placement)
+    workers = parse_endpoints(args.rpc)
+    if args.placement == "remote" and not workers:
+        raise UserError("--placement remote needs a worker: --rpc HOST:PORT (see `specquant worker`)")
+    return EngineSettings(n_ctx=args.ctx, n_threads=args.threads, placement=placement, rpc=workers)
 
 
-def _engine(args: argparse.Namespace) -> Any:
+def _engine(args: argparse.Namespace, isolated: bool = True) -> Any:
+    """The Engine; with workers (--rpc) in a child process unless not `isolated` (runtime.engine_process)."""
     from runtime.engine import Engine
+    from runtime.engine_process import open_engine
 
-    return Engine(_model_name(args.model), _engine_settings(args))
+    settings = _engine_settings(args)
+    name = _model_name(args.model)
+    return open_engine(name, settings) if isolated else Engine(name, settings)
 
 
 def _model_name(name: str | None) -> str:
@@ -280,6 +289,8 @@ def _stats_line(chunk: Any) -> str:
 
 def _repl(engine: Any, options: Any) -> int:
     """Interactive chat with streaming; /reset clears the conversation, /quit or Ctrl-D leaves."""
+    from runtime.rpc import WorkerError
+
     messages: list[dict[str, str]] = []
     print(f"SpecQuant chat with {engine.model.name}. /reset clears the conversation; /quit or Ctrl-D leaves.")
     while True:
@@ -302,16 +313,24 @@ def _repl(engine: Any, options: Any) -> int:
             print("\n[stopped]")
             messages.pop()
             continue
+        except WorkerError as e:  # the chat goes on: the next turn reconnects (runtime.engine_process)
+            print(f"\nspecquant: error: {e}", file=sys.stderr)
+            messages.pop()
+            continue
         messages.append({"role": "assistant", "content": text})
         print()
+        notice = engine.take_notice()
+        if notice:
+            print(f"specquant: {notice}", file=sys.stderr)
         print(_stats_line(last), file=sys.stderr)
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    from runtime import rpc
     from runtime.hardware import ensure_backends
     from runtime.policy import PRESETS
 
-    engine = _engine(args)
+    engine = _engine(args, isolated=False)  # one-shot: a lost worker ends it with one line (runtime.rpc)
     try:
         from runtime.policy import Choice
 
@@ -327,6 +346,7 @@ def cmd_info(args: argparse.Namespace) -> int:
             "cpu_kernels": ensure_backends().as_dict(),
             "placement": plans,
             "n_ctx": engine.settings.n_ctx,
+            "workers": [w.as_dict() for w in engine.workers],
         }
         if args.json:
             print(json.dumps(out, indent=2))
@@ -340,6 +360,13 @@ def cmd_info(args: argparse.Namespace) -> int:
                 f"machine {hw['cpu']}, {hw['physical_cores']} cores, {hw['ram_available_gb']} GB RAM free, GPUs: {gpus}"
             )
             print(f"kernels {ensure_backends().describe()}")
+            for w in engine.workers:
+                mem = sum(t for _, t in w.devices) / 1e9
+                print(
+                    f"worker  {w.endpoint}: protocol {w.version}, {len(w.devices)} device(s), {mem:.1f} GB, "
+                    f"round trip {w.rtt_s * 1000:.2f} ms, clears memory at {w.clear_bps / 1e9:.0f} GB/s "
+                    f"(here {rpc.local_clear_speed() / 1e9:.0f} GB/s)"
+                )
             for level, p in plans.items():
                 print(f"  {level:<6} {p['reason']}")
     finally:
@@ -375,6 +402,41 @@ def cmd_serve(args: argparse.Namespace) -> int:
         sock.close()
     print("stopped", file=sys.stderr)
     return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from runtime import rpc
+    from runtime.hardware import physical_cores
+
+    ep = rpc.parse_endpoint(f"{args.host}:{args.port}", "--host/--port")
+    if not ep.loopback and not args.allow_network:
+        raise UserError(
+            f"--host {args.host} lets other computers use this one, and RPC has no authentication and no "
+            "encryption: add --allow-network if this network is one you trust"
+        )
+    if args.threads < 0:
+        raise UserError(f"--threads {args.threads} must be 0 (physical cores) or more")
+    threads = args.threads or physical_cores()
+    devices = rpc.local_devices([d for d in args.device.split(",") if d] if args.device else None)
+    if not rpc.port_is_free(ep):
+        raise UserError(f"{ep} is taken: another worker or program listens there; choose another --port")
+    cache = None if args.no_cache else rpc.cache_dir()
+    if not ep.loopback:
+        print(
+            f"warning: serving {ep} to the network: RPC has no authentication and no encryption, so anyone who "
+            "reaches this port can use this computer's memory and processors; use it only on a network you trust",
+            file=sys.stderr,
+        )
+    names = ", ".join(name for name, _ in devices)
+    print(f"SpecQuant worker on {ep}: {names}, {threads} threads, tensor cache {cache or 'off'} (Ctrl-C stops)")
+    thread = rpc.serve(ep, threads, devices, cache)
+    try:
+        while thread.is_alive():
+            thread.join(0.5)
+    except KeyboardInterrupt:
+        print("stopped", file=sys.stderr)
+        return 0
+    raise UserError(f"the worker could not listen on {ep} (see llama.cpp's message above)")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -440,6 +502,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--threads", type=int, default=engine.n_threads, help="threads (default: physical cores)")
         p.add_argument("--placement", default=PLACEMENT.mode, choices=PLACEMENT_MODES, help="where tiers run")
         p.add_argument("--max-memory", type=float, metavar="GB", help=MAX_MEMORY_HELP)
+        p.add_argument(
+            "--rpc", metavar="HOST:PORT[,...]", help="workers (`specquant worker`) that may run the parent's layers"
+        )
         p.set_defaults(func=func)
         if name == "serve":
             _add_serve_flags(p)
@@ -474,6 +539,17 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--top-p", type=float, help=f"{model_says} ({d.top_p:g})")
         p.add_argument("--min-p", type=float, help=f"{model_says} ({d.min_p:g})")
         p.add_argument("--seed", type=int, help=f"random seed of sampled decoding (default {d.seed})")
+
+    from runtime.rpc import DEFAULT_PORT
+
+    p = sub.add_parser("worker", help="lend this computer's processors and memory to another one's SpecQuant")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this computer only)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    p.add_argument("--threads", type=int, default=0, help="threads (default: physical cores)")
+    p.add_argument("--device", help="devices to serve, e.g. CUDA0 or CPU (default: the GPUs, else the CPU)")
+    p.add_argument("--allow-network", action="store_true", help="allow a --host other computers can reach")
+    p.add_argument("--no-cache", action="store_true", help="do not keep received weights for the next connection")
+    p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("bench", help="measure configurations side by side (interleaved, medians, ratios)")
     p.add_argument("--model", help="model name in the cache")

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from runtime import router
+from runtime import router, rpc
 from runtime.cache import DEMO_NAME, ModelDir, atomic_write_text, cache_root, check_name, list_models
 from runtime.chat import Answer, ChatOptions, Chunk, Message, Stats, collect
 from runtime.cost_model import NGRAM, Controller, Estimates, Offer
@@ -61,6 +61,7 @@ class EngineSettings:
     placement: PlacementSettings = field(default_factory=PlacementSettings)
     router: RouterSettings = field(default_factory=RouterSettings)
     spec: SpecConfig = field(default_factory=SpecConfig)
+    rpc: tuple[str, ...] = ()  # workers' HOST:PORT (runtime.rpc): their devices may run the parent's layers
 
 
 def resolve_model(name: str | None, root: Path | None = None) -> ModelDir:
@@ -100,7 +101,12 @@ class Engine:
         if manifest is None or not manifest.get("complete"):
             raise ModelError(f"model {self.model.name!r} is incomplete: run `specquant convert` again")
         self.manifest = manifest
+        # Workers first: registered with ggml, their devices are part of the inventory.
+        self.workers = rpc.connect(self.settings.rpc) if self.settings.rpc else []
         self.hardware = hardware or inventory()
+        self._placement = self.settings.placement
+        if self.workers:  # planned with the probe's round trip and speed (the settings stay as given)
+            self._placement = rpc.measured_placement(self._placement, self.workers)
         self._backends: dict[str, LlamaBackend] = {}
         self._tokenizer: LlamaBackend | None = None
         self._calibration: dict[str, Any] | None = None
@@ -137,7 +143,7 @@ class Engine:
         """Where the pair runs. Unless the parent is `pinned`, precision gives way to memory: the most
         precise tier up to the choice's parent that fits answers (see `placement.plan_precision`)."""
         tiers = {t: self.facts(t) for t in self.manifest["tiers"]}
-        return plan_precision(self.hardware, tiers, choice.parent, choice.draft, self.settings.placement, pinned)
+        return plan_precision(self.hardware, tiers, choice.parent, choice.draft, self._placement, pinned)
 
     def fit(self, choice: Choice, placement: Plan) -> Choice:
         """The choice as the plan allows it: a less precise parent, or no draft, when memory is short."""
@@ -260,6 +266,10 @@ class Engine:
     def llama_seconds(self) -> float:
         """Time spent inside llama_decode across the loaded tiers."""
         return sum(b.llama_seconds for b in self._backends.values())
+
+    def take_notice(self) -> str | None:
+        """A line about where the last answer ran; only an EngineProcess has any (a worker that was down)."""
+        return None
 
     def close(self) -> None:
         for b in self._backends.values():

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.engine import ChatOptions, Engine, EngineSettings, Message
+from runtime.engine_process import EngineProcess, open_engine
 from runtime.errors import Cancelled, ModelError, SpecQuantError, UserError, readable
 
 log = logging.getLogger("specquant.worker")
@@ -67,7 +68,7 @@ class EngineWorker:
         if max_queue is not None and max_queue < 1:
             raise UserError(f"queue size {max_queue} must be at least 1")
         self.max_queue = max_queue
-        self.engine: Engine | None = None
+        self.engine: Engine | EngineProcess | None = None
         self._pending: collections.deque[Job | Callable[[], None]] = collections.deque()
         self._running: Job | None = None
         self._cond = threading.Condition()
@@ -176,14 +177,16 @@ class EngineWorker:
             self._drop_engine()  # a damaged or half-loaded engine is rebuilt for the next job
         else:
             self._durations.append(time.monotonic() - started)
+        if self.engine is not None and not getattr(self.engine, "alive", True):
+            self._drop_engine()  # its process ended with a lost worker (runtime.engine_process): start anew
 
-    def _engine_for(self, job: Job) -> Engine:
+    def _engine_for(self, job: Job) -> Engine | EngineProcess:
         e = self.engine
         if e is not None and (job.model is None or e.model.name == job.model) and e.settings == job.settings:
             return e
         self._drop_engine()
         job.sink(Status(f"Loading {job.model or 'the model'}…"))
-        self.engine = Engine(job.model, job.settings)
+        self.engine = open_engine(job.model, job.settings)
         return self.engine
 
     def _drop_engine(self) -> None:

@@ -41,4 +41,41 @@ def libggml() -> ctypes.CDLL | None:
     lib.ggml_backend_dev_description.restype = ctypes.c_char_p
     size_p = ctypes.POINTER(ctypes.c_size_t)
     lib.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, size_p, size_p]
+    lib.ggml_backend_dev_name.argtypes = [ctypes.c_void_p]
+    lib.ggml_backend_dev_name.restype = ctypes.c_char_p
+    # The RPC backend (runtime.rpc): found by name, its entry points by address, as llama.cpp's own tools do,
+    # because a GGML_BACKEND_DL build keeps it in a library loaded at run time.
+    lib.ggml_backend_reg_by_name.argtypes = [ctypes.c_char_p]
+    lib.ggml_backend_reg_by_name.restype = ctypes.c_void_p
+    lib.ggml_backend_reg_get_proc_address.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    lib.ggml_backend_reg_get_proc_address.restype = ctypes.c_void_p
+    lib.ggml_backend_register.argtypes = [ctypes.c_void_p]
+    lib.ggml_backend_reg_dev_count.argtypes = [ctypes.c_void_p]
+    lib.ggml_backend_reg_dev_count.restype = ctypes.c_size_t
+    lib.ggml_backend_reg_dev_get.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    lib.ggml_backend_reg_dev_get.restype = ctypes.c_void_p
+    return lib
+
+
+ABORT_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_char_p)
+RPC_ADD_SERVER = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)
+# endpoint, cache_dir, n_threads, n_devices, devices
+RPC_START_SERVER = ctypes.CFUNCTYPE(
+    None, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p)
+)
+
+
+@functools.cache
+def libggml_base() -> ctypes.CDLL | None:
+    """libggml-base, where ggml_abort and its callback live."""
+    import llama_cpp
+
+    lib_dir = Path(llama_cpp.__file__).parent / "lib"
+    names = ("libggml-base.so.0", "libggml-base.0.dylib", "libggml-base.dylib", "ggml-base.dll", "libggml-base.so")
+    path = next((lib_dir / n for n in names if (lib_dir / n).exists()), None)
+    if path is None:
+        return None
+    lib = ctypes.CDLL(str(path))
+    lib.ggml_set_abort_callback.argtypes = [ABORT_CALLBACK]
+    lib.ggml_set_abort_callback.restype = ABORT_CALLBACK
     return lib

@@ -31,7 +31,7 @@ def physical_cores() -> int:
 @dataclass(frozen=True)
 class Gpu:
     name: str
-    kind: str  # "gpu" (dedicated memory) or "igpu" (shares host memory)
+    kind: str  # "gpu" (dedicated memory), "igpu" (shares host memory) or "rpc" (a worker's, runtime.rpc)
     free_bytes: int
     total_bytes: int
 
@@ -149,6 +149,8 @@ def gpus() -> tuple[Gpu, ...]:
         free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
         lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
         name = (lib.ggml_backend_dev_description(dev) or b"GPU").decode(errors="replace")
+        if (lib.ggml_backend_dev_name(dev) or b"").startswith(b"RPC"):  # a worker's device (runtime.rpc)
+            kind, name = "rpc", f"worker {name}"  # its description is the worker's host:port
         found.append(Gpu(name, kind, free.value, total.value))
     return tuple(found)
 

@@ -45,7 +45,8 @@ def tier_facts(tier: str, file_bytes: int, hparams: dict[str, Any], n_ctx: int, 
     return TierFacts(tier, file_bytes, n_layer, kv, compute)
 
 
-PLACEMENT_MODES = ("auto", "cpu", "gpu")
+# remote: the parent's layers on a worker (--rpc, runtime.rpc), the draft here.
+PLACEMENT_MODES = ("auto", "cpu", "gpu", "remote")
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,10 @@ class PlacementSettings:
     batch_cost: float = 1.3  # v(k+1): a (k+1)-token verify costs about 1.3 single steps on a CPU
     margin_bytes: int = 512 * 1024 * 1024
     max_memory_bytes: int | None = None  # the user's budget (--max-memory): taken as it is, no margin off it
+    # A worker's device (runtime.rpc): its speed is assumed a CPU's like this one's until the controller has
+    # measured it; each graph it computes costs one network round trip (the probe's median).
+    rpc_bandwidth: float = 30 * GB
+    rpc_rtt_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.mode not in PLACEMENT_MODES:
@@ -121,17 +126,39 @@ def _split(t: TierFacts, gpu_layers: int) -> tuple[float, float]:
     return on_gpu, on_cpu
 
 
-def _step_s(t: TierFacts, gpu_layers: int, s: PlacementSettings) -> float:
+def _step_s(t: TierFacts, gpu_layers: int, s: PlacementSettings, remote: bool = False) -> tuple[float, float]:
+    """(compute, network) seconds of one step; a step with layers on a worker pays one round trip (the
+    activations at a layer split are a few kB: their transfer time is in the round trip's noise)."""
     frac = min(gpu_layers, t.n_layer) / t.n_layer
-    return t.file_bytes * frac / s.gpu_bandwidth + t.file_bytes * (1 - frac) / s.cpu_bandwidth
+    device_bw = s.rpc_bandwidth if remote else s.gpu_bandwidth
+    compute = t.file_bytes * frac / device_bw + t.file_bytes * (1 - frac) / s.cpu_bandwidth
+    return compute, (s.rpc_rtt_s if remote and gpu_layers else 0.0)
 
 
-def _per_token_s(parent: TierFacts, draft: TierFacts | None, layers: tuple[int, int], s: PlacementSettings) -> float:
-    tp = _step_s(parent, layers[0], s)
+def _per_token_s(
+    parent: TierFacts, draft: TierFacts | None, layers: tuple[int, int], s: PlacementSettings, remote: bool = False
+) -> float:
+    """Predicted seconds per answer token. Over a network a verify of k+1 tokens pays the round trip once,
+    so the batch cost relative to a single step falls toward 1 as the round trip grows: speculation pays more."""
+    compute_p, net_p = _step_s(parent, layers[0], s, remote)
+    tp = compute_p + net_p
     if draft is None:
         return tp
-    td = _step_s(draft, layers[1], s)
-    return tp / speedup(s.acceptance, s.k, td / tp, s.batch_cost)
+    td = sum(_step_s(draft, layers[1], s, remote))
+    batch = (s.batch_cost * compute_p + net_p) / tp
+    return tp / speedup(s.acceptance, s.k, td / tp, batch)
+
+
+# A worker answers only when it is predicted clearly faster than this machine alone (or the model does not
+# fit here): the speed probe is noisy, and an answer that needs no network cannot lose its worker.
+REMOTE_MARGIN = 1.15
+
+
+def _rank_s(
+    parent: TierFacts, draft: TierFacts | None, c: tuple[str, int, int], s: PlacementSettings, remote: bool
+) -> float:
+    per_token = _per_token_s(parent, draft, (c[1], c[2]), s, remote)
+    return per_token * (REMOTE_MARGIN if remote and (c[1] or c[2]) else 1.0)
 
 
 class NotEnoughMemory(UserError):
@@ -172,9 +199,15 @@ def plan(inv: Inventory, parent: TierFacts, draft: TierFacts | None, settings: P
     # Said as a user reads it: what is available (the margin counted in the need), or their own budget.
     extra = 0 if capped else s.margin_bytes
     budget = f"{ram / GB:.1f} GB (your budget)" if capped else f"{inv.ram_available_bytes / GB:.1f} GB available"
-    gpu = max((g for g in inv.gpus if g.kind == "gpu"), key=lambda g: g.free_bytes, default=None)
+    # Workers (--rpc) are the device to plan for when there are any: the user named them.
+    workers = [g for g in inv.gpus if g.kind == "rpc"]
+    remote = bool(workers) and s.mode != "gpu"
+    pool = workers if remote else [g for g in inv.gpus if g.kind == "gpu"]
+    gpu = max(pool, key=lambda g: g.free_bytes, default=None)
     if s.mode == "gpu" and gpu is None:
         raise UserError("placement 'gpu' asked for, but llama.cpp sees no GPU (a CPU-only build, or no device)")
+    if s.mode == "remote" and not remote:
+        raise UserError("placement 'remote' asked for, but no worker is connected (--rpc HOST:PORT)")
     vram = (gpu.free_bytes - s.margin_bytes) if gpu is not None and s.mode != "cpu" else 0
 
     def candidates(d: TierFacts | None) -> list[tuple[str, int, int]]:
@@ -183,22 +216,25 @@ def plan(inv: Inventory, parent: TierFacts, draft: TierFacts | None, settings: P
         if vram > 0:
             p_gpu, _ = _split(parent, full_p)
             d_gpu = _split(d, full_d)[0] if d else 0.0
+            where = "remote" if remote else "gpu"
             if p_gpu + d_gpu <= vram:
-                out.append(("all-gpu", full_p, full_d))
-            if d is not None and d_gpu <= vram:
+                out.append((f"all-{where}", full_p, full_d))
+            if d is not None and d_gpu <= vram and not remote:  # a remote draft pays k round trips a cycle
                 out.append(("draft-on-gpu", _layers_fitting(parent, vram - d_gpu), full_d))
-            out.append(("parent-on-gpu", _layers_fitting(parent, vram), 0))
+            out.append((f"parent-{'remote' if remote else 'on-gpu'}", _layers_fitting(parent, vram), 0))
         if s.mode == "cpu":
             out = out[:1]
-        elif s.mode == "gpu":
+        elif s.mode in ("gpu", "remote"):
             out = [c for c in out if c[0] != "cpu-only"] or out
+        if s.mode == "remote":
+            out = [c for c in out if c[0] == "parent-remote"] or out
         return out
 
     chosen = None
     for d in [draft, None] if draft is not None else [None]:
         fitting = [c for c in candidates(d) if _ram_need(parent, c[1]) + _ram_need(d, c[2]) <= ram]
         if fitting:
-            chosen = (d, min(fitting, key=lambda c: _per_token_s(parent, d, (c[1], c[2]), s)))
+            chosen = (d, min(fitting, key=lambda c: _rank_s(parent, d, c, s, remote)))
             break
         if d is not None:
             need = _ram_need(parent, 0) + _ram_need(d, 0)
@@ -211,13 +247,19 @@ def plan(inv: Inventory, parent: TierFacts, draft: TierFacts | None, settings: P
     d, (name, p_layers, d_layers) = chosen
     on_gpu = (p_layers > 0) or (d_layers > 0)
     full = p_layers >= parent.n_layer + 1 and (d is None or d_layers >= d.n_layer + 1)
-    mode = "cpu" if not on_gpu else "gpu" if full else "hybrid"
-    p_place = TierPlacement(parent.tier, p_layers, op_offload=on_gpu)
-    d_place = TierPlacement(d.tier, d_layers, op_offload=on_gpu) if d is not None else None
+    mode = "cpu" if not on_gpu else "remote" if remote else "gpu" if full else "hybrid"
+    # Offloading a local tier's big prompt matmuls to a worker would send its weights over the network.
+    offload = on_gpu and not remote
+    p_place = TierPlacement(parent.tier, p_layers, op_offload=offload)
+    d_place = TierPlacement(d.tier, d_layers, op_offload=offload) if d is not None else None
     vram_used = _split(parent, p_layers)[0] * (p_layers > 0) + (_split(d, d_layers)[0] if d and d_layers else 0)
     ram_used = _ram_need(parent, p_layers) + _ram_need(d, d_layers)
-    per_token = _per_token_s(parent, d, (p_layers, d_layers), s)
+    per_token = _per_token_s(parent, d, (p_layers, d_layers), s, remote)
     where = "no GPU is available" if gpu is None else f"{gpu.name} has {gpu.free_bytes / GB:.1f} GB free"
+    if remote and gpu is not None:
+        where += f", {s.rpc_rtt_s * 1000:.2f} ms round trip"
+        if not on_gpu:
+            where += f", not predicted {REMOTE_MARGIN:.2f}x faster than here"
     if s.mode != "auto":
         where = f"placement pinned to {s.mode}"
     reason = f"{name}: {where}; predicted {per_token * 1000:.1f} ms per token"

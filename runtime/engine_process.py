@@ -1,0 +1,249 @@
+"""An Engine in a child process, for answers whose layers run on a worker (runtime.rpc).
+
+ggml's RPC client aborts its whole process when a worker dies or stops answering mid-answer. In a child that
+abort ends only the child: the caller (`chat`, `serve`, the window) gets one line naming the worker, stays
+alive, and its next answer starts a new child: on the workers again, or on this computer alone while they
+stay down (`take_notice` says so once). The child owns the Engine and answers one request at a time, as an
+Engine does; Chunks and errors come back over a pipe.
+Nothing waits forever: a first token within FIRST_TOKEN_TIMEOUT_S (loading a model onto a worker sends
+its weights), each later cycle within rpc.STALL_TIMEOUT_S.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
+from multiprocessing.connection import Connection
+from typing import Any
+
+from runtime import rpc
+from runtime.chat import Answer, ChatOptions, Chunk, Message, collect
+from runtime.engine import Engine, EngineSettings
+from runtime.errors import Cancelled, ModelError, SpecQuantError, UserError, readable
+
+FIRST_TOKEN_TIMEOUT_S = 600.0
+START_TIMEOUT_S = 120.0
+RETRY_S = 30.0  # answering here while a worker is down: how often the next request probes it again
+_POLL_S = 0.05
+_ERRORS: dict[str, type[SpecQuantError]] = {
+    "WorkerError": rpc.WorkerError,
+    "ModelError": ModelError,
+    "UserError": UserError,
+    "Cancelled": Cancelled,
+}
+
+
+def open_engine(model: str | None, settings: EngineSettings) -> Any:
+    """An Engine here, or in a child process when workers are named (the same methods either way)."""
+    return EngineProcess(model, settings) if settings.rpc else Engine(model, settings)
+
+
+def _send_error(conn: Connection, e: BaseException) -> None:
+    name = next((n for n, cls in _ERRORS.items() if type(e) is cls), None)
+    if name is None and isinstance(e, UserError):
+        name = "ModelError" if isinstance(e, ModelError) else "UserError"
+    conn.send(("error", name or "SpecQuantError", readable(e)))
+
+
+def _child(conn: Connection, model: str | None, settings: EngineSettings, cancel: Any) -> None:
+    """The child's loop: build the Engine, then answer requests until told to close or the pipe ends."""
+    rpc.quiet_aborts()  # the parent names the worker that was lost
+    try:
+        engine = Engine(model, settings)
+    except BaseException as e:  # everything becomes one line for the parent
+        _send_error(conn, e)
+        return
+    conn.send(("ready", (engine.model, engine.manifest, engine.hardware, engine.workers)))
+    try:
+        while True:
+            try:
+                request = conn.recv()
+            except (EOFError, OSError):
+                return
+            what = request[0]
+            if what == "close":
+                return
+            try:
+                if what == "chat":
+                    for chunk in engine.stream_chat(request[1], request[2], cancel):
+                        conn.send(("chunk", chunk))
+                    conn.send(("end", None))
+                elif what == "calibration":
+                    conn.send(("value", engine.calibration()))
+                elif what == "calibrated":
+                    conn.send(("value", engine.calibrated))
+            except BaseException as e:
+                _send_error(conn, e)
+    finally:
+        engine.close()
+
+
+class EngineProcess:
+    """An Engine's methods (`chat`, `stream_chat`, `calibration`, `close`, `model`, `settings`) served by an
+    Engine in a child process."""
+
+    def __init__(self, model: str | None, settings: EngineSettings) -> None:
+        self.settings = settings
+        self._ctx = multiprocessing.get_context("spawn")  # a fork would copy this process's threads' locks
+        self._cancel = self._ctx.Event()
+        self._lock = threading.Lock()
+        self._local: EngineSettings | None = None  # the settings answering here while a worker is down
+        self._local_since = 0.0
+        self.notice: str | None = None
+        self._start(model, settings)
+
+    def _start(self, model: str | None, settings: EngineSettings) -> None:
+        self._conn, theirs = self._ctx.Pipe()
+        self._proc = self._ctx.Process(
+            target=_child, args=(theirs, model, settings, self._cancel), name="specquant-engine", daemon=True
+        )
+        self._proc.start()
+        theirs.close()
+        self.model, self.manifest, self.hardware, self.workers = self._receive(START_TIMEOUT_S, "start")[1]
+
+    def _ensure_child(self) -> None:
+        """After a lost worker the next request starts a new child, which probes the workers again; while a
+        worker stays down it answers on this computer alone (if the model fits here), and goes back to the
+        workers once they answer a probe again (checked at most every RETRY_S)."""
+        if self._local is not None and time.monotonic() - self._local_since > RETRY_S and self._workers_up():
+            self._stop_child()
+            self._local = None
+        if self._proc.is_alive():
+            return
+        self._conn.close()
+        try:
+            self._start(self.model.name, self.settings)
+        except rpc.WorkerError as e:
+            local = replace(
+                self.settings,
+                rpc=(),
+                placement=replace(self.settings.placement, mode="auto")
+                if self.settings.placement.mode == "remote"
+                else self.settings.placement,
+            )
+            self._start(self.model.name, local)
+            self._local, self._local_since = local, time.monotonic()
+            self.notice = f"{e}; answering on this computer until the worker is back"
+
+    def _workers_up(self) -> bool:
+        try:
+            for ep in self.settings.rpc:
+                rpc.probe(ep, timeout=2.0, pings=1)
+        except rpc.WorkerError:
+            self._local_since = time.monotonic()
+            return False
+        return True
+
+    def take_notice(self) -> str | None:
+        """A line for the user about where the last answer ran, once (a worker that was down)."""
+        notice, self.notice = self.notice, None
+        return notice
+
+    # --- the Engine's methods ------------------------------------------------------------------------
+    @property
+    def calibrated(self) -> bool:
+        return bool(self._ask("calibrated"))
+
+    def calibration(self) -> dict[str, Any]:
+        return self._ask("calibration")
+
+    def chat(
+        self,
+        messages: Sequence[Message],
+        options: ChatOptions | None = None,
+        cancel: threading.Event | None = None,
+        on_text: Callable[[str], None] | None = None,
+    ) -> Answer:
+        return collect(self.stream_chat(messages, options, cancel), on_text)
+
+    def stream_chat(
+        self, messages: Sequence[Message], options: ChatOptions | None = None, cancel: threading.Event | None = None
+    ) -> Iterator[Chunk]:
+        with self._lock:
+            self._ensure_child()
+            self._cancel.clear()
+            self._send(("chat", list(messages), options or ChatOptions()))
+            timeout, finished = FIRST_TOKEN_TIMEOUT_S, False
+            try:
+                while True:
+                    kind, payload = self._receive(timeout, "answer", cancel)
+                    if kind == "end":
+                        finished = True
+                        return
+                    timeout = rpc.STALL_TIMEOUT_S
+                    yield payload
+            finally:
+                if not finished and self._proc.is_alive():  # a caller that stopped reading: stop the child's
+                    self._cancel.set()  # answer too, and read it to its end so the next request starts clean
+                    try:
+                        while self._receive(rpc.STALL_TIMEOUT_S, "answer")[0] != "end":
+                            pass
+                    except SpecQuantError:
+                        pass
+
+    def close(self) -> None:
+        self._stop_child()
+
+    def _stop_child(self) -> None:
+        if self._proc.is_alive():
+            with contextlib.suppress(OSError):
+                self._conn.send(("close",))
+            self._proc.join(10)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join()
+        self._conn.close()
+
+    @property
+    def alive(self) -> bool:
+        return self._proc.is_alive()
+
+    # --- the pipe ---------------------------------------------------------------------------------------
+    def _ask(self, what: str) -> Any:
+        with self._lock:
+            self._ensure_child()
+            self._send((what,))
+            return self._receive(FIRST_TOKEN_TIMEOUT_S, what)[1]
+
+    def _send(self, message: tuple[Any, ...]) -> None:
+        try:
+            self._conn.send(message)
+        except OSError:
+            raise self._lost("ended") from None
+
+    def _receive(self, timeout: float, doing: str, cancel: threading.Event | None = None) -> tuple[str, Any]:
+        """The child's next message; its errors raised here as ours; a child that ended or fell silent for
+        `timeout` seconds is a WorkerError naming the worker."""
+        deadline = time.monotonic() + timeout
+        while not self._conn.poll(_POLL_S):
+            if cancel is not None and cancel.is_set():
+                self._cancel.set()  # the child stops within one verify cycle and sends its last Chunk
+            if not self._proc.is_alive() and not self._conn.poll(0):
+                raise self._lost("ended")
+            if time.monotonic() > deadline:
+                self._proc.kill()
+                raise self._lost(f"sent nothing for {timeout:g} s during the {doing}")
+        try:
+            kind, payload, *rest = self._conn.recv()
+        except (EOFError, OSError):
+            raise self._lost("ended") from None
+        if kind == "error":
+            raise _ERRORS.get(payload, SpecQuantError)(rest[0])
+        return kind, payload
+
+    def _lost(self, how: str) -> rpc.WorkerError:
+        """Which worker was lost, by probing each (the dead one refuses); said in one line."""
+        self._proc.join(1)
+        for ep in self.settings.rpc:
+            try:
+                rpc.probe(ep, timeout=2.0, pings=1)
+            except rpc.WorkerError as e:
+                return rpc.WorkerError(f"the answer stopped: {e}")
+        names = ", ".join(self.settings.rpc)
+        code = self._proc.exitcode
+        ended = f" (code {code})" if how == "ended" and code not in (None, rpc.FAULT_EXIT) else ""
+        return rpc.WorkerError(f"the answer stopped: the connection to the worker at {names} {how}{ended}")
