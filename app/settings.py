@@ -11,6 +11,7 @@ from runtime.api_schema import DEFAULT_PORT
 from runtime.engine import ChatOptions, EngineSettings
 from runtime.errors import UserError
 from runtime.placement import PlacementSettings
+from runtime.rpc import parse_endpoints
 from runtime.sampling import LLAMA_DEFAULTS, SamplingParams
 
 ORGANIZATION = "SpecQuant"
@@ -33,6 +34,7 @@ class AppSettings:
     n_ctx: int = EngineSettings.n_ctx
     placement: str = PlacementSettings.mode  # one of runtime.placement.PLACEMENT_MODES
     max_memory_gb: float = 0.0  # memory the model may use; 0: what is available, less a margin
+    workers: str = ""  # HOST:PORT[,HOST:PORT…] of `specquant worker`s that may run the parent (runtime.rpc)
     theme: str = "system"
     highlight_draft: bool = False
     speed_chart: bool = True  # the status bar's live speed sparkline (View menu)
@@ -76,7 +78,7 @@ class AppSettings:
             raise UserError(f"memory budget {self.max_memory_gb:g} GB must be 0 (no budget) or more")
         budget = int(self.max_memory_gb * 1e9) if self.max_memory_gb > 0 else None
         placement = PlacementSettings(mode=self.placement, max_memory_bytes=budget)
-        return EngineSettings(n_ctx=self.n_ctx, placement=placement)
+        return EngineSettings(n_ctx=self.n_ctx, placement=placement, rpc=parse_endpoints(self.workers))
 
 
 def load_settings(store: QSettings | None = None) -> AppSettings:

@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (
     QDoubleSpinBox,
     QFormLayout,
     QLabel,
+    QLineEdit,
     QSpinBox,
     QWidget,
 )
@@ -30,7 +31,12 @@ PRESET_WORDS = {
 }
 PRESETS = tuple((name, PRESET_WORDS[name]) for name in PRESET_NAMES)
 LEVELS = (("auto", "Automatic (router)"), *((level, level.capitalize()) for level in ROUTER_LEVELS))
-PLACEMENT_WORDS = {"auto": "Automatic", "cpu": "CPU only", "gpu": "GPU (as much as fits)"}
+PLACEMENT_WORDS = {
+    "auto": "Automatic",
+    "cpu": "CPU only",
+    "gpu": "GPU (as much as fits)",
+    "remote": "Workers (the parent there, the draft here)",
+}
 PLACEMENTS = tuple((mode, PLACEMENT_WORDS[mode]) for mode in PLACEMENT_MODES)
 THEME_WORDS = {"system": "Follow the system", "light": "Light", "dark": "Dark"}
 THEME_CHOICES = tuple((theme, THEME_WORDS[theme]) for theme in THEMES)
@@ -78,6 +84,11 @@ class SettingsDialog(QDialog):
         self.max_memory.setSpecialValueText("What is free")
         self.max_memory.setSuffix(" GB")
         self.max_memory.setToolTip("Memory the model may use; the most precise tier that fits answers")
+        self.workers = QLineEdit(s.workers)
+        self.workers.setPlaceholderText("none (HOST:PORT, HOST:PORT…)")
+        self.workers.setToolTip(
+            "Computers running `specquant worker` that may run the model's layers; only on a network you trust"
+        )
         self.theme = _combo(THEME_CHOICES, s.theme, "Theme")
         self.highlight = QCheckBox("Highlight tokens that came from the draft")
         self.highlight.setChecked(s.highlight_draft)
@@ -107,6 +118,7 @@ class SettingsDialog(QDialog):
         form.addRow("&Context size:", self.n_ctx)
         form.addRow("P&lacement:", self.placement)
         form.addRow("Memory &budget:", self.max_memory)
+        form.addRow("&Workers:", self.workers)
         form.addRow("T&heme:", self.theme)
         form.addRow("", self.highlight)
         form.addRow("", self.api_server)
@@ -130,6 +142,7 @@ class SettingsDialog(QDialog):
             n_ctx=self.n_ctx.value(),
             placement=self.placement.currentData(),
             max_memory_gb=self.max_memory.value(),
+            workers=self.workers.text().strip(),
             theme=self.theme.currentData(),
             highlight_draft=self.highlight.isChecked(),
             api_server=self.api_server.isChecked(),

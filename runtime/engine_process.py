@@ -12,6 +12,7 @@ its weights), each later cycle within rpc.STALL_TIMEOUT_S.
 from __future__ import annotations
 
 import contextlib
+import logging
 import multiprocessing
 import threading
 import time
@@ -51,7 +52,8 @@ def _send_error(conn: Connection, e: BaseException) -> None:
 
 def _child(conn: Connection, model: str | None, settings: EngineSettings, cancel: Any) -> None:
     """The child's loop: build the Engine, then answer requests until told to close or the pipe ends."""
-    rpc.quiet_aborts()  # the parent names the worker that was lost
+    rpc.quiet_aborts()  # the parent names the worker that was lost, in one line: ggml's own lines
+    logging.getLogger("llama.cpp").setLevel(logging.CRITICAL)  # ("send failed …") would be more
     try:
         engine = Engine(model, settings)
     except BaseException as e:  # everything becomes one line for the parent
@@ -197,10 +199,6 @@ class EngineProcess:
             self._proc.kill()
             self._proc.join()
         self._conn.close()
-
-    @property
-    def alive(self) -> bool:
-        return self._proc.is_alive()
 
     # --- the pipe ---------------------------------------------------------------------------------------
     def _ask(self, what: str) -> Any:

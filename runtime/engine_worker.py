@@ -22,6 +22,7 @@ from typing import Any
 from runtime.engine import ChatOptions, Engine, EngineSettings, Message
 from runtime.engine_process import EngineProcess, open_engine
 from runtime.errors import Cancelled, ModelError, SpecQuantError, UserError, readable
+from runtime.rpc import WorkerError
 
 log = logging.getLogger("specquant.worker")
 
@@ -36,7 +37,7 @@ class Status:
 @dataclass(frozen=True)
 class Failure:
     """The job ended without a last Chunk. `kind`: cancelled (reason ""), user (bad input), model (a model
-    missing or damaged: see the model manager) or internal."""
+    missing or damaged: see the model manager), worker (a worker down or lost: runtime.rpc) or internal."""
 
     reason: str
     kind: str
@@ -169,6 +170,8 @@ class EngineWorker:
             job.sink(Failure("", "cancelled"))
         except ModelError as e:
             job.sink(Failure(str(e), "model"))
+        except WorkerError as e:  # the next job starts anew: on the workers, or here while they are down
+            job.sink(Failure(str(e), "worker"))
         except UserError as e:
             job.sink(Failure(str(e), "user"))
         except Exception as e:  # the worker must survive anything and say what happened
@@ -177,8 +180,6 @@ class EngineWorker:
             self._drop_engine()  # a damaged or half-loaded engine is rebuilt for the next job
         else:
             self._durations.append(time.monotonic() - started)
-        if self.engine is not None and not getattr(self.engine, "alive", True):
-            self._drop_engine()  # its process ended with a lost worker (runtime.engine_process): start anew
 
     def _engine_for(self, job: Job) -> Engine | EngineProcess:
         e = self.engine

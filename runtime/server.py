@@ -275,6 +275,8 @@ async def _next_chunk(events: asyncio.Queue[Any]) -> Chunk:
                 raise ApiError(400, event.reason)
             if event.kind == "cancelled":
                 raise ApiError(503, "the request was cancelled (the server is stopping)", kind="server_error")
+            if event.kind == "worker":  # a worker down or lost (--rpc): the next request answers here
+                raise ApiError(503, event.reason, kind="server_error")
             raise ApiError(500, event.reason, kind="server_error")
         if isinstance(event, Chunk):
             return event

@@ -253,3 +253,30 @@ def test_speculation_pays_more_as_the_round_trip_grows() -> None:
 
     gains = [gain(rtt) for rtt in (0.0001, 0.001, 0.005)]
     assert gains[0] < gains[1] < gains[2], gains
+
+
+# --- the window -------------------------------------------------------------------------------------------
+def test_the_window_answers_on_a_worker_survives_losing_it_and_answers_here(
+    qtbot, demo_cache: Path, tmp_path: Path, worker: Worker
+) -> None:
+    from tests.test_app import ask, open_window
+
+    w = open_window(tmp_path, max_tokens=24, workers=worker.endpoint, placement="remote")
+    qtbot.addWidget(w)
+    try:
+        assert ask(qtbot, w, PROMPT, timeout=120_000)
+        assert w.placement.text().startswith("REMOTE")
+        worker.stop()
+        assert ask(qtbot, w, PROMPT, timeout=120_000) == ""  # the answer failed, the window did not
+        assert worker.endpoint in w.banner.message and w.isVisible()
+        assert ask(qtbot, w, PROMPT, timeout=120_000)  # answered on this computer
+        assert w.placement.text().startswith("CPU")
+    finally:
+        w.close()
+
+
+def test_bad_workers_in_the_settings_are_named() -> None:
+    from app.settings import AppSettings
+
+    with pytest.raises(UserError, match="'nope'"):
+        AppSettings(workers="nope").check()
