@@ -78,6 +78,9 @@ def _child(conn: Connection, model: str | None, settings: EngineSettings, cancel
                     conn.send(("value", engine.calibration()))
                 elif what == "calibrated":
                     conn.send(("value", engine.calibrated))
+                elif what == "reset_caches":
+                    engine.reset_caches()
+                    conn.send(("value", None))
             except BaseException as e:
                 _send_error(conn, e)
     finally:
@@ -85,8 +88,8 @@ def _child(conn: Connection, model: str | None, settings: EngineSettings, cancel
 
 
 class EngineProcess:
-    """An Engine's methods (`chat`, `stream_chat`, `calibration`, `close`, `model`, `settings`) served by an
-    Engine in a child process."""
+    """An Engine's methods (`chat`, `stream_chat`, `calibration`, `reset_caches`, `close`, `model`, `settings`)
+    served by an Engine in a child process."""
 
     def __init__(self, model: str | None, settings: EngineSettings) -> None:
         self.settings = settings
@@ -152,6 +155,9 @@ class EngineProcess:
 
     def calibration(self) -> dict[str, Any]:
         return self._ask("calibration")
+
+    def reset_caches(self) -> None:
+        self._ask("reset_caches")
 
     def chat(
         self,

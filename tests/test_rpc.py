@@ -280,3 +280,25 @@ def test_bad_workers_in_the_settings_are_named() -> None:
 
     with pytest.raises(UserError, match="'nope'"):
         AppSettings(workers="nope").check()
+
+
+# --- the API server ---------------------------------------------------------------------------------------
+def test_the_api_server_answers_on_a_worker_and_says_503_when_it_is_lost(demo_cache: Path, worker: Worker) -> None:
+    import openai
+
+    from tests.test_server import Served
+
+    s = Served(demo_cache, "--rpc", worker.endpoint, "--placement", "remote")
+    try:
+        client = s.client()
+        ask = {"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 16}
+        first = client.chat.completions.create(temperature=0, **ask)
+        assert first.choices[0].message.content
+        worker.stop()
+        with pytest.raises(openai.InternalServerError) as lost:  # 503: the worker went away
+            client.chat.completions.create(temperature=0, **ask)
+        assert lost.value.status_code == 503 and worker.endpoint in str(lost.value)
+        again = client.chat.completions.create(temperature=0, **ask)  # answered on this computer
+        assert again.choices[0].message.content == first.choices[0].message.content
+    finally:
+        assert s.stop() == 0, s.stderr()
