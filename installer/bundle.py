@@ -56,7 +56,9 @@ def llama_libraries(package: Path) -> tuple[list[str], list[tuple[str, str]]]:
     for copies in groups.values():
         real = min(copies, key=lambda p: (len(p.name), p.name))  # libllama.so, not libllama.so.0.5.0
         files.append(str(real))
-        links += [(p.name, real.name) for p in copies if p != real]
+        # The same name in both folders (libggml-rpc.so is in lib/ and bin/) is one file, not a link to itself.
+        aliases = {p.name for p in copies} - {real.name}
+        links += [(name, real.name) for name in sorted(aliases)]
     return files, links
 
 

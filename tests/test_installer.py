@@ -10,6 +10,7 @@ import plistlib
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tarfile
@@ -153,8 +154,11 @@ def test_identical_llama_libraries_become_links(tmp_path: Path) -> None:
         (package / "lib" / name).write_bytes(b"llama")
     (package / "lib" / "libggml.so").write_bytes(b"ggml")
     (tmp_path / "site" / "bin" / "libggml-cpu-haswell.so").write_bytes(b"haswell")
+    for folder in (package / "lib", tmp_path / "site" / "bin"):  # the RPC backend: in both, under one name
+        (folder / "libggml-rpc.so").write_bytes(b"rpc")
     files, links = bundle.llama_libraries(package)
-    assert sorted(Path(f).name for f in files) == ["libggml-cpu-haswell.so", "libggml.so", "libllama.so"]
+    names = ["libggml-cpu-haswell.so", "libggml-rpc.so", "libggml.so", "libllama.so"]
+    assert sorted(Path(f).name for f in files) == names
     assert sorted(links) == [("libllama.so.0", "libllama.so"), ("libllama.so.0.5.0", "libllama.so")]
 
 
@@ -276,6 +280,27 @@ def test_linux_bundle_installs_and_passes_its_self_test(tmp_path: Path) -> None:
     assert answer["choices"][0]["message"]["content"] and answer["specquant"]["pair"].startswith("F16")
     served.send_signal(signal.SIGINT)
     assert served.wait(timeout=60) == 0, served.communicate()[1][-2000:]
+
+    # The bundled CLI is a worker too (GGML_RPC: libggml-rpc ships), and another SpecQuant plans with it.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    worker = subprocess.Popen(
+        [str(program / "specquant"), "worker", "--port", str(port)], env={"HOME": str(home), "PATH": CLEAN_PATH},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(100):
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.2)
+        remote = run_clean([str(program / "specquant"), "info", "--rpc", f"127.0.0.1:{port}", "--json"], home, 120)
+        assert remote.returncode == 0, remote.stderr
+        assert json.loads(remote.stdout)["workers"][0]["endpoint"] == f"127.0.0.1:{port}"
+    finally:
+        worker.kill()
+        worker.wait(10)
 
     removed = run_clean(["sh", str(program / "uninstall.sh")], home, timeout=60)
     assert removed.returncode == 0, removed.stderr
