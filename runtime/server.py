@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import functools
 import hmac
-import ipaddress
 import json
 import logging
 import socket
@@ -38,6 +37,7 @@ from runtime.cache import ModelDir, cache_root, check_name, list_models
 from runtime.engine import ChatOptions, Chunk, EngineSettings
 from runtime.engine_worker import EngineWorker, Failure, Job, QueueFull
 from runtime.errors import UserError, readable
+from runtime.rpc import is_loopback
 
 log = logging.getLogger("specquant.server")
 SHUTDOWN_GRACE_S = 3.0  # below uvicorn's timeout_graceful_shutdown (5 s)
@@ -60,15 +60,6 @@ class ServeConfig:
     api_key: str | None = None
     cors_origins: tuple[str, ...] = ()
     max_body: int = MAX_BODY
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def check_config(config: ServeConfig) -> None:
