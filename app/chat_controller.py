@@ -38,7 +38,7 @@ def answer_meta(chunk: Chunk, flags: list[bool], text: str) -> dict[str, object]
 
 class ChatController(QObject):
     status = Signal(str)  # what happens before the first token ("Loading…"); "" clears it
-    chunk_taken = Signal(object)  # each Chunk, once it is part of `live`
+    chunks_taken = Signal(object)  # a list of Chunks in order, once they are part of `live` (the last alone)
     finished = Signal(object, str)  # the Live that ended, its text ("" when nothing was stored)
     failed = Signal(object, str, str)  # the Live that failed, a one-line reason ("" when stopped), its kind
 
@@ -49,7 +49,7 @@ class ChatController(QObject):
         self.live: Live | None = None
         self._ids = itertools.count(1)
         worker.status.connect(self._on_status)
-        worker.chunk.connect(self._on_chunk)
+        worker.chunks.connect(self._on_chunks)
         worker.finished.connect(self._on_finished)
         worker.failed.connect(self._on_failed)
 
@@ -83,22 +83,23 @@ class ChatController(QObject):
         if self._current(request_id):
             self.status.emit(message)
 
-    def _absorb(self, request_id: int, chunk: Chunk) -> Live | None:
+    def _absorb(self, request_id: int, chunks: list[Chunk]) -> Live | None:
         live = self._current(request_id)
         if live is not None:
             if live.last is None:
                 self.status.emit("")  # "Loading…" ends with the first tokens
-            live.text += chunk.text
-            live.flags.extend(chunk.draft_chars)
-            live.last = chunk
+            live.text += "".join(c.text for c in chunks)
+            for c in chunks:
+                live.flags.extend(c.draft_chars)
+            live.last = chunks[-1]
         return live
 
-    def _on_chunk(self, request_id: int, chunk: Chunk) -> None:
-        if self._absorb(request_id, chunk) is not None:
-            self.chunk_taken.emit(chunk)
+    def _on_chunks(self, request_id: int, chunks: list[Chunk]) -> None:
+        if self._absorb(request_id, chunks) is not None:
+            self.chunks_taken.emit(chunks)
 
     def _on_finished(self, request_id: int, chunk: Chunk) -> None:
-        live = self._absorb(request_id, chunk)
+        live = self._absorb(request_id, [chunk])
         if live is None:
             return
         self.live = None
@@ -107,7 +108,7 @@ class ChatController(QObject):
             self.store.add_message(live.conversation, "assistant", live.text, answer_meta(chunk, live.flags, live.text))
             if live.replaces is not None:
                 self.store.delete_message(live.replaces)
-        self.chunk_taken.emit(chunk)
+        self.chunks_taken.emit([chunk])
         self.finished.emit(live, text)
 
     def _on_failed(self, request_id: int, message: str, kind: str) -> None:

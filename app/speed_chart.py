@@ -3,7 +3,7 @@
 The line is tokens per second over the last few cycles; under it, a tick per cycle whose accepted draft
 tokens it carries, as tall as their count and coloured by where the draft came from (the quantized tier or
 n-gram lookup); a dashed line marks the parent's plain speed. It must cost the answer nothing measurable:
-adding a point is O(1), repaints are coalesced to at most ~30 a second and only while the chart is visible,
+adding a point is O(1), repaints are coalesced to at most ~15 a second and only while the chart is visible,
 and the points are bounded (pairs merge beyond MAX_POINTS), so a paint is O(MAX_POINTS).
 """
 
@@ -19,7 +19,7 @@ from PySide6.QtWidgets import QSizePolicy, QWidget
 from runtime.chat import Chunk
 
 MAX_POINTS = 300  # beyond this, neighbouring points merge in pairs
-REPAINT_MS = 33  # at most ~30 repaints a second, however fast cycles come
+REPAINT_MS = 66  # at most ~15 repaints a second, however fast cycles come (app.worker paces the batches)
 RATE_CYCLES = 6  # the line's speed is over the last few cycles: one cycle alone is all spikes
 TIER_COLOUR = QColor("#e09b00")  # amber, like the transcript's draft highlight
 NGRAM_COLOUR = QColor("#2e9e5b")  # green

@@ -1,5 +1,6 @@
 """The status bar's answer facts: level badge, precision pair, speed, acceptance, placement, model, and the
-local API server's URL. One `show_answer` per Chunk; the words come from runtime.chat's one formatter."""
+local API server's URL. The window calls `show_answer` once per delivered batch of Chunks (the chart takes
+every Chunk itself); the words come from runtime.chat's one formatter."""
 
 from __future__ import annotations
 
@@ -52,7 +53,6 @@ class StatsBar:
             f"Share of drafted tokens the parent accepted ({sources}); first token after {facts['ttft_s']:.2f} s"
         )
         self.show_speedup(facts)
-        self.chart.add_chunk(chunk)
         self.placement.setText(facts["placement"])
         self.placement.setToolTip(chunk.placement.reason)
         self.model_label.setText(model)

@@ -44,6 +44,8 @@ class LevelBadge(QLabel):
         self.set_level("", "")
 
     def set_level(self, level: str, reason: str) -> None:
+        if (level, reason) == (self.level, self.toolTip()) and self.level:
+            return  # a style sheet set again re-polishes the widget: not on every tick of an answer
         self.level = level
         if not level:
             self.setText("")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from PySide6.QtCore import QCoreApplication, QEvent, QSettings, Qt, QTimer, Signal
+from PySide6.QtCore import QCoreApplication, QEvent, QSettings, Qt, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QComboBox,
@@ -42,12 +42,11 @@ from runtime.errors import UserError
 from runtime.policy import more_precise
 
 API_QUEUE = 32  # API requests that may wait for the engine (the window's own never wait on this bound)
-RENDER_INTERVAL_MS = 40  # redraw the streamed answer at most 25 times a second
 
 
 class MainWindow(QMainWindow):
     answer_finished = Signal(str)  # the answer's text ("" when it failed); tests and the self-test wait on it
-    chunk_shown = Signal(object)  # each streamed Chunk, once the window has taken it (on the GUI thread)
+    chunk_shown = Signal(object)  # the latest streamed Chunk, once the window has shown it (on the GUI thread)
 
     def __init__(self, store: Store | None = None, qsettings: QSettings | None = None) -> None:
         super().__init__()
@@ -55,7 +54,6 @@ class MainWindow(QMainWindow):
         self.settings: AppSettings = load_settings(qsettings)
         self.store = store or Store()
         self.conversation: int | None = None
-        self._render_pending = False
         self._closing = False
         self.setWindowTitle("SpecQuant")
         self.resize(1100, 720)
@@ -69,7 +67,7 @@ class MainWindow(QMainWindow):
         self.chat = ChatController(self.store, self.worker)
         self.api: Any = None  # runtime.server.BackgroundServer while the local API server runs
         self.chat.status.connect(self._on_status)
-        self.chat.chunk_taken.connect(self._on_chunk)
+        self.chat.chunks_taken.connect(self._on_chunks)
         self.chat.finished.connect(self._on_finished)
         self.chat.failed.connect(self._on_failed)
 
@@ -406,14 +404,16 @@ class MainWindow(QMainWindow):
         else:
             self.statusBar().clearMessage()
 
-    def _on_chunk(self, chunk: Chunk) -> None:
-        self.stats.show_answer(chunk, self.model)
-        if chunk.done:
+    def _on_chunks(self, chunks: list[Chunk]) -> None:
+        """A batch of the answer (app.worker paces them by what the GUI thread spends): one redraw for all."""
+        for chunk in chunks:
+            self.stats.chart.add_chunk(chunk)  # a point per cycle; the chart repaints on its own timer
+        last = chunks[-1]
+        if last.done:
+            self.stats.show_answer(last, self.model)
             return
-        if not self._render_pending:
-            self._render_pending = True
-            QTimer.singleShot(RENDER_INTERVAL_MS, self._render_live)
-        self.chunk_shown.emit(chunk)
+        self._render_live()  # the text and the status bar's words
+        self.chunk_shown.emit(last)
 
     def _on_finished(self, live: Live, text: str) -> None:
         if self.conversation == live.conversation:
@@ -432,12 +432,13 @@ class MainWindow(QMainWindow):
         self.answer_finished.emit("")
 
     def _render_live(self) -> None:
-        self._render_pending = False
         live = self.live
         if live is None or live.conversation != self.conversation:
             return
         meta = answer_meta(live.last, live.flags, live.text) if live.last is not None else {}
         self.transcript.update_live(live.text or "…", meta)
+        if live.last is not None:
+            self.stats.show_answer(live.last, self.model)
 
     def _set_busy(self, busy: bool) -> None:
         has_model = bool(self.model)
@@ -516,9 +517,10 @@ class MainWindow(QMainWindow):
             if self.api is not None:
                 self.api.stop()
             self.runner.close()
-            # The worker's last signals (the stopped answer) are still queued for the chat controller: deliver
-            # them now, so the partial answer is saved before the history closes.
-            QCoreApplication.sendPostedEvents(self.chat, QEvent.Type.MetaCall)
+            # The engine thread's last signals (the stopped answer) are still queued for the window's worker:
+            # deliver them now (it passes them on to the chat controller), so the partial answer is saved
+            # before the history closes.
+            QCoreApplication.sendPostedEvents(self.worker, QEvent.Type.MetaCall)
             self.chat.live = None
             self.store.close()
         event.accept()

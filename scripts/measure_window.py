@@ -1,8 +1,11 @@
-"""Measure what the window costs: decode speed in the window against the Engine alone (interleaved pairs, in
-one process, median ratio), and the time from Stop to the worker's last chunk. The window is shown, with its
-live speed chart on unless `--chart off`, so what it paints per cycle is part of what is measured. Greedy
-unless `--sampled`: then the window and the Engine write the same answer, and the ratio is the window's cost
-alone, not the spread of sampled answers' lengths and speeds.
+"""Measure what the window costs: decode speed in the window against the engine alone (interleaved pairs, in
+one process, median ratio), the GUI thread's CPU time over each answer, and the time from Stop to the engine's
+last chunk and to the window showing the stopped answer. The engine alone is the window's own Engine on its
+own engine thread, fed the same request without the window: two threads that compute with ggml's OpenMP in one
+process halve each other's speed, so a second Engine on the GUI thread would measure that, not the window. The
+window is shown, with its live speed chart on unless `--chart off`, so what it paints per cycle is part of what
+is measured. Greedy unless `--sampled`: then the window and the engine write the same answer, and the ratio is
+the window's cost alone, not the spread of sampled answers' lengths and speeds.
 
     QT_QPA_PLATFORM=offscreen python scripts/measure_window.py [--pairs 5] [--model NAME] [--chart on|off] [--sampled]
 """
@@ -13,6 +16,7 @@ import argparse
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -36,7 +40,7 @@ def main() -> None:
     from app.settings import AppSettings, save_settings
     from app.store import Store
     from app.window import MainWindow
-    from runtime.engine import Engine
+    from runtime.engine_worker import Failure, Job
 
     app = QApplication([])
     folder = Path(tempfile.mkdtemp())
@@ -45,16 +49,32 @@ def main() -> None:
     save_settings(AppSettings(max_tokens=120, model=args.model, speed_chart=args.chart == "on", **greedy), qs)
     w = MainWindow(Store(folder / "c.db"), qs)
     w.show()  # a hidden window paints nothing: neither the streamed text nor the chart would cost anything
-    engine = Engine(w.model, w.settings.engine_settings())  # the same model and settings, without the window
     window_speed: list[float] = []
     direct_speed: list[float] = []
-    stops: list[float] = []
+    stops: list[float] = []  # Stop → the engine's last chunk (on the engine thread)
+    shown: list[float] = []  # Stop → the window shows the stopped answer (stored, redrawn)
+    gui_cpu: list[float] = []  # the GUI thread's CPU time over each answer's wall time
     state: dict[str, float] = {}
 
     def direct() -> float:
-        return engine.chat([{"role": "user", "content": PROMPT}], w.settings.chat_options()).last.stats.tok_per_s
+        """The same request on the window's engine thread, without the window (the GUI thread waits)."""
+        done = threading.Event()
+        last = []
+
+        def sink(event) -> None:  # engine thread: Status, Chunk or Failure
+            if isinstance(event, Failure) or getattr(event, "done", False):
+                last.append(event)
+                done.set()
+
+        messages = [{"role": "user", "content": PROMPT}]
+        w.runner.submit(Job(w.model, w.settings.engine_settings(), messages, w.settings.chat_options(), sink=sink))
+        done.wait()
+        if isinstance(last[-1], Failure):
+            raise SystemExit(f"measure_window: the engine failed: {last[-1].reason}")
+        return last[-1].stats.tok_per_s
 
     def ask(text: str) -> None:
+        state["cpu0"], state["t0"] = time.thread_time(), time.perf_counter()  # the GUI thread's clocks
         w.new_conversation()
         w.input.setPlainText(text)
         w.send()
@@ -64,12 +84,15 @@ def main() -> None:
             state["stop"] = time.perf_counter()
             w.stop()
 
-    def on_worker_done(*_) -> None:  # worker thread, at the moment the final chunk is emitted
+    def on_worker_done(*_) -> None:  # engine thread, at the moment its final event is emitted
         if "stop" in state:
-            stops.append((time.perf_counter() - state.pop("stop")) * 1000)
+            stops.append((time.perf_counter() - state["stop"]) * 1000)
 
     def on_answer(_text: str) -> None:
+        if "stop" in state:
+            shown.append((time.perf_counter() - state.pop("stop")) * 1000)
         if len(window_speed) < args.pairs:
+            gui_cpu.append((time.thread_time() - state["cpu0"]) / (time.perf_counter() - state["t0"]))
             window_speed.append(float(w.speed.text().split()[0]))
             direct_speed.append(direct())  # interleaved: window, engine, window, engine, ...
         if len(window_speed) < args.pairs:
@@ -80,18 +103,19 @@ def main() -> None:
             app.quit()
 
     w.chunk_shown.connect(on_chunk)
-    w.worker.finished.connect(on_worker_done, Qt.ConnectionType.DirectConnection)
+    w.worker.final.connect(on_worker_done, Qt.ConnectionType.DirectConnection)
     w.answer_finished.connect(on_answer)
     QTimer.singleShot(0, lambda: ask(PROMPT))
     app.exec()
     ratios = [a / b for a, b in zip(window_speed, direct_speed, strict=True)]
     print(f"window tok/s {window_speed}; engine alone {[round(x, 1) for x in direct_speed]}")
     print(f"median ratio window/engine: {statistics.median(ratios):.3f} over {len(ratios)} interleaved pairs")
+    print(f"GUI thread CPU over answer time: median {statistics.median(gui_cpu):.1%}")
     print(f"Stop -> last chunk: median {statistics.median(stops):.0f} ms, max {max(stops):.0f} ms over {len(stops)}")
+    print(f"Stop -> answer shown: median {statistics.median(shown):.0f} ms, max {max(shown):.0f} ms")
     chart = w.speed_chart
     print(f"speed chart {args.chart}: {chart.paints} paints, {chart.cycles} cycles in the last answer")
     w.close()
-    engine.close()
 
 
 if __name__ == "__main__":
