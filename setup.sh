@@ -5,12 +5,17 @@
 #   ./setup.sh bench  the same plus llama.cpp's own llama-speculative-simple, for `specquant bench`
 # llama-cpp-python is compiled once per flavour into a wheel folder outside the checkout and installed
 # from there: pip's own wheel cache ignores CMAKE_ARGS, so it could hand back a build with other CPU flags.
+# Flavours (SPECQUANT_FLAVOUR):
+#   cpu-all-variants (default) one CPU kernel library per x86-64 level, the best this CPU runs chosen at
+#                    start (AVX-512, VNNI, AMX where present), as the installers ship: the batched verify
+#                    that speculation rests on runs up to 1.2-1.5x faster than on cpu-avx2 (DESIGN.md §6)
+#   cpu-avx2         one portable AVX2 library: a slightly quicker build, slower verify on newer CPUs
 set -euo pipefail
 cd "$(dirname "$0")"
 
 PY=${PYTHON:-python3}
 LLAMA_VERSION=0.3.36
-FLAVOUR=${SPECQUANT_FLAVOUR:-cpu-avx2}
+FLAVOUR=${SPECQUANT_FLAVOUR:-cpu-all-variants}
 case "$FLAVOUR" in
   cpu-avx2) FLAGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_RPC=ON -DLLAVA_BUILD=OFF" ;;
   cpu-all-variants) FLAGS="-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DGGML_RPC=ON -DLLAVA_BUILD=OFF" ;;
@@ -30,8 +35,17 @@ fi
 if [ -z "$wheel" ]; then
   echo "setup.sh: building llama-cpp-python $LLAMA_VERSION ($FLAVOUR) into $WHEELS; about 7 minutes on 2 cores, once" >&2
   tmp=$work/wheel
-  CMAKE_ARGS="$FLAGS" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc 2>/dev/null || echo 2) \
-    "$PY" -m pip wheel --no-deps --no-cache-dir "llama-cpp-python==$LLAMA_VERSION" -w "$tmp"
+  # The compiler's progress, every 10%, from ninja's "[done/total]" lines; the whole log only on failure.
+  if ! CMAKE_ARGS="$FLAGS" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc 2>/dev/null || echo 2) \
+    "$PY" -m pip wheel -v --no-deps --no-cache-dir "llama-cpp-python==$LLAMA_VERSION" -w "$tmp" 2>&1 \
+    | tee "$work/build.log" \
+    | sed -un 's/^ *\[\([0-9][0-9]*\)\/\([0-9][0-9]*\)\].*/\1 \2/p' \
+    | awk '{ p = int(100 * $1 / $2); if (p >= next_p) { printf "setup.sh: compiling llama.cpp %d%% (%d of %d)\n", p, $1, $2 > "/dev/stderr"; fflush("/dev/stderr"); next_p = p - p % 10 + 10 } }'
+  then
+    tail -n 40 "$work/build.log" >&2
+    echo "setup.sh: building llama-cpp-python failed (the lines above are the end of its log)" >&2
+    exit 1
+  fi
   mkdir -p "$WHEELS"
   printf '%s\n' "$FLAGS" > "$WHEELS/FLAGS"
   built=$(ls "$tmp"/llama_cpp_python-*.whl)

@@ -11,7 +11,15 @@ from PySide6.QtWidgets import QLabel, QStatusBar
 
 from app.speed_chart import SpeedChart
 from app.widgets import LevelBadge
-from runtime.chat import Chunk, acceptance_text, answer_facts, sources_text, speed_text, speedup_text
+from runtime.chat import (
+    Chunk,
+    acceptance_text,
+    answer_facts,
+    cap_text,
+    sources_text,
+    speed_text,
+    speedup_text,
+)
 
 
 def _label(name: str, tip: str = "") -> QLabel:
@@ -58,19 +66,24 @@ class StatsBar:
         self.model_label.setText(model)
 
     def show_speedup(self, facts: dict[str, Any]) -> None:
-        """How much sooner than plain decoding; when nothing was drafted, why not (in the tooltip)."""
+        """How much sooner than plain decoding, with this machine's cap in the tooltip; when nothing is
+        claimed, why not (in the tooltip)."""
         text = speedup_text(facts)
         plain = f"plain {str(facts.get('parent') or '').upper()}"
+        cap = cap_text(facts)
         if text:
             self.speedup.setText(text)
             self.speedup.setToolTip(
                 f"{text}: plain decoding estimated at {facts['plain_s']:.2f} s from the parent's measured step "
                 f"({facts['plain_step_s'] * 1000:.0f} ms a token after the first cycle); this answer took "
-                f"{facts['elapsed_s']:.2f} s"
+                f"{facts['elapsed_s']:.2f} s" + (f". {cap}" if cap else "")
             )
         elif facts.get("spec_off"):
             self.speedup.setText(plain)
-            self.speedup.setToolTip(f"Nothing was drafted: {facts['spec_off']}")
+            self.speedup.setToolTip(f"Nothing was drafted: {facts['spec_off']}" + (f". {cap}" if cap else ""))
+        elif facts.get("speedup_note") and facts.get("drafted"):
+            self.speedup.setText("")
+            self.speedup.setToolTip(f"No speed-up shown: {facts['speedup_note']}" + (f". {cap}" if cap else ""))
         else:  # nothing drafted yet, or no plain step ever timed: claim nothing
             self.speedup.setText("")
             self.speedup.setToolTip("")

@@ -63,15 +63,19 @@ class Stats:
     accepted: int = 0
     ngram_accepted: int = 0  # accepted tokens proposed by n-gram lookup
     tier_accepted: int = 0  # accepted tokens proposed by the draft tier
+    ngram_drafted: int = 0  # tokens proposed by n-gram lookup
+    tier_drafted: int = 0  # tokens proposed by the draft tier
     draft_s: float = 0.0
     verify_s: float = 0.0
     cycles: int = 0
     stop_reason: str | None = None  # eos | max_tokens | stop | length | cancelled
-    # The parent's measured single-token step (the controller's running estimate for this parent, from
-    # plain steps timed on this machine): what plain decoding at the same precision would pay per token.
-    # None while no plain step was ever timed: then no speed-up is claimed.
+    # What plain decoding at the same precision would pay per token after the first: the machine's measured
+    # step, scaled to this answer's own speed, plus the loop's per-token work (runtime.plain_estimate). None
+    # while no plain step was ever timed: then no speed-up is claimed.
     plain_step_s: float | None = None
     spec_off: str | None = None  # on the last Chunk of an answer nothing was drafted for: why
+    speedup_note: str | None = None  # why no speed-up is claimed although a plain step is known
+    machine_cap: float | None = None  # the cost model's cap for the draft on this machine (runtime.costs)
 
     @property
     def tok_per_s(self) -> float:
@@ -99,12 +103,12 @@ class Stats:
     @property
     def speedup(self) -> float | None:
         """Plain time over actual time (1.4: arrived 1.4 times sooner); None when it cannot be known."""
-        plain = self.plain_s
+        plain = None if self.speedup_note else self.plain_s
         return plain / self.elapsed_s if plain is not None and self.elapsed_s > 0 else None
 
     @property
     def saved_s(self) -> float | None:
-        plain = self.plain_s
+        plain = None if self.speedup_note else self.plain_s
         return None if plain is None else plain - self.elapsed_s
 
     def as_dict(self) -> dict[str, Any]:
@@ -117,6 +121,8 @@ class Stats:
             "acceptance": None if self.acceptance is None else round(self.acceptance, 4),
             "ngram_accepted": self.ngram_accepted,
             "tier_accepted": self.tier_accepted,
+            "ngram_drafted": self.ngram_drafted,
+            "tier_drafted": self.tier_drafted,
             "draft_s": round(self.draft_s, 4),
             "verify_s": round(self.verify_s, 4),
             "cycles": self.cycles,
@@ -141,6 +147,8 @@ def _speedup_facts(s: Stats) -> dict[str, Any]:
         "speedup": _round(s.speedup, 3),
         "saved_s": _round(s.saved_s, 4),
         "spec_off": s.spec_off,
+        "speedup_note": s.speedup_note,
+        "machine_cap": s.machine_cap,
     }
 
 
@@ -238,6 +246,17 @@ def speedup_text(facts: dict[str, Any]) -> str:
     if saved >= 0:
         return f"{x:.1f}× faster than {plain} · saved {_duration(saved)}"
     return f"{x:.2f}× the speed of {plain} · {_duration(-saved)} slower"
+
+
+def cap_text(facts: dict[str, Any]) -> str:
+    """What the machine allows: "On this computer the cost model's cap for F16 ← Q4_K_M is 1.9×" ("" when the
+    machine's costs for the pair were not measured)."""
+    x, pair = facts.get("machine_cap"), facts.get("pair")
+    if x is None or not facts.get("draft"):
+        return ""
+    if x <= 1.0:
+        return f"On this computer {pair} cannot beat plain decoding (its measured costs allow no speed-up)"
+    return f"On this computer the cost model's cap for {pair} is {x:.2f}× (its measured costs)"
 
 
 def sources_text(facts: dict[str, Any]) -> str:

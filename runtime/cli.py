@@ -327,6 +327,7 @@ def _repl(engine: Any, options: Any) -> int:
 
 def cmd_info(args: argparse.Namespace) -> int:
     from runtime import rpc
+    from runtime.costs import format_costs
     from runtime.hardware import ensure_backends
     from runtime.policy import PRESETS
 
@@ -348,6 +349,11 @@ def cmd_info(args: argparse.Namespace) -> int:
             "n_ctx": engine.settings.n_ctx,
             "workers": [w.as_dict() for w in engine.workers],
         }
+        costs = None
+        if args.costs:
+            drafts = [t for t in ("q8_0", "q4_k_m") if t in engine.manifest["tiers"]]
+            costs, cached = engine.costs("f16", drafts, refresh=args.refresh)
+            out["costs"] = costs.as_dict() | {"cached": cached}
         if args.json:
             print(json.dumps(out, indent=2))
         else:
@@ -369,6 +375,8 @@ def cmd_info(args: argparse.Namespace) -> int:
                 )
             for level, p in plans.items():
                 print(f"  {level:<6} {p['reason']}")
+            if costs is not None:
+                print(format_costs(costs, out["costs"]["cached"]))
     finally:
         engine.close()
     return 0
@@ -511,6 +519,12 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             p.add_argument("--json", action="store_true", help="print one JSON object")
         if name == "info":
+            p.add_argument(
+                "--costs",
+                action="store_true",
+                help="measure (once, at most ~10 s; cached) what speculation costs here: v(n), c, each draft's cap",
+            )
+            p.add_argument("--refresh", action="store_true", help="with --costs: measure again, ignoring the cache")
             continue
         if name == "chat":
             src = p.add_mutually_exclusive_group()

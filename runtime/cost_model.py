@@ -3,15 +3,23 @@
 One cycle with draft source s and k proposed tokens costs the draft's k steps plus one parent verify of
 k + 1 tokens, and yields 1 + a1 + a1·a2 + ... + a1···ak tokens, where ai is the chance that position i is
 accepted once position i - 1 was. Plain decoding is the case k = 0. Each cycle the controller picks the
-source and k with the most predicted tokens per second, from running estimates of every term, measured as
-the loop runs and seeded from the previous answers on this machine (or from priors on the first one).
+source and k with the most predicted tokens per second.
 
-Times are medians of recent samples, so one decode slowed by another program does not switch speculation
-off for good; acceptance is a running mean that starts at a prior.
+Where the terms come from:
+- Times: the machine's probe (`runtime.costs`: a plain step, the verify curve v(n), each draft's cost c)
+  is the prior, in units of the parent's step; this process's own measurements refine it. The verify cost
+  is one curve over every batch size seen (monotone, interpolated), so a few noisy samples at one size
+  cannot switch a source off. Timings are not carried from one process to the next: the probe is.
+- Acceptance: per source and position, a running mean with its evidence (how many cycles reached that
+  position), so each estimate has an uncertainty. Evidence fades between answers (ANSWER_DECAY).
+- Exploration: a source predicted not to pay is still tried while the upper confidence bound of its
+  acceptance would beat the current choice (UCB). Each try adds evidence and tightens the bound, so the
+  price of exploring is bounded, and a source refused on weak evidence is tried again.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections import deque
@@ -20,26 +28,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 NGRAM = "ngram"  # the n-gram lookup source: its kind, and its name (a tier draft's name is its tier)
-# Priors for a machine and model never measured. They only decide the first cycles: every term is replaced
-# by measurements within a few cycles.
-PRIOR_VERIFY_SLOPE = 0.15  # each verify row past the first costs ~0.15 of a step on 2 CPU cores (§6)
+# Priors for a machine and model never measured. They only decide until the probe or the first cycles
+# have measured the terms.
+PRIOR_VERIFY_SLOPE = 0.15  # each verify row past the first costs ~0.15 of a step on 2 CPU cores
 PRIOR_ACCEPTANCE = {NGRAM: 0.6, "tier": 0.8}
 # An n-gram proposal is kept per match length: a 4-token match inside quoted code predicts far better than
 # a 2-token one in prose, and one shared estimate would make the controller refuse both.
 NGRAM_PRIOR_BY_MATCH = {2: 0.3, 3: 0.45, 4: 0.6}
 # A caught-up token costs 0.3-0.5 of a draft step when batched (measured: q4_k_m of the 1.5B, 2 cores).
 PRIOR_PREFILL_FRACTION = 0.4
-EWMA = 0.15  # weight of the newest acceptance sample
 WINDOW = 9  # recent timings kept per term (their median is the estimate)
-PRIOR_WEIGHT = 2  # pseudo-samples a prior counts for while fewer than 4 timings are known
+PRIOR_WEIGHT = 2  # pseudo-samples a timing prior counts for
+PRIOR_EVIDENCE = 2.0  # pseudo-cycles behind a prior acceptance
+PROBE_EVIDENCE = 4.0  # pseudo-cycles behind the probe's measured acceptance of a tier draft
+EWMA_MIN = 0.06  # once evidence is ample, the newest sample still moves the mean this much (tracks ~16 cycles)
+ANSWER_DECAY = 0.8  # evidence carried from one answer into the next: old refusals weaken, and are retried
+UCB_Z = 1.28  # the one-sided 90% bound used for exploring
 MIN_RATE_GAIN = 1.03  # speculate only when it predicts at least 3% more tokens per second than plain
-EXPLORE_EVERY = 48  # cycles between retries of a source that is predicted not to pay, to refresh its estimates
-# A tier draft declined for this many answers in a row is tried once more in a long answer: its catch-up is
-# the price of finding out whether what made it look slow (another program, an old measurement) still holds.
-EXPLORE_ANSWERS = 8
-EXPLORE_HORIZON = 64  # only in answers expected to run at least this long (the catch-up is then a small part)
-PROBE_CYCLES = 8  # cycles such a retry runs, enough to replace the stale timings' medians
 K_MAX = {"tier": 8, NGRAM: 12}
+V_MAX = 1 + max(K_MAX.values())  # the largest verify batch the controller considers
 
 
 def ngram_key(match: int) -> str:
@@ -63,9 +70,70 @@ def expected_tokens(acceptance: Sequence[float]) -> float:
 
 
 def speedup(a: float, k: int, c: float, v: float) -> float:
-    """DESIGN.md §6's closed form: [(1 - a^(k+1)) / (1 - a)] / (k·c + v(k+1)), in units of a parent step."""
+    """The closed form: [(1 - a^(k+1)) / (1 - a)] / (k·c + v(k+1)), in units of a parent step."""
     tokens = k + 1.0 if a >= 1.0 else (1.0 - a ** (k + 1)) / (1.0 - a)
     return tokens / (k * c + v)
+
+
+def cap(a: float, c: float, v: Mapping[int, float], k_max: int) -> tuple[float, int]:
+    """The best predicted speed-up over plain decoding at acceptance a and draft cost c, and the k reaching
+    it (1.0 and 0 when no k pays): what a perfect controller could get from this source on this machine."""
+    best, best_k = 1.0, 0
+    for k in range(1, k_max + 1):
+        if k + 1 in v:
+            s = speedup(a, k, c, v[k + 1])
+            if s > best:
+                best, best_k = s, k
+    return best, best_k
+
+
+def upper_bound(mean: float, evidence: float, z: float = UCB_Z) -> float:
+    """Wilson's upper confidence bound of a rate measured as `mean` over `evidence` trials."""
+    n = max(evidence, 1e-9)
+    centre = mean + z * z / (2 * n)
+    spread = z * math.sqrt(max(0.0, mean * (1 - mean)) / n + z * z / (4 * n * n))
+    return min(1.0, (centre + spread) / (1 + z * z / n))
+
+
+def isotonic(points: Sequence[tuple[int, float, float]]) -> list[tuple[int, float]]:
+    """(n, value, weight) sorted by n, fitted non-decreasing in n (pool adjacent violators, weighted)."""
+    blocks: list[list[float]] = []  # [value, weight, count]
+    for _, value, weight in points:
+        blocks.append([value, weight, 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            v2, w2, c2 = blocks.pop()
+            v1, w1, c1 = blocks.pop()
+            blocks.append([(v1 * w1 + v2 * w2) / (w1 + w2), w1 + w2, c1 + c2])
+    fitted: list[float] = []
+    for value, _, count in blocks:
+        fitted += [value] * int(count)
+    return [(n, f) for (n, _, _), f in zip(points, fitted, strict=True)]
+
+
+def interpolate(curve: Sequence[tuple[int, float]], n: int) -> float:
+    """The fitted curve at n: exact at a fitted size, linear between two, extended past the largest by the
+    slope over its upper half (the compute-bound part, steeper than the start)."""
+    for (n0, t0), (n1, t1) in itertools.pairwise(curve):
+        if n0 <= n <= n1:
+            return t0 + (t1 - t0) * (n - n0) / (n1 - n0)
+    last_n, last_t = curve[-1]
+    if n <= last_n or len(curve) == 1:
+        return curve[0][1] if n < curve[0][0] else last_t
+    lower = [p for p in curve if p[0] <= last_n / 2] or curve[:1]
+    mid_n, mid_t = lower[-1]
+    slope = max(0.0, (last_t - mid_t) / (last_n - mid_n)) if last_n > mid_n else 0.0
+    return last_t + slope * (n - last_n)
+
+
+@dataclass(frozen=True)
+class CostShape:
+    """The machine's costs as the probe measured them (`runtime.costs`), in units of one parent step."""
+
+    step_s: float  # one plain parent step, seconds
+    v: Mapping[int, float]  # batch size -> verify seconds over one step (v[1] = 1)
+    c: Mapping[str, float] = field(default_factory=dict)  # draft tier -> its step over a parent step
+    prefill: Mapping[str, float] = field(default_factory=dict)  # draft tier -> a caught-up token over a step
+    acceptance: Mapping[str, float] = field(default_factory=dict)  # draft tier -> greedy agreement (probe)
 
 
 class Timing:
@@ -89,14 +157,19 @@ class Timing:
 
 @dataclass
 class SourceStats:
-    """What is known of one draft source: acceptance per position, and what a proposed token costs."""
+    """What is known of one draft source: acceptance per position with its evidence, and what a proposed
+    token costs."""
 
     kind: str  # "tier" or "ngram"
     accept: list[float] = field(default_factory=list)  # per position: P(accepted | the previous one was)
+    seen: list[float] = field(default_factory=list)  # per position: cycles that reached it (fading)
     step: Timing = field(default_factory=Timing)  # one draft step (tier) or one lookup (ngram)
     prefill: Timing = field(default_factory=Timing)  # per token a tier draft catches up on
     prior: float = 0.0  # acceptance at a position never measured (0: the kind's prior)
-    idle: int = 0  # answers in a row that offered this tier draft and did not use it
+    prior_evidence: float = PRIOR_EVIDENCE  # pseudo-cycles behind `prior`
+
+    def _prior(self) -> float:
+        return self.prior or PRIOR_ACCEPTANCE[self.kind]
 
     def acceptance(self, k: int) -> list[float]:
         out = []
@@ -104,70 +177,121 @@ class SourceStats:
             if i < len(self.accept):
                 out.append(self.accept[i])
             else:  # unseen positions: the deepest measured one, a little lower (acceptance falls with depth)
-                out.append(out[-1] * 0.97 if out else self.prior or PRIOR_ACCEPTANCE[self.kind])
+                out.append(out[-1] * 0.97 if out else self._prior())
         return out
+
+    def evidence(self, i: int) -> float:
+        return self.prior_evidence + (self.seen[i] if i < len(self.seen) else 0.0)
+
+    def optimistic(self, k: int) -> list[float]:
+        """Per position, the upper confidence bound of its acceptance."""
+        return [upper_bound(a, self.evidence(i)) for i, a in enumerate(self.acceptance(k))]
 
     def record(self, drafted: int, accepted: int) -> None:
         if drafted > len(self.accept):
             self.accept = self.acceptance(drafted)
+        self.seen += [0.0] * (len(self.accept) - len(self.seen))
         for i in range(min(drafted, accepted + 1)):  # positions reached: 1..accepted+1
-            self.accept[i] += EWMA * ((1.0 if i < accepted else 0.0) - self.accept[i])
+            self.seen[i] += 1.0
+            weight = max(EWMA_MIN, 1.0 / (self.evidence(i) + 1.0))
+            self.accept[i] += weight * ((1.0 if i < accepted else 0.0) - self.accept[i])
+
+    def fade(self) -> None:
+        """A new answer: earlier answers' evidence counts for less (the answer at hand may differ), so each
+        mean moves back towards the prior by as much as its evidence faded, and its bound widens again."""
+        prior = self._prior()
+        for i, seen in enumerate(self.seen):
+            if i >= len(self.accept):
+                break
+            n0 = self.prior_evidence
+            hits = self.accept[i] * (n0 + seen) - prior * n0  # the successes behind the mean
+            self.seen[i] = seen * ANSWER_DECAY
+            self.accept[i] = min(1.0, max(0.0, (prior * n0 + hits * ANSWER_DECAY) / (n0 + self.seen[i])))
 
 
 @dataclass
 class Estimates:
-    """The running estimates for one parent and sampling mode; serialisable for the cache."""
+    """The running estimates for one parent and sampling mode. Acceptance is saved with the model; times
+    come from the machine's probe (`shape`) and this process's measurements."""
 
     verify: dict[int, Timing] = field(default_factory=dict)  # parent batch size -> seconds
     sources: dict[str, SourceStats] = field(default_factory=dict)
+    shape: CostShape | None = None
 
     def source(self, name: str, kind: str) -> SourceStats:
         if name not in self.sources:
-            self.sources[name] = SourceStats(kind, prior=_prior_acceptance(name, kind))
+            stats = SourceStats(kind, prior=_prior_acceptance(name, kind))
+            if kind == "tier" and self.shape is not None and name in self.shape.acceptance:
+                stats.prior, stats.prior_evidence = self.shape.acceptance[name], PROBE_EVIDENCE
+            self.sources[name] = stats
         return self.sources[name]
 
-    def step_s(self) -> float | None:
-        """A plain parent step, or None before one was timed."""
-        t = self.verify.get(1)
-        return t.estimate() if t else None
+    def seed(self, shape: CostShape) -> None:
+        """Take the probe's costs as priors, and its acceptance for tier drafts not yet measured here."""
+        self.shape = shape
+        for name, a in shape.acceptance.items():
+            src = self.sources.get(name)
+            if src is not None and src.kind == "tier" and not any(src.seen):
+                src.prior, src.prior_evidence = a, PROBE_EVIDENCE
 
-    def verify_s(self, n: int) -> float | None:
-        """Predicted seconds of a parent batch of n tokens: measured where known, else the prior's shape
-        scaled from the single step (the slope from the largest measured batch, once there is one)."""
+    def step_s(self) -> float | None:
+        """A plain parent step: this process's recent ones, the probe's while they are few; None before
+        either exists."""
+        t = self.verify.get(1) or Timing()
+        return t.estimate(self.shape.step_s if self.shape else None)
+
+    def curve(self) -> list[tuple[int, float]]:
+        """Verify seconds by batch size, one monotone curve over every size measured here or by the probe:
+        each size's median, weighted by its samples, pooled with the probe's shape scaled to today's step."""
         step = self.step_s()
         if step is None:
-            return None
-        prior = step * (1 + PRIOR_VERIFY_SLOPE * (n - 1))
-        measured = self.verify.get(n)
-        if measured is not None and len(measured) > 0:
-            return measured.estimate(prior)
-        bigger = [m for m, t in self.verify.items() if m > 1 and len(t) >= 2]
-        if bigger:
-            m = min(bigger, key=lambda b: abs(b - n))
-            slope = max(0.0, ((self.verify[m].estimate() or prior) / step - 1) / (m - 1))
-            return step * (1 + slope * (n - 1))
-        return prior
+            return []
+        points: dict[int, tuple[float, float]] = {1: (step, 1.0)}
+        shape_v = self.shape.v if self.shape else {}
+        for n in sorted(set(shape_v) | set(self.verify)):
+            if n <= 1:
+                continue
+            t = self.verify.get(n)
+            live = (statistics.median(t.samples), float(len(t))) if t is not None and len(t) else None
+            prior = (step * shape_v[n], float(PRIOR_WEIGHT)) if n in shape_v else None
+            if live and prior:
+                w = live[1] + prior[1]
+                points[n] = ((live[0] * live[1] + prior[0] * prior[1]) / w, w)
+            elif live or prior:
+                points[n] = live or prior  # type: ignore[assignment]
+        if len(points) == 1:  # nothing but the step: the prior's shape
+            points[V_MAX] = (step * (1 + PRIOR_VERIFY_SLOPE * (V_MAX - 1)), 1.0)
+        fitted = isotonic([(n, t, w) for n, (t, w) in sorted(points.items())])
+        return [(n, max(t, step)) for n, t in fitted]  # a batch never costs less than one token
+
+    def verify_s(self, n: int) -> float | None:
+        """Predicted seconds of a parent batch of n tokens (None before any step was timed)."""
+        curve = self.curve()
+        return interpolate(curve, n) if curve else None
+
+    def v(self, n_max: int = V_MAX) -> dict[int, float]:
+        """The fitted curve in units of one step, for n = 1..n_max ({} before a step was timed)."""
+        curve = self.curve()
+        if not curve:
+            return {}
+        step = curve[0][1]
+        return {n: interpolate(curve, n) / step for n in range(1, n_max + 1)}
 
     def record_verify(self, n: int, seconds: float) -> None:
         self.verify.setdefault(n, Timing()).add(seconds)
 
     def as_dict(self) -> dict[str, Any]:
+        """What is saved with the model: acceptance and its evidence (times are this machine's probe's)."""
         return {
-            "verify": {str(n): list(t.samples) for n, t in self.verify.items()},
             "sources": {
-                name: {
-                    "kind": s.kind,
-                    "accept": s.accept,
-                    "step": list(s.step.samples),
-                    "prefill": list(s.prefill.samples),
-                    "idle": s.idle,
-                }
+                name: {"kind": s.kind, "accept": s.accept, "seen": s.seen}
                 for name, s in self.sources.items()
+                if s.accept
             },
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Estimates:
+    def from_dict(cls, data: Mapping[str, Any], shape: CostShape | None = None) -> Estimates:
         """Back from `as_dict`; anything malformed is dropped (priors take its place)."""
 
         def numbers(raw: Any, low: float, high: float) -> list[float]:
@@ -176,18 +300,14 @@ class Estimates:
             ok = (float(x) for x in raw if isinstance(x, (int, float)) and not isinstance(x, bool))
             return [x for x in ok if math.isfinite(x) and low <= x <= high]
 
-        est = cls()
-        for n, raw in (data.get("verify") or {}).items():
-            if str(n).isdigit() and int(n) >= 1:
-                est.verify[int(n)] = Timing(numbers(raw, 0, 3600))
-        for name, raw in (data.get("sources") or {}).items():
+        est = cls(shape=shape)
+        sources = data.get("sources") if isinstance(data, Mapping) else None
+        for name, raw in (sources if isinstance(sources, Mapping) else {}).items():
             if not isinstance(raw, dict) or raw.get("kind") not in PRIOR_ACCEPTANCE:
                 continue
-            src = est.source(name, raw["kind"])
+            src = est.source(str(name), raw["kind"])
             src.accept = numbers(raw.get("accept"), 0, 1)
-            src.step = Timing(numbers(raw.get("step"), 0, 3600))
-            src.prefill = Timing(numbers(raw.get("prefill"), 0, 3600))
-            src.idle = int(next(iter(numbers([raw.get("idle", 0)], 0, 1e6)), 0))
+            src.seen = numbers(raw.get("seen"), 0, 1e9)[: len(src.accept)]
         return est
 
 
@@ -211,43 +331,48 @@ class Offer:
 class Decision:
     source: str | None  # None: a plain parent step
     k: int
-    rate: float  # predicted tokens per second
+    rate: float  # predicted tokens per second (at the estimates' means)
     plain_rate: float
+    explore: bool = False  # tried for its upper bound, not its mean
 
 
 class Controller:
     """Picks, each cycle, the draft source and k that maximise predicted tokens per second.
 
-    One Controller serves one answer; its Estimates outlive it. Estimates can only improve by running a
-    source, so one that looks bad is still tried now and then: a caught-up source every EXPLORE_EVERY
-    cycles for one token, and a tier draft declined for EXPLORE_ANSWERS answers for PROBE_CYCLES cycles of
-    one long answer.
+    One Controller serves one answer; its Estimates outlive it. The best source at the estimates' means is
+    used, unless another one's upper confidence bound beats it: then that one is tried (with the k its bound
+    suggests), which either confirms it or tightens its bound.
     """
 
     def __init__(self, estimates: Estimates | None = None, fixed_k: int | None = None) -> None:
         self.estimates = estimates or Estimates()
         self.fixed_k = fixed_k
         self.cycles = 0
-        self._last_try: dict[str, int] = {}
-        self._probing: dict[str, int] = {}  # stats key -> probe cycles left
+        self._faded: set[str] = set()
 
     def _costs(self, offer: Offer, k: int, step: float) -> tuple[float, float]:
         """(seconds of k proposals, seconds paid once first: the catch-up of a draft that fell behind)."""
         src = self.estimates.source(offer.stats_key, offer.kind)
         if offer.kind == NGRAM:
             return src.step.estimate(0.0) or 0.0, 0.0
-        per_step = src.step.estimate(offer.size_ratio * step) or 0.0
-        per_prefill = src.prefill.estimate(PRIOR_PREFILL_FRACTION * per_step) or 0.0
+        shape = self.estimates.shape
+        c = shape.c.get(offer.name) if shape else None
+        per_step = src.step.estimate((c if c is not None else offer.size_ratio) * step) or 0.0
+        p = shape.prefill.get(offer.name) if shape else None
+        per_prefill = src.prefill.estimate(p * step if p is not None else PRIOR_PREFILL_FRACTION * per_step) or 0.0
         # A catch-up batch of one or two tokens costs about a step and stands for the first proposal.
         return k * per_step, per_prefill * max(0, offer.catch_up - 2)
 
-    def _best_k(self, offer: Offer, step: float, horizon: int) -> tuple[int, float]:
-        """The k with the most predicted tokens per second for this offer, and that rate."""
+    def _best_k(self, offer: Offer, step: float, horizon: int, optimistic: bool = False) -> tuple[int, float]:
+        """The k with the most predicted tokens per second for this offer, and that rate (at the acceptance
+        means, or at their upper bounds)."""
         src = self.estimates.source(offer.stats_key, offer.kind)
         top = min(offer.max_k, K_MAX[offer.kind])
+        ks = [min(self.fixed_k, offer.max_k)] if self.fixed_k else range(1, top + 1)
+        accept = (src.optimistic if optimistic else src.acceptance)(max(ks))
         best_k, best_rate = 0, 0.0
-        for k in [min(self.fixed_k, offer.max_k)] if self.fixed_k else range(1, top + 1):
-            tokens = expected_tokens(src.acceptance(k))
+        for k in ks:
+            tokens = expected_tokens(accept[:k])
             draft, once = self._costs(offer, k, step)
             cycle = draft + (self.estimates.verify_s(k + 1) or step)
             # A catch-up is paid once and repaid over the rest of the answer, if the answer is long enough.
@@ -259,52 +384,37 @@ class Controller:
     def decide(self, offers: Sequence[Offer], remaining: int) -> Decision:
         """The best (source, k) for this cycle; `remaining` is how many tokens the answer may still need."""
         self.cycles += 1
-        if self.cycles == 1:  # a new answer: one more that has not (yet) used each tier draft
-            for offer in offers:
-                if offer.kind == "tier":
-                    self.estimates.source(offer.stats_key, offer.kind).idle += 1
+        for offer in offers:  # a new answer for each source: earlier evidence fades a little
+            if offer.stats_key not in self._faded:
+                self._faded.add(offer.stats_key)
+                self.estimates.source(offer.stats_key, offer.kind).fade()
         step = self.estimates.step_s()
         if step is None:  # nothing timed yet: a plain cycle measures the parent's step
             return Decision(None, 0, 0.0, 0.0)
         plain = 1.0 / step
         best = Decision(None, 0, plain, plain)
         horizon = max(1, remaining)
-        for offer in offers:
-            if offer.max_k <= 0:
-                continue
+        live = [o for o in offers if o.max_k > 0]
+        for offer in live:
             k, rate = self._best_k(offer, step, horizon)
-            if self._probing.get(offer.stats_key, 0) > 0:  # a retry runs its cycles whatever is predicted
-                self._probing[offer.stats_key] -= 1
-                best = Decision(offer.name, k, rate, plain)
-                break
             beats = rate > best.rate * (1.0 if best.source else MIN_RATE_GAIN)
             if beats or (self.fixed_k and best.source is None):
                 best = Decision(offer.name, k, rate, plain)
-        if best.source is None:
-            best = self._explore(offers, best, horizon)
-        if best.source is not None:
-            self._last_try[best.source] = self.cycles
-            for offer in offers:
-                if offer.name == best.source:
-                    self.estimates.source(offer.stats_key, offer.kind).idle = 0
-        return best
-
-    def _explore(self, offers: Sequence[Offer], plain: Decision, horizon: int) -> Decision:
-        """Now and then try a source predicted not to pay: its estimates would otherwise never recover."""
-        for offer in offers:
-            if offer.max_k <= 0:
+        if self.fixed_k:
+            return best
+        # Explore: the source whose upper bound beats the choice by the most, if any does.
+        hurdle = best.rate * (1.0 if best.source else MIN_RATE_GAIN)
+        explore: tuple[float, Offer, int] | None = None
+        for offer in live:
+            if offer.name == best.source:
                 continue
-            src = self.estimates.source(offer.stats_key, offer.kind)
-            if offer.catch_up > 2:
-                if offer.kind != "tier" or src.idle < EXPLORE_ANSWERS or horizon < EXPLORE_HORIZON:
-                    continue
-                # Its timings are stale: measure afresh (priors until new samples arrive), for a few cycles.
-                src.step, src.prefill = Timing(), Timing()
-                self._probing[offer.stats_key] = PROBE_CYCLES - 1
-                return Decision(offer.name, min(2, offer.max_k), plain.rate, plain.plain_rate)
-            if self.cycles - self._last_try.get(offer.name, 0) >= EXPLORE_EVERY:
-                return Decision(offer.name, 1, plain.rate, plain.plain_rate)
-        return plain
+            k, bound = self._best_k(offer, step, horizon, optimistic=True)
+            if bound > hurdle and (explore is None or bound > explore[0]):
+                explore = (bound, offer, k)
+        if explore is not None:
+            _, offer, k = explore
+            return Decision(offer.name, k, best.rate, plain, explore=True)
+        return best
 
     def record(self, cycle: CycleFacts) -> None:
         """Learn from one finished cycle."""

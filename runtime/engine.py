@@ -7,6 +7,7 @@ only consume Chunks.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import threading
@@ -20,10 +21,12 @@ from runtime import router, rpc
 from runtime.cache import DEMO_NAME, ModelDir, atomic_write_text, cache_root, check_name, list_models
 from runtime.chat import Answer, ChatOptions, Chunk, Message, Stats, collect
 from runtime.cost_model import NGRAM, Controller, Estimates, Offer
+from runtime.costs import MachineCosts, load_or_measure
 from runtime.errors import Cancelled, ModelError, UserError
 from runtime.hardware import Inventory, inventory
 from runtime.llama_backend import LlamaBackend, LoadOptions
 from runtime.placement import PlacementSettings, Plan, TierFacts, plan_precision, tier_facts
+from runtime.plain_estimate import PlainEstimate
 from runtime.policy import Choice, choose
 from runtime.router import Route, RouterSettings
 from runtime.sampling import SamplingParams, recommended
@@ -112,6 +115,8 @@ class Engine:
         self._calibration: dict[str, Any] | None = None
         self._formatters: dict[str, Any] = {}
         self._estimates: dict[str, Estimates] | None = None
+        self._costs: dict[str, MachineCosts] = {}
+        self._stale: set[str] = set()  # parents whose costs an answer showed were measured under load
         router.warm_up()
 
     # --- decisions ---------------------------------------------------------------------------------
@@ -175,8 +180,9 @@ class Engine:
         }
 
     def estimates(self, parent: str, greedy: bool) -> Estimates:
-        """The controller's running estimates for this parent and sampling mode, seeded from earlier answers
-        on this machine (cached in the model's folder, keyed like the calibration)."""
+        """The controller's running estimates for this parent and sampling mode: acceptance seeded from earlier
+        answers on this machine (cached in the model's folder, keyed like the calibration), times from the
+        machine's probe once it ran (`costs`) and from this process's own cycles."""
         if self._estimates is None:
             self._estimates = {}
             try:
@@ -186,15 +192,48 @@ class Engine:
             except (OSError, ValueError, AttributeError):
                 pass  # none yet, or unreadable: priors, refined within a few cycles
         key = f"{parent}:{'greedy' if greedy else 'sampled'}"
-        return self._estimates.setdefault(key, Estimates())
+        est = self._estimates.setdefault(key, Estimates())
+        if est.shape is None and parent in self._costs:
+            est.seed(self._costs[parent].shape())
+        return est
+
+    def costs(self, parent: str, drafts: Sequence[str] = (), refresh: bool = False) -> tuple[MachineCosts, bool]:
+        """This machine's costs for `parent` and its `drafts` (runtime.costs): cached in the model's folder,
+        else measured now (a few seconds, once per machine, kernels and tiers); and whether they were cached.
+        Every Estimates of this parent starts from them."""
+        refresh = refresh or parent in self._stale
+        self._stale.discard(parent)
+        known = self._costs.get(parent)
+        if known is not None and not refresh and all(d in known.c for d in drafts):
+            return known, True
+        tiers = list(drafts)
+
+        def loaded(tier: str) -> LlamaBackend:  # as placed for answers, if it is loaded already
+            return self._backends.get(tier) or self.backend(tier)
+
+        def backends() -> dict[str, LlamaBackend]:
+            return {t: loaded(t) for t in tiers}
+
+        key = self.machine_key()
+        costs, cached = load_or_measure(self.model.path, key, lambda: loaded(parent), backends, parent, refresh)
+        if not all(d in costs.c for d in drafts):  # cached for other drafts than these: measure all of them
+            tiers = sorted(set(drafts) | set(costs.c))
+            costs, cached = load_or_measure(self.model.path, key, lambda: loaded(parent), backends, parent, True)
+        self._costs[parent] = costs
+        for name, est in (self._estimates or {}).items():
+            if name.startswith(f"{parent}:"):
+                est.seed(costs.shape())
+        return costs, cached
 
     def save_estimates(self) -> None:
+        """Save what was learned of acceptance; never fails an answer (a read-only or full disk costs the next
+        start its priors, nothing more)."""
         if not self._estimates:
             return
         data = {"key": self.machine_key(), "estimates": {k: v.as_dict() for k, v in self._estimates.items()}}
         try:
             atomic_write_text(self.model.path / ESTIMATES_FILE, json.dumps(data) + "\n")
-        except OSError as e:  # a read-only cache costs the next start its priors, nothing more
+        except OSError as e:
             log.debug("could not save the controller's estimates: %s", e)
 
     @property
@@ -221,9 +260,9 @@ class Engine:
         tiers = self.manifest["tiers"]
         ratio = tiers[choice.draft]["bytes"] / max(1, tiers[choice.parent]["bytes"])
         # A copy: asking the controller a hypothetical must not touch the estimates it saves.
-        probe = Controller(Estimates.from_dict(estimates.as_dict()))
+        probe = Controller(copy.deepcopy(estimates))
         decision = probe.decide([Offer(choice.draft, "tier", k_max, 0, ratio)], 1 << 20)
-        pays = decision.source is not None and decision.rate > decision.plain_rate  # not a mere exploration
+        pays = decision.source is not None and not decision.explore and decision.rate > decision.plain_rate
         return "short answer" if pays else "the draft would not pay on this machine"
 
     # --- models ------------------------------------------------------------------------------------
@@ -352,7 +391,10 @@ class Engine:
         if options.draft_window is not None:
             spec = replace(spec, draft_window=options.draft_window)
         params = self.sampling(parent, options)
+        if draft is not None or spec.ngram:  # the machine's costs decide from the first cycle on
+            self.costs(choice.parent, [choice.draft] if draft is not None and choice.draft else [])
         controller = Controller(self.estimates(choice.parent, params.greedy), fixed_k=spec.k)
+        honest = PlainEstimate.start(controller.estimates, self._costs.get(choice.parent), choice.draft)
 
         text = TextStream(parent.token_bytes, options.stop)
         stats = Stats(prompt_tokens=len(prompt), reused_tokens=reused, dropped_turns=dropped)
@@ -378,9 +420,8 @@ class Engine:
                     t_first = now
                 step, reason = take(step, stats.tokens, options.max_tokens, parent.is_end_of_generation)
                 emit, emit_flags, hit = text.add(step.tokens, step.from_draft)
-                # The parent's plain step as the controller now knows it (this answer's plain steps included).
-                plain_step = controller.estimates.step_s()
-                stats = _add_step(stats, step, len(step.tokens), now - t_start, now - t_first, plain_step)
+                stats = _add_step(stats, step, len(step.tokens), now - t_start, now - t_first)
+                stats = honest.judge(stats, step)
                 if hit:
                     reason = "stop"
                 yield Chunk(emit, step.tokens, step.from_draft, route, choice, placement, stats, draft_chars=emit_flags)
@@ -393,6 +434,8 @@ class Engine:
         finally:
             steps.close()
             self.save_estimates()
+            if honest.stale:
+                self._stale.add(choice.parent)
         tail, tail_flags = text.finish()
         stats = replace(stats, stop_reason=reason)
         if stats.drafted == 0:
@@ -400,9 +443,7 @@ class Engine:
         yield Chunk(tail, (), (), route, choice, placement, stats, done=True, draft_chars=tail_flags)
 
 
-def _add_step(
-    stats: Stats, step: Step, n_out: int, elapsed: float, decode_s: float, plain_step_s: float | None = None
-) -> Stats:
+def _add_step(stats: Stats, step: Step, n_out: int, elapsed: float, decode_s: float) -> Stats:
     first = stats.cycles == 0
     return replace(
         stats,
@@ -414,8 +455,9 @@ def _add_step(
         accepted=stats.accepted + step.accepted,
         ngram_accepted=stats.ngram_accepted + (step.accepted if step.source == NGRAM else 0),
         tier_accepted=stats.tier_accepted + (step.accepted if step.source not in (None, NGRAM) else 0),
+        ngram_drafted=stats.ngram_drafted + (step.drafted if step.source == NGRAM else 0),
+        tier_drafted=stats.tier_drafted + (step.drafted if step.source not in (None, NGRAM) else 0),
         draft_s=stats.draft_s + step.draft_s,
         verify_s=stats.verify_s + step.verify_s,
         cycles=stats.cycles + 1,
-        plain_step_s=plain_step_s,
     )

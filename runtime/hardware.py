@@ -115,6 +115,9 @@ def ensure_backends() -> CpuKernels:
     global _kernels
     if _kernels is not None:
         return _kernels
+    from runtime.llama_log import route_llama_log
+
+    route_llama_log()  # ggml's "load_backend: loaded ..." lines go to the log, not to the user's terminal
     lib = libggml()
     if lib is None or _has_cpu_device(lib):
         _kernels = CpuKernels("built-in")

@@ -38,6 +38,15 @@ def demo_model(tmp_path_factory: pytest.TempPathFactory) -> ModelDir:
     """The demo model converted once per test run into a session cache (three verified tiers)."""
     root = tmp_path_factory.mktemp("demo-cache")
     convert("demo", root=root)
+    # The machine's costs, measured once here as the first answer on a machine would: every copy starts
+    # from the same probe (tests never read estimates that another test's answers wrote).
+    from runtime.engine import Engine
+
+    engine = Engine(DEMO_NAME, root=root)
+    try:
+        engine.costs("f16", ["q8_0", "q4_k_m"])
+    finally:
+        engine.close()
     return ModelDir(root, DEMO_NAME)
 
 

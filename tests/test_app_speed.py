@@ -45,20 +45,23 @@ def engine(demo_cache: Path):
 
 
 def test_stats_carry_the_speedup_against_the_measured_parent_step(engine: Engine) -> None:
-    # A fixed draft length drafts every cycle once the parent's step is timed (the controller would rightly
+    # A fixed draft length drafts every cycle once the parent's step is timed (the controller may rightly
     # not draft with the demo's q4_k_m at all).
     answer = engine.chat([{"role": "user", "content": PROMPT}], ChatOptions(max_tokens=32, k=2))
     s = answer.last.stats
     assert s.drafted > 0 and s.cycles > 2 and s.tokens > s.first_tokens
-    # The parent's measured plain step, as the controller's estimates for it hold it after the answer.
-    timed = {engine.estimates("f16", greedy).step_s() for greedy in (True, False)}
-    assert s.plain_step_s is not None and s.plain_step_s in timed, (s.plain_step_s, timed)
+    # The parent's measured plain step (the probe's, refined by plain steps here), scaled to this answer's
+    # speed, plus the loop's per-token work: within a small factor of the estimate itself.
+    step = engine.estimates("f16", greedy=True).step_s()
+    assert s.plain_step_s is not None and step is not None and 0.6 * step < s.plain_step_s < 2 * step
+    assert s.speedup_note is None, s.speedup_note  # a quiet machine: nothing stands against the claim
     d = s.as_dict()
     assert d["plain_step_s"] == pytest.approx(s.plain_step_s, abs=1e-5)
     assert d["speedup"] == pytest.approx(s.plain_s / s.elapsed_s, abs=1e-3)
     assert d["saved_s"] == pytest.approx(s.plain_s - s.elapsed_s, abs=1e-4) and d["spec_off"] is None
+    assert d["machine_cap"] is not None and d["machine_cap"] >= 1.0  # the probe's cap for the demo's draft
     facts = answer_facts(answer.last)
-    for key in ("plain_step_s", "plain_s", "speedup", "saved_s", "elapsed_s", "spec_off"):
+    for key in ("plain_step_s", "plain_s", "speedup", "saved_s", "elapsed_s", "spec_off", "machine_cap"):
         assert facts[key] == d[key], key
     check_speedup_text(stats_line(facts), s, "f16")
     check_speedup_text(stats_line(facts, detail=True), s, "f16")
@@ -100,6 +103,7 @@ def test_status_bar_and_meta_line_show_the_speedup_and_the_chart_one_point_per_c
     assert w.speed_chart.plain_rate == pytest.approx(1 / s.plain_step_s)
     qtbot.waitUntil(lambda: w.speed_chart.paints > 0, timeout=2_000)
 
+    assert s.speedup_note is None, s.speedup_note
     check_speedup_text(w.speedup.text(), s, "f16")
     assert w.speedup.text() == speedup_text(answer_facts(last))
     assert f"{s.elapsed_s:.2f} s" in w.speedup.toolTip()

@@ -52,6 +52,15 @@ def test_bench_writes_results(demo_cache: Path, tmp_path: Path) -> None:
     code = data["summary"]["code"]
     assert code["f16"]["speedup_vs_baseline"] == 1.0
     assert code["f16<-q4_k_m:k2"]["predicted_speedup"] is not None
+    # The cost model's cap from this run's own acceptance, c and v(n), the efficiency against it, and the
+    # intervals over prompts (two prompts a workload: too few for one).
+    pair = code["f16<-q4_k_m:k2"]
+    assert pair["cap"]["speedup"] >= 1.0 and 0 <= pair["cap"]["k"] <= 8
+    if pair["cap"]["speedup"] > 1.0:
+        assert pair["latency_efficiency"] == pytest.approx(
+            pair["latency_speedup_vs_baseline"] / pair["cap"]["speedup"], abs=1e-3
+        )
+    assert pair["latency_ci"] is None and "cap" not in code["f16"]
     assert code["f16<-q4_k_m:k2"]["fidelity"]["exact_match_rate"] == 1.0  # exact mode: the f16's own text
     assert code["f16<-q4_k_m:k2"]["fidelity"]["token_agreement"] == 1.0
     assert code["f16"]["accuracy"] is None  # no key for open code tasks
@@ -221,7 +230,8 @@ def test_sweep_and_prompt_lookup_peer(demo_model, demo_cache: Path, tmp_path: Pa
     # The extra drafts were for this experiment only: nothing is left beside the model.
     assert sorted(p.name for p in (isolated_cache / demo_model.name).iterdir()) == [
         ".lock",
-        "controller.json",  # the controller's measurements of this machine, for the next answer
+        "controller.json",  # what the controller learned of acceptance, for the next answer
+        "costs.json",  # the machine's measured costs (runtime.costs)
         "f16.gguf",
         "manifest.json",
         "q4_k_m.gguf",

@@ -12,17 +12,17 @@ import pytest
 
 from runtime.cache import DEMO_NAME, ModelDir
 from runtime.cost_model import (
-    EXPLORE_ANSWERS,
-    EXPLORE_HORIZON,
-    PROBE_CYCLES,
     Controller,
+    CostShape,
     CycleFacts,
     Estimates,
     Offer,
+    SourceStats,
     Timing,
     expected_tokens,
     ngram_key,
     speedup,
+    upper_bound,
 )
 from runtime.engine import ChatOptions, Engine, EngineSettings
 from runtime.llama_backend import LlamaBackend, LoadOptions
@@ -121,47 +121,45 @@ def test_ngram_acceptance_is_kept_per_match_length() -> None:
     assert long.source == NGRAM and long.k > short.k and long.rate > short.rate
 
 
-def test_a_tier_draft_declined_for_many_answers_is_retried_once_in_a_long_answer() -> None:
-    # Estimates that say the draft is slow (measured while another program ran, say) would never be measured
-    # again if the controller only followed them: after EXPLORE_ANSWERS declined answers it tries once more.
-    est = table(VERIFY, {"q4_k_m": ("tier", [0.9] * 8, 0.2)})  # a draft step "twice a parent step"
-    behind = Offer("q4_k_m", "tier", 8, catch_up=100)
+def test_a_draft_refused_on_weak_evidence_is_explored_and_on_strong_evidence_is_not() -> None:
+    # Estimates say the draft agrees 40% of the time, which would not pay: on two cycles' evidence that may be
+    # bad luck, so its upper bound still beats plain and it is tried; on 300 cycles it is not.
+    est = table(VERIFY, {"q4_k_m": ("tier", [0.4] * 8, 0.03)})
+    src = est.sources["q4_k_m"]
     caught_up = Offer("q4_k_m", "tier", 8, catch_up=1)
-    for _ in range(EXPLORE_ANSWERS - 1):
-        assert Controller(est).decide([behind], remaining=200).source is None
-    short = Controller(est)
-    assert short.decide([behind], remaining=EXPLORE_HORIZON - 1).source is None  # not in a short answer
-    retry = Controller(est)
-    first = retry.decide([behind], remaining=200)
-    assert first.source == "q4_k_m" and first.k > 0
-    assert len(est.sources["q4_k_m"].step) == 0  # the stale timings are dropped, to be measured afresh
-    # It is fast after all: the retry's cycles measure that, and the draft keeps drafting after the probe.
-    for _ in range(PROBE_CYCLES - 1):
-        retry.record(CycleFacts("q4_k_m", "tier", 2, 2, 0.06, VERIFY[3]))
-        assert retry.decide([caught_up], remaining=200).source == "q4_k_m"
-    retry.record(CycleFacts("q4_k_m", "tier", 2, 2, 0.06, VERIFY[3]))
-    assert retry.decide([caught_up], remaining=200).source == "q4_k_m"
-    assert est.sources["q4_k_m"].idle == 0
-    # Measured slow again: after its probe cycles it is declined, and it waits EXPLORE_ANSWERS answers again.
-    slow = table(VERIFY, {"q4_k_m": ("tier", [0.9] * 8, 0.2)})
-    slow.sources["q4_k_m"].idle = EXPLORE_ANSWERS
-    probe = Controller(slow)
-    used = 0
-    for _ in range(PROBE_CYCLES + 4):
-        d = probe.decide([behind if used == 0 else caught_up], remaining=200)
-        used += d.source is not None
-        if d.source is not None:
-            probe.record(CycleFacts("q4_k_m", "tier", d.k, 0, 0.2 * d.k, VERIFY[d.k + 1]))
-    assert used == PROBE_CYCLES
-    assert Controller(slow).decide([behind], remaining=200).source is None
+    src.seen = [2.0] * 8
+    weak = Controller(est).decide([caught_up], remaining=200)
+    assert weak.source == "q4_k_m" and weak.explore and weak.k >= 1
+    src.seen = [300.0] * 8
+    strong = Controller(est).decide([caught_up], remaining=200)
+    assert strong.source is None and not strong.explore
+    # Far behind with a short answer left: even the upper bound cannot repay the catch-up.
+    src.seen = [2.0] * 8
+    src.prefill = Timing([0.004] * 5)
+    assert Controller(est).decide([Offer("q4_k_m", "tier", 8, catch_up=2000)], remaining=8).source is None
 
 
-def test_estimates_survive_a_round_trip_and_malformed_caches() -> None:
-    est = table(VERIFY, {"q4_k_m": ("tier", [0.8, 0.7], 0.03)})
-    back = Estimates.from_dict(est.as_dict())
-    assert back.as_dict() == est.as_dict()
-    junk = Estimates.from_dict({"verify": {"x": [1], "2": ["a", -1, float("nan")]}, "sources": {"s": {"kind": "?"}}})
-    assert junk.step_s() is None and not junk.sources and len(junk.verify[2]) == 0
+def test_evidence_fades_between_answers_so_an_old_refusal_is_retried() -> None:
+    src = SourceStats("tier", accept=[0.3] * 4, seen=[60.0] * 4, prior=0.9)
+    bound0 = upper_bound(src.accept[0], src.evidence(0))
+    for _ in range(15):
+        src.fade()
+    assert src.seen[0] < 60.0 * 0.05 and src.accept[0] > 0.55  # back towards the prior (the probe's 0.9)
+    assert upper_bound(src.accept[0], src.evidence(0)) > bound0 + 0.3
+
+
+def test_the_verify_curve_is_monotone_and_noise_at_one_size_cannot_switch_a_source_off() -> None:
+    shape = CostShape(STEP, {n: 1 + 0.15 * (n - 1) for n in range(1, 17)}, {"q4_k_m": 0.3}, {}, {"q4_k_m": 0.9})
+    est = Estimates()
+    est.seed(shape)
+    before = Controller(est).decide([Offer("q4_k_m", "tier", 8, catch_up=1)], remaining=200)
+    assert before.source == "q4_k_m" and not before.explore
+    est.record_verify(before.k + 1, 10 * STEP)  # one batch slowed 10 times by another program
+    est.record_verify(before.k + 1, 8 * STEP)
+    curve = est.v(16)
+    assert all(curve[n] <= curve[n + 1] for n in range(1, 16))
+    after = Controller(est).decide([Offer("q4_k_m", "tier", 8, catch_up=1)], remaining=200)
+    assert after.source == "q4_k_m" and not after.explore
 
 
 def test_ngram_lookup_finds_the_latest_longest_match() -> None:

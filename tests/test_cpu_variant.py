@@ -58,10 +58,12 @@ void *ggml_backend_init(void) {
 
 
 def real_cpu_library() -> Path:
-    """This build's CPU backend: the best real variant of a portable build, or its one libggml-cpu."""
-    variants = real_variants()
-    if variants:
-        return variants[0].path
+    """This build's CPU backend: the real variant proven to run here (a portable build's best-scoring one
+    may die with SIGILL on this machine, which is what the verdict is for), or its one libggml-cpu."""
+    if real_variants():
+        kernels = hardware.ensure_backends()
+        assert kernels.path is not None
+        return Path(kernels.path)
     for name in ("libggml-cpu.so", "libggml-cpu.dylib", "ggml-cpu.dll"):
         if (LIB_DIR / name).exists():
             return LIB_DIR / name

@@ -19,6 +19,7 @@ from runtime.bench.configs import DEFAULT_CONFIGS, GREEDY, LOOKUP, STOCK, BenchC
 from runtime.bench.memory import measure as measure_memory
 from runtime.bench.report import format_table, write_plots, write_report
 from runtime.bench.runners import StockRunner, agreement, batch_costs, run_engine
+from runtime.bench.stats import bootstrap, cost_cap
 from runtime.bench.sweep import format_sweep, predicted_speedup, sweep
 from runtime.bench.workloads import load_prompts, score
 from runtime.cost_model import NGRAM
@@ -77,6 +78,11 @@ def summarize(
             latency = [b["latency_s"] / a["latency_s"] for a, b in pairs if b and a["latency_s"] and b["latency_s"]]
             ttft = [a["ttft_s"] / b["ttft_s"] for a, b in pairs if b and a["ttft_s"] and b["ttft_s"]]
             compared = [x for x in mine if x["matches_baseline"] is not None]
+            # The draft tier's own acceptance (n-gram proposals are counted apart), for the cost model's cap.
+            tier_drafted = sum(x.get("tier_drafted", 0) for x in mine)
+            tier_accepted = sum(x.get("tier_accepted", 0) for x in mine)
+            draft_tier = next((x.get("draft") for x in mine if x.get("draft")), cfg.draft)
+            parent_tier = next((x.get("parent") for x in mine if x.get("parent")), cfg.parent)
             drafted = sum(x["drafted"] for x in mine)
             accepted = sum(x["accepted"] for x in mine)
             entry: dict[str, Any] = {
@@ -86,6 +92,10 @@ def summarize(
                 "speedup_vs_baseline": round(statistics.median(ratios), 4) if ratios else None,
                 "latency_speedup_vs_baseline": round(statistics.median(latency), 4) if latency else None,
                 "ttft_vs_baseline": round(statistics.median(ttft), 4) if ttft else None,
+                # 90% bootstrap intervals over prompts of the three medians above.
+                "speedup_ci": bootstrap(ratios),
+                "latency_ci": bootstrap(latency),
+                "ttft_ci": bootstrap(ttft),
                 "acceptance": round(accepted / drafted, 4) if drafted else None,
                 "overhead": _spread([x["overhead"] for x in mine]),
                 "fidelity": {
@@ -105,6 +115,14 @@ def summarize(
                 ),
                 "predicted_speedup": None,
             }
+            tier_a = tier_accepted / tier_drafted if tier_drafted else None
+            capped = cost_cap(tier_a, parent_tier or "f16", draft_tier if draft_tier != NGRAM else None, costs)
+            if capped is not None and cfg.name != baseline:
+                entry["cap"] = {"speedup": round(capped[0], 4), "k": capped[1], "acceptance": round(tier_a or 0, 4)}
+                pairs = (("efficiency", "speedup_vs_baseline"), ("latency_efficiency", "latency_speedup_vs_baseline"))
+                for key, ratio in pairs:
+                    if entry[ratio] is not None:
+                        entry[key] = round(entry[ratio] / capped[0], 4)
             cycles = sum(x.get("cycles", 0) for x in mine)  # llama.cpp's tool does not say
             if cfg.draft and drafted and cycles and cfg.parent in costs and cfg.draft in costs:
                 v = {n: t / costs[cfg.parent][1] for n, t in costs[cfg.parent].items()}

@@ -90,6 +90,8 @@ def run_engine(
         "acceptance": s.acceptance,
         "ngram_accepted": s.ngram_accepted,
         "tier_accepted": s.tier_accepted,
+        "ngram_drafted": s.ngram_drafted,
+        "tier_drafted": s.tier_drafted,
         "cycles": s.cycles,
         "level": last.route.level,
         "parent": last.choice.parent,
