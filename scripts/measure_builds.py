@@ -4,7 +4,8 @@ on one machine, interleaved: each round runs every build once, in rotating order
 Per build and round: the machine's costs (runtime.costs: a plain F16 step, v(n), c of the Q4_K_M draft), then
 plain F16 and the default (F16-exact with the controller) on the same prompts, end to end. Medians over
 rounds; ratios are paired within a round. Each build is a folder holding an installed llama_cpp package
-(`pip install --no-deps --target DIR WHEEL`), or "installed" for the one in this environment.
+(`pip install --no-deps --target DIR WHEEL`), or "installed" for the one in this environment; "@VARIANT"
+after either pins a CPU kernel variant of a portable build (e.g. `installed@haswell`: the AVX2 kernels).
 
     python scripts/measure_builds.py --model qwen-coder-1.5b --builds installed /tmp/builds/noomp \
         --rounds 3 --prompts 2 --max-tokens 96
@@ -82,8 +83,11 @@ def main() -> None:
         order = args.builds[r % len(args.builds) :] + args.builds[: r % len(args.builds)]
         for build in order:
             env = dict(os.environ)
-            if build != "installed":
-                env["PYTHONPATH"] = os.pathsep.join([build, str(REPO)])
+            folder, _, variant = build.partition("@")
+            if folder != "installed":
+                env["PYTHONPATH"] = os.pathsep.join([folder, str(REPO)])
+            if variant:
+                env["SPECQUANT_CPU_VARIANT"] = variant
             cmd = [sys.executable, __file__, "--child", build, "--model", args.model,
                    "--prompts", str(args.prompts), "--max-tokens", str(args.max_tokens), "--builds", build]
             done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, check=True)

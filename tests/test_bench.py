@@ -157,6 +157,8 @@ def test_bench_on_the_micro_model(micro_model, isolated_cache: Path, tmp_path: P
     assert set(data["summary"]) == {"mmlu", "alpaca", "gsm8k", "code", "edit"}
     # A fixed k drafts every cycle after the first two; random weights: real rejections.
     assert data["summary"]["code"]["f16<-q4_k_m:k2"]["acceptance"] < 1.0
+    # The preset's pair is known only from its runs; its draft's cost is measured too, for the cap.
+    assert {"f16", "q8_0", "q4_k_m"} <= set(data["batch_cost_ms"])
     check_aggregates(data)
     assert (tmp_path / "report.md").is_file()
 

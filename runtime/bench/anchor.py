@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -49,13 +51,36 @@ def missing_reason() -> str:
     return f"llama.cpp's {TOOL} is not built (looked in {where}); `./setup.sh bench` builds it"
 
 
+def pinned_tool(tool: Path, variant: str, into: Path) -> Path:
+    """The tool in a folder of its own whose only CPU kernel library is `variant`'s, so that it runs the same
+    kernels as our loop. Its ggml would otherwise load the best-scoring variant by CPUID alone, which can die
+    with SIGILL (runtime.cpu_variant). A copy of the binary (its libraries are found beside its real path)
+    and links to everything else; a build with one CPU backend built in is returned as it is."""
+    variants = [p for p in tool.parent.iterdir() if p.name.startswith("libggml-cpu-")]
+    if not variants:
+        return tool
+    if not any(p.name.startswith(f"libggml-cpu-{variant}.") for p in variants):
+        raise UserError(f"{tool.parent} has no {variant} CPU kernels: rebuild it with `./setup.sh bench`")
+    for p in tool.parent.iterdir():
+        if p == tool or (p in variants and not p.name.startswith(f"libggml-cpu-{variant}.")):
+            continue
+        (into / p.name).symlink_to(p)
+    shutil.copy2(tool, into / tool.name)
+    return into / tool.name
+
+
 class LlamaCppRunner:
     """Runs the tool once per prompt; its process is separate, so its peak memory is measured too."""
 
     def __init__(self, engine: Any, n_max: int, tool: Path) -> None:
+        from runtime.hardware import ensure_backends
+
         self.engine = engine
         self.n_max = n_max
-        self.tool = tool
+        folder = Path(tempfile.mkdtemp(prefix="specquant-anchor-"))
+        weakref.finalize(self, shutil.rmtree, folder, ignore_errors=True)
+        variant = ensure_backends().variant
+        self.tool = tool if variant == "built-in" else pinned_tool(tool, variant, folder)
 
     def command(self, prompt_file: Path, max_tokens: int) -> list[str]:
         parent, draft = (str(self.engine.model.tier_path(t)) for t in ANCHOR_PAIR)

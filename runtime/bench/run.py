@@ -203,7 +203,9 @@ def bench(
         x["matches_baseline"] = None if ref is None or sampled else x["text"] == ref["text"]
         x["token_agreement"] = None if ref is None or sampled else agreement(x["token_ids"], ref["token_ids"])
 
-    tiers = sorted({t for c in configs for t in (c.parent, c.draft) if t and t != NGRAM} | {"f16"})
+    # Every tier that answered or drafted (a preset's pair is known only from its runs), for v(n) and c.
+    used = {x.get(key) for x in runs for key in ("parent", "draft")}
+    tiers = sorted(({t for c in configs for t in (c.parent, c.draft)} | used | {"f16"}) - {None, NGRAM})
     n_max = 1 + max([c.k or engine.settings.spec.k_max for c in configs if c.draft or c.preset], default=4)
     costs = {} if interrupted else batch_costs({t: engine.backend(t) for t in tiers}, n_max)
     summary = summarize(runs, configs, baseline, costs)
