@@ -58,6 +58,7 @@ class Stats:
     dropped_turns: int = 0  # oldest turns dropped to fit the context
     ttft_s: float = 0.0
     first_tokens: int = 0  # tokens of the first cycle, which also paid for the prefill
+    end_token: int = 0  # 1 once the answer ended at an end-of-generation token: not shown, but computed
     decode_s: float = 0.0  # time after the first cycle
     drafted: int = 0
     accepted: int = 0
@@ -95,10 +96,11 @@ class Stats:
     @property
     def plain_s(self) -> float | None:
         """What plain decoding would have taken: the same first cycle (the prefill and first token cost both the
-        same), then one measured parent step per further token."""
+        same), then one measured parent step per further token, the end-of-generation token included (plain
+        decoding computes it too)."""
         if self.plain_step_s is None or self.tokens <= self.first_tokens:
             return None
-        return self.ttft_s + (self.tokens - self.first_tokens) * self.plain_step_s
+        return self.ttft_s + (self.tokens + self.end_token - self.first_tokens) * self.plain_step_s
 
     @property
     def speedup(self) -> float | None:
@@ -235,6 +237,9 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
 
 
+SAME_TIME = 0.03  # a speed-up within this of 1.0 is reported as the same time: the plain estimate's noise
+
+
 def speedup_text(facts: dict[str, Any]) -> str:
     """How much sooner the answer came than plain decoding by its parent would have: "1.4× faster than plain
     F16 · saved 6 s". "" when nothing was drafted (the comparison would be noise) or no plain parent step was
@@ -243,6 +248,8 @@ def speedup_text(facts: dict[str, Any]) -> str:
     if x is None or saved is None or not facts.get("drafted"):
         return ""
     plain = f"plain {str(facts.get('parent') or '').upper()}".rstrip()
+    if abs(x - 1.0) < SAME_TIME:  # the estimate's own noise: neither a gain nor a loss to report
+        return f"{x:.2f}× {plain} · about the same time"
     if saved >= 0:
         return f"{x:.1f}× faster than {plain} · saved {_duration(saved)}"
     return f"{x:.2f}× the speed of {plain} · {_duration(-saved)} slower"

@@ -15,6 +15,10 @@ Where the terms come from:
 - Exploration: a source predicted not to pay is still tried while the upper confidence bound of its
   acceptance would beat the current choice (UCB). Each try adds evidence and tightens the bound, so the
   price of exploring is bounded, and a source refused on weak evidence is tried again.
+  Tries may lose at most EXPLORE_SHARE of the tokens produced so far (in this process's answers, in
+  parent steps; a try's worst case is its drafts, catch-up and verify batch for one token): a first short
+  answer, or one on a machine where every verify row is dear (the 135M demo: v(2) = 1.37), is not made
+  slower by curiosity, and over many answers exploring costs at most that share.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ PROBE_EVIDENCE = 4.0  # pseudo-cycles behind the probe's measured acceptance of 
 EWMA_MIN = 0.06  # once evidence is ample, the newest sample still moves the mean this much (tracks ~16 cycles)
 ANSWER_DECAY = 0.8  # evidence carried from one answer into the next: old refusals weaken, and are retried
 UCB_Z = 1.28  # the one-sided 90% bound used for exploring
+EXPLORE_SHARE = 0.03  # tries may lose at most this share of the answer's tokens so far, in parent steps
 MIN_RATE_GAIN = 1.03  # speculate only when it predicts at least 3% more tokens per second than plain
 K_MAX = {"tier": 8, NGRAM: 12}
 V_MAX = 1 + max(K_MAX.values())  # the largest verify batch the controller considers
@@ -136,14 +141,20 @@ class CostShape:
     acceptance: Mapping[str, float] = field(default_factory=dict)  # draft tier -> greedy agreement (probe)
 
 
+_SERIALS = itertools.count()
+
+
 class Timing:
     """Recent timings of one term; the estimate is their median, with a prior while samples are few."""
 
     def __init__(self, samples: Sequence[float] = ()) -> None:
         self.samples: deque[float] = deque(samples, maxlen=WINDOW)
+        self.serial = next(_SERIALS)  # with `added`, tells a cached fit that this term changed
+        self.added = 0
 
     def add(self, seconds: float) -> None:
         self.samples.append(seconds)
+        self.added += 1
 
     def estimate(self, prior: float | None = None) -> float | None:
         values = list(self.samples)
@@ -217,6 +228,13 @@ class Estimates:
     verify: dict[int, Timing] = field(default_factory=dict)  # parent batch size -> seconds
     sources: dict[str, SourceStats] = field(default_factory=dict)
     shape: CostShape | None = None
+    # Exploration's account over this process's answers: tokens produced, and parent steps lost to tries
+    # (a try that paid off refunds). Not saved: a new process starts with no allowance.
+    tokens: int = 0
+    explore_loss: float = 0.0
+    _fit: tuple[CostShape | None, tuple[Any, ...], list[tuple[int, float]]] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     def source(self, name: str, kind: str) -> SourceStats:
         if name not in self.sources:
@@ -242,7 +260,15 @@ class Estimates:
 
     def curve(self) -> list[tuple[int, float]]:
         """Verify seconds by batch size, one monotone curve over every size measured here or by the probe:
-        each size's median, weighted by its samples, pooled with the probe's shape scaled to today's step."""
+        each size's median, weighted by its samples, pooled with the probe's shape scaled to today's step.
+        Fitted again only when a timing or the probe changed: the controller asks many times per cycle, and
+        on a 16 ms step a refit each time cost 4% of the answer."""
+        key = tuple((n, t.serial, t.added) for n, t in self.verify.items())
+        if self._fit is None or self._fit[0] is not self.shape or self._fit[1] != key:
+            self._fit = (self.shape, key, self._fitted_curve())
+        return self._fit[2]
+
+    def _fitted_curve(self) -> list[tuple[int, float]]:
         step = self.step_s()
         if step is None:
             return []
@@ -349,6 +375,7 @@ class Controller:
         self.fixed_k = fixed_k
         self.cycles = 0
         self._faded: set[str] = set()
+        self._exploring = False
 
     def _costs(self, offer: Offer, k: int, step: float) -> tuple[float, float]:
         """(seconds of k proposals, seconds paid once first: the catch-up of a draft that fell behind)."""
@@ -413,11 +440,30 @@ class Controller:
                 explore = (bound, offer, k)
         if explore is not None:
             _, offer, k = explore
-            return Decision(offer.name, k, best.rate, plain, explore=True)
+            k = self._affordable_k(offer, k, step)
+            if k:
+                self._exploring = True
+                return Decision(offer.name, k, best.rate, plain, explore=True)
         return best
+
+    def _affordable_k(self, offer: Offer, k_max: int, step: float) -> int:
+        """The largest k up to `k_max` whose worst case (every draft refused) fits the exploration budget, 0 if
+        none does."""
+        budget = EXPLORE_SHARE * self.estimates.tokens - self.estimates.explore_loss
+        for k in range(k_max, 0, -1):
+            draft, once = self._costs(offer, k, step)
+            worst = (draft + once + (self.estimates.verify_s(k + 1) or step)) / step - 1.0
+            if worst <= budget:
+                return k
+        return 0
 
     def record(self, cycle: CycleFacts) -> None:
         """Learn from one finished cycle."""
+        step = self.estimates.step_s()
+        if self._exploring and step:
+            self.estimates.explore_loss += (cycle.draft_s + cycle.verify_s) / step - (cycle.accepted + 1)
+        self._exploring = False
+        self.estimates.tokens += cycle.accepted + 1
         self.estimates.record_verify(cycle.drafted + 1, cycle.verify_s)
         if cycle.source is None:
             return

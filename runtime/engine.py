@@ -420,7 +420,7 @@ class Engine:
                     t_first = now
                 step, reason = take(step, stats.tokens, options.max_tokens, parent.is_end_of_generation)
                 emit, emit_flags, hit = text.add(step.tokens, step.from_draft)
-                stats = _add_step(stats, step, len(step.tokens), now - t_start, now - t_first)
+                stats = _add_step(stats, step, len(step.tokens), now - t_start, now - t_first, reason == "eos")
                 stats = honest.judge(stats, step)
                 if hit:
                     reason = "stop"
@@ -443,10 +443,11 @@ class Engine:
         yield Chunk(tail, (), (), route, choice, placement, stats, done=True, draft_chars=tail_flags)
 
 
-def _add_step(stats: Stats, step: Step, n_out: int, elapsed: float, decode_s: float) -> Stats:
+def _add_step(stats: Stats, step: Step, n_out: int, elapsed: float, decode_s: float, ended: bool) -> Stats:
     first = stats.cycles == 0
     return replace(
         stats,
+        end_token=int(ended),
         tokens=stats.tokens + n_out,
         ttft_s=elapsed if first else stats.ttft_s,
         first_tokens=n_out if first else stats.first_tokens,

@@ -37,6 +37,8 @@ class PlainEstimate:
     c: dict[str, float]  # draft tier -> its step over the parent's (the probe's, else none known)
     machine_cap: float | None = None  # the cost model's cap for this answer's draft on this machine
     ratios: list[float] = field(default_factory=list)  # this answer's batches: measured over predicted
+    measured_s: float = 0.0  # the same batches' seconds, and what the measurement predicted for them
+    predicted_s: float = 0.0
     work_s: float = 0.0  # draft and verify seconds after the first cycle
     sources: set[str] = field(default_factory=set)
 
@@ -50,8 +52,10 @@ class PlainEstimate:
 
     @property
     def load(self) -> float:
-        """This answer's parent batches over their prediction (1.0: the machine runs as when measured)."""
-        return statistics.median(self.ratios) if self.ratios else 1.0
+        """This answer's parent batches over their prediction (1.0: the machine runs as when measured): a
+        ratio of totals, not a median, because the answer's time is a total, and a slow batch (the system
+        stealing the core a moment) would have slowed plain decoding just as much."""
+        return self.measured_s / self.predicted_s if self.predicted_s > 0 else 1.0
 
     @property
     def stale(self) -> bool:
@@ -88,6 +92,8 @@ class PlainEstimate:
         predicted = interpolate(self.curve, step.drafted + 1)
         if predicted > 0:
             self.ratios.append(step.verify_s / predicted)
+            self.measured_s += step.verify_s
+            self.predicted_s += predicted
         self.work_s += step.draft_s + step.verify_s
         if step.source is not None:
             self.sources.add(NGRAM if step.source == NGRAM else step.source)

@@ -3,6 +3,7 @@ sampled), the first token before any draft work, Stop during a draft's catch-up,
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 
 from runtime.cache import DEMO_NAME, ModelDir
 from runtime.cost_model import (
+    EXPLORE_SHARE,
     Controller,
     CostShape,
     CycleFacts,
@@ -128,6 +130,9 @@ def test_a_draft_refused_on_weak_evidence_is_explored_and_on_strong_evidence_is_
     src = est.sources["q4_k_m"]
     caught_up = Offer("q4_k_m", "tier", 8, catch_up=1)
     src.seen = [2.0] * 8
+    # Before any token was produced nothing may be risked on a try: the first answer is never slower for it.
+    assert Controller(copy.deepcopy(est)).decide([caught_up], remaining=200).source is None
+    est.tokens = 1000  # answers so far allow tries that could lose 30 steps
     weak = Controller(est).decide([caught_up], remaining=200)
     assert weak.source == "q4_k_m" and weak.explore and weak.k >= 1
     src.seen = [300.0] * 8
@@ -137,6 +142,22 @@ def test_a_draft_refused_on_weak_evidence_is_explored_and_on_strong_evidence_is_
     src.seen = [2.0] * 8
     src.prefill = Timing([0.004] * 5)
     assert Controller(est).decide([Offer("q4_k_m", "tier", 8, catch_up=2000)], remaining=8).source is None
+
+
+def test_tries_lose_at_most_their_share_of_the_tokens_produced() -> None:
+    # A draft that always fails, on weak evidence each answer (its refusals fade): over many answers the
+    # steps lost to trying it stay within EXPLORE_SHARE of the tokens produced, plus one try's worst case.
+    est = table(VERIFY, {"q4_k_m": ("tier", [0.4] * 8, 0.03)})
+    for _ in range(50):
+        est.sources["q4_k_m"].seen = [2.0] * 8
+        c = Controller(est)
+        for _ in range(40):
+            d = c.decide([Offer("q4_k_m", "tier", 8, catch_up=1)], remaining=200)
+            k = d.k if d.source else 0
+            verify = est.verify_s(k + 1) or 0.1
+            c.record(CycleFacts(d.source, "tier", k, 0, 0.03 * k, verify))
+    step = est.step_s() or 0.1
+    assert 0 < est.explore_loss <= EXPLORE_SHARE * est.tokens + (8 * 0.03 + (est.verify_s(9) or 0)) / step
 
 
 def test_evidence_fades_between_answers_so_an_old_refusal_is_retried() -> None:
