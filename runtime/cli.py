@@ -552,7 +552,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--top-k", type=int, help=f"{model_says} ({d.top_k})")
         p.add_argument("--top-p", type=float, help=f"{model_says} ({d.top_p:g})")
         p.add_argument("--min-p", type=float, help=f"{model_says} ({d.min_p:g})")
-        p.add_argument("--seed", type=int, help=f"random seed of sampled decoding (default {d.seed})")
+        p.add_argument(
+            "--seed", type=int, help="random seed of sampled decoding, 0 to 2^64 - 1 (default: a fresh one per answer)"
+        )
 
     from runtime.rpc import DEFAULT_PORT
 

@@ -14,6 +14,8 @@ import numpy as np
 
 from runtime.errors import UserError
 
+SEED_MAX = 2**64 - 1  # numpy's generators take any non-negative integer; 64 bits is what llama.cpp's take
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -25,7 +27,9 @@ class SamplingParams:
     min_p: float = 0.05
     repeat_penalty: float = 1.0
     penalty_last_n: int = 64
-    seed: int = 0
+    # None: a fresh seed for every answer (Regenerate samples anew). A fixed one reproduces the random draws;
+    # the text itself only where the drafts are the same too (README, "Seeds").
+    seed: int | None = None
 
     def __post_init__(self) -> None:
         checks = [
@@ -35,6 +39,7 @@ class SamplingParams:
             (0 <= self.min_p < 1, f"min-p {self.min_p} must be in [0, 1)"),
             (self.repeat_penalty > 0, f"repeat penalty {self.repeat_penalty} must be > 0"),
             (self.penalty_last_n >= 0, f"penalty window {self.penalty_last_n} must be >= 0"),
+            (self.seed is None or 0 <= self.seed <= SEED_MAX, f"seed {self.seed} must be 0 to 2^64 - 1"),
         ]
         for ok, message in checks:
             if not ok:

@@ -59,6 +59,8 @@ def test_chat_prompt_from_stdin(demo_cache: Path) -> None:
     [
         (["--temp", "-1"], "temperature -1.0 must be >= 0"),
         (["--top-p", "2"], "top-p 2.0"),
+        (["--seed", "-1"], "seed -1 must be 0 to 2^64 - 1"),
+        (["--seed", str(2**64)], f"seed {2**64} must be"),
         (["--k", "0"], "--k 0"),
         (["--max-tokens", "0"], "max tokens 0"),
         (["--model", "nope"], "no model 'nope'"),

@@ -31,10 +31,13 @@ class BenchConfig:
 
     def options(self, max_tokens: int, sampling: SamplingParams | None = GREEDY) -> ChatOptions:
         """The request; `sampling` None is the model's own recommendation (seeded), as a user gets it."""
+        seeded = (("seed", 0),) if sampling is None else ()  # every configuration draws the same numbers
         if self.preset:
-            return ChatOptions(preset=self.preset, max_tokens=max_tokens, sampling=sampling)
+            return ChatOptions(preset=self.preset, max_tokens=max_tokens, sampling=sampling, sampling_overrides=seeded)
         pinned = {"parent": self.parent, "draft": self.draft or "none", "k": self.k}
-        return ChatOptions(**pinned, max_tokens=max_tokens, sampling=sampling, draft_window=self.window)
+        return ChatOptions(
+            **pinned, max_tokens=max_tokens, sampling=sampling, draft_window=self.window, sampling_overrides=seeded
+        )
 
 
 def parse_config(name: str) -> BenchConfig:
