@@ -19,10 +19,15 @@ from runtime.chat import ChatOptions, Chunk, Message, answer_facts
 from runtime.errors import UserError
 from runtime.policy import DRAFT_CHOICES, PRESET_NAMES
 from runtime.router import LEVELS
+from runtime.sampling import SEED_MAX
 
 DEFAULT_PORT = 8088  # `specquant serve` and the window's local API server
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 MAX_STOPS = 4
+# One request may not hold the engine: at most this many messages and characters of content (the body's
+# 1 MiB cap bounds the bytes; these bound the work of rendering and fitting the chat).
+MAX_MESSAGES = 1000
+MAX_CONTENT_CHARS = 400_000
 # OpenAI fields we cannot honour, with the values that mean "not used" (accepted as such).
 NOT_USED: dict[str, tuple[Any, ...]] = {
     "n": (1,),
@@ -109,8 +114,8 @@ def parse_chat(body: Any, base: ChatOptions, n_ctx: int) -> ChatCall:
         value = _number(given, name, lo, hi)
         if value is not None:
             overrides[name] = value
-    for name in ("top_k", "seed"):
-        value = _integer(given, name, 0 if name == "top_k" else -(2**63), 2**63 - 1)
+    for name, hi in (("top_k", 2**31 - 1), ("seed", SEED_MAX)):
+        value = _integer(given, name, 0, hi)
         if value is not None:
             overrides[name] = value
     stream = bool(_typed(given, "stream", bool))
@@ -136,6 +141,8 @@ def parse_chat(body: Any, base: ChatOptions, n_ctx: int) -> ChatCall:
 def _messages(value: Any) -> list[Message]:
     if not isinstance(value, list) or not value:
         raise ApiError(400, "messages must be a non-empty array of messages", "messages")
+    if len(value) > MAX_MESSAGES:
+        raise ApiError(400, f"messages holds {len(value)} messages; at most {MAX_MESSAGES}", "messages")
     out = []
     for i, m in enumerate(value):
         where = f"messages[{i}]"
@@ -148,6 +155,9 @@ def _messages(value: Any) -> list[Message]:
         if role not in ROLES:
             raise ApiError(400, f"{where}.role must be one of {', '.join(ROLES)}, not {_short(role)}", f"{where}.role")
         out.append({"role": ROLES[role], "content": _content(m.get("content"), f"{where}.content")})
+    total = sum(len(m["content"]) for m in out)
+    if total > MAX_CONTENT_CHARS:
+        raise ApiError(400, f"the messages hold {total} characters; at most {MAX_CONTENT_CHARS}", "messages")
     if out[-1]["role"] != "user":
         raise ApiError(400, "the last message must be from the user", f"messages[{len(out) - 1}].role")
     return out
@@ -156,13 +166,13 @@ def _messages(value: Any) -> list[Message]:
 def _content(value: Any, where: str) -> str:
     """A string, or text parts joined (an image or audio part is refused)."""
     if isinstance(value, str):
-        return value
+        return _unicode(value, where)
     if isinstance(value, list) and value:
         texts = []
         for j, part in enumerate(value):
             if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
                 raise ApiError(400, f"{where}[{j}] must be a text part; SpecQuant reads text only", f"{where}[{j}]")
-            texts.append(part["text"])
+            texts.append(_unicode(part["text"], f"{where}[{j}].text"))
         return "".join(texts)
     raise ApiError(400, f"{where} must be a string or an array of text parts", where)
 
@@ -176,7 +186,18 @@ def _stops(given: dict[str, Any]) -> tuple[str, ...]:
         raise ApiError(400, "stop must be a non-empty string or an array of them", "stop")
     if len(stops) > MAX_STOPS:
         raise ApiError(400, f"stop holds {len(stops)} strings; at most {MAX_STOPS}", "stop")
-    return tuple(stops)
+    return tuple(_unicode(x, "stop") for x in stops)
+
+
+def _unicode(text: str, where: str) -> str:
+    """`text` if it is valid Unicode. JSON may spell a lone UTF-16 surrogate ("\\ud800"), which no tokenizer
+    can encode: refused here rather than failing inside the answer."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        bad = f"\\u{ord(text[e.start]):04x}"
+        raise ApiError(400, f"{where} holds a lone surrogate ({bad}): not valid Unicode text", where) from None
+    return text
 
 
 def _specquant(given: dict[str, Any]) -> dict[str, Any]:
@@ -237,6 +258,15 @@ def _short(value: Any) -> str:
 
 
 # --- responses ------------------------------------------------------------------------------------------
+# What one client must not learn of another's: how much of its prompt the shared KV cache already held.
+PRIVATE_FACTS = ("reused_tokens",)
+
+
+def api_facts(last: Chunk) -> dict[str, Any]:
+    """The answer's `specquant` object for API clients: the window's facts, less what tells of other chats."""
+    return {k: v for k, v in answer_facts(last).items() if k not in PRIVATE_FACTS}
+
+
 def new_id() -> str:
     return f"chatcmpl-{uuid.uuid4().hex[:24]}"
 
@@ -261,7 +291,7 @@ def completion(call_id: str, model: str, text: str, last: Chunk, created: int | 
             }
         ],
         "usage": usage(last),
-        "specquant": answer_facts(last),
+        "specquant": api_facts(last),
     }
 
 
@@ -285,7 +315,7 @@ def stream_chunk(
     }
     if finish is not None:
         out["usage"] = usage(finish)
-        out["specquant"] = answer_facts(finish)
+        out["specquant"] = api_facts(finish)
     return out
 
 
@@ -298,5 +328,5 @@ def usage_chunk(call_id: str, model: str, created: int, last: Chunk) -> dict[str
         "model": model,
         "choices": [],
         "usage": usage(last),
-        "specquant": answer_facts(last),
+        "specquant": api_facts(last),
     }

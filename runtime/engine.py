@@ -340,22 +340,56 @@ class Engine:
         base = options.sampling if options.sampling is not None else recommended(parent.metadata())
         return replace(base, **dict(options.sampling_overrides)) if options.sampling_overrides else base
 
-    def fit_context(self, parent: LlamaBackend, messages: list[Message], reserve: int) -> tuple[list[int], int]:
-        """Drop the oldest turns (never the system prompt, never the last message) until the prompt fits."""
-        dropped = 0
-        msgs = list(messages)
-        while True:
-            tokens = self.render(parent, msgs)
-            if len(tokens) + reserve <= parent.n_ctx:
-                return tokens, dropped
-            first = 1 if msgs and msgs[0]["role"] == "system" else 0
-            if len(msgs) - first <= 1:
+    def fit_context(
+        self, parent: LlamaBackend, messages: list[Message], reserve: int, cancel: threading.Event | None = None
+    ) -> tuple[list[int], int]:
+        """Drop the oldest turns (never the system prompt, never the last message) until the prompt fits.
+
+        Linear in the chat's length, so a flood of messages cannot hold the engine: each turn is tokenized
+        once, the turns to drop are found by running totals, and the chat is rendered again only to confirm
+        (the template's own tokens per turn are estimated from the first render). Stop is honoured between
+        turns."""
+        budget = parent.n_ctx - reserve
+        tokens = self.render(parent, messages)
+        if len(tokens) <= budget:
+            return tokens, 0
+        first = 1 if messages and messages[0]["role"] == "system" else 0
+        sizes = []
+        for m in messages:
+            if cancel is not None and cancel.is_set():
+                raise Cancelled("stopped while fitting the chat into the context")
+            sizes.append(len(parent.tokenize(m["content"], add_bos=False, special=False)))
+        per_turn = max(0.0, (len(tokens) - sum(sizes)) / len(messages))  # the template's tokens around a turn
+        excess, dropped = len(tokens) - budget, 0
+        while excess > 0 and len(messages) - first - dropped > 1:
+            excess -= sizes[first + dropped] + per_turn
+            dropped += 1
+        fits = self._fitted(parent, messages, first, dropped, budget, cancel)
+        while fits is not None and dropped > 0:  # the estimate dropped a turn too many: keep it after all
+            fewer = self._fitted(parent, messages, first, dropped - 1, budget, cancel)
+            if fewer is None:
+                break
+            fits, dropped = fewer, dropped - 1
+        while fits is None:  # the template's turns were longer than estimated: one more, rarely needed
+            if len(messages) - first - dropped <= 1:
+                kept = messages[:first] + messages[first + dropped :]
                 raise UserError(
-                    f"the prompt is {len(tokens)} tokens; the context holds {parent.n_ctx} "
+                    f"the prompt is {len(self.render(parent, kept))} tokens; the context holds {parent.n_ctx} "
                     f"with {reserve} kept for the answer: shorten it or raise the context size"
                 )
-            del msgs[first]
             dropped += 1
+            fits = self._fitted(parent, messages, first, dropped, budget, cancel)
+        return fits, dropped
+
+    def _fitted(
+        self, parent: LlamaBackend, messages: list[Message], first: int, dropped: int, budget: int,
+        cancel: threading.Event | None,
+    ) -> list[int] | None:
+        """The prompt without the `dropped` oldest turns after the first `first`, if it fits the budget."""
+        if cancel is not None and cancel.is_set():
+            raise Cancelled("stopped while fitting the chat into the context")
+        tokens = self.render(parent, messages[:first] + messages[first + dropped :])
+        return tokens if len(tokens) <= budget else None
 
     def chat(
         self,
@@ -383,7 +417,7 @@ class Engine:
         choice = self.fit(choice, placement)
         parent, draft = self.pair(choice, placement)
         reserve = min(options.max_tokens, parent.n_ctx // 4)
-        prompt, dropped = self.fit_context(parent, list(messages), reserve)
+        prompt, dropped = self.fit_context(parent, list(messages), reserve, cancel)
         reused = min(parent.common_prefix(prompt), len(prompt) - 1)
         spec = replace(self.settings.spec, ngram=self.settings.spec.ngram and choice.ngram)
         if choice.k is not None:  # a fixed draft length (pinned by the user or calibrated)

@@ -85,6 +85,7 @@ class EngineWorker:
         with self._cond:
             if self._closed:
                 raise SpecQuantError("the engine has shut down")
+            self._withdraw_cancelled()
             waiting = sum(isinstance(j, Job) for j in self._pending)
             if bounded and self.max_queue is not None and waiting >= self.max_queue:
                 raise QueueFull(waiting, self._retry_after())
@@ -95,7 +96,16 @@ class EngineWorker:
     @property
     def waiting(self) -> int:
         with self._cond:
+            self._withdraw_cancelled()
             return sum(isinstance(j, Job) for j in self._pending)
+
+    def _withdraw_cancelled(self) -> None:
+        """Take cancelled jobs out of the queue at once (caller holds the lock): abandoned requests must never
+        fill it. Each still gets its Failure, as if the worker had skipped it."""
+        gone = [j for j in self._pending if isinstance(j, Job) and j.cancel.is_set()]
+        for j in gone:
+            self._pending.remove(j)
+            j.sink(Failure("", "cancelled"))
 
     @property
     def busy(self) -> bool:

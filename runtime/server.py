@@ -3,7 +3,13 @@
 Every request becomes a `Job` for the one engine thread (`runtime.engine_worker`), which the window shares
 when it serves: clients get the router, the speculative loop and the placement, and see them in each
 response's `specquant` object. A client that goes away cancels its job within one verify cycle. Requests
-are logged by method, path, status and time, never by content.
+are logged by method, raw path, status and time, never by content.
+
+What a web page or a broken client cannot do (README, "Safe with browsers and broken clients"): web pages
+are kept out by runtime.api_guard; a body must arrive within BODY_DEADLINE_S and hold at most
+MAX_BODY bytes (and runtime.api_schema's message caps); a stream whose reader stops reading is cancelled
+after STALL_S, or once it falls BACKLOG chunks behind; at most MAX_CONNECTIONS connections are served at
+once (uvicorn answers 503 beyond); and a cancelled request leaves the engine's queue at once.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from runtime import api_schema
+from runtime.api_guard import BrowserGuard
 from runtime.api_schema import DEFAULT_PORT, ApiError
 from runtime.cache import ModelDir, cache_root, check_name, list_models
 from runtime.engine import ChatOptions, Chunk, EngineSettings
@@ -42,6 +49,10 @@ from runtime.rpc import is_loopback
 log = logging.getLogger("specquant.server")
 SHUTDOWN_GRACE_S = 3.0  # below uvicorn's timeout_graceful_shutdown (5 s)
 MAX_BODY = 1 << 20  # 1 MiB: a long chat is well under it; more is a mistake or an attack
+BODY_DEADLINE_S = 30.0  # a body still arriving after this is a stalled or hostile client
+STALL_S = 30.0  # a stream's reader that takes no data for this long has gone: its answer is cancelled
+BACKLOG = 1024  # chunks a stream's reader may fall behind before its answer is cancelled
+MAX_CONNECTIONS = 64
 
 
 @dataclass(frozen=True)
@@ -60,6 +71,8 @@ class ServeConfig:
     api_key: str | None = None
     cors_origins: tuple[str, ...] = ()
     max_body: int = MAX_BODY
+    body_deadline_s: float = BODY_DEADLINE_S
+    stall_s: float = STALL_S
 
 
 def check_config(config: ServeConfig) -> None:
@@ -109,6 +122,8 @@ class Service:
 
     # --- endpoints ---------------------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
+        if not is_loopback(self.config.host):  # other computers learn nothing without the key
+            self._authorize(request)
         d = self.defaults()
         queue = {"busy": self.runner.busy, "waiting": self.runner.waiting, "max_queue": self.runner.max_queue}
         return JSONResponse({"status": "ok", "model": d.model} | queue)
@@ -138,6 +153,10 @@ class Service:
         events: asyncio.Queue[Any] = asyncio.Queue()
 
         def sink(event: Any) -> None:  # on the engine thread
+            final = isinstance(event, Failure) or (isinstance(event, Chunk) and event.done)
+            if events.qsize() > BACKLOG and not final:  # the client stopped reading: stop its answer, keep
+                job.cancel.set()  # no more of it (the last event still goes, so the request ends)
+                return
             with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is listening any more
                 loop.call_soon_threadsafe(events.put_nowait, event)
 
@@ -164,7 +183,9 @@ class Service:
                 stream = self._stream(first, events, model, call.include_usage, finish)
                 # On Ctrl-C our cancel ends the answer within one cycle; the grace period lets the stream
                 # send its last event ("cancelled") and [DONE] before sse-starlette would cut it off.
-                return EventSourceResponse(stream, ping=15, shutdown_grace_period=SHUTDOWN_GRACE_S)
+                return EventSourceResponse(
+                    stream, ping=15, shutdown_grace_period=SHUTDOWN_GRACE_S, send_timeout=self.config.stall_s
+                )
             parts, last = [first.text], first
             while not last.done:
                 last = await _next_chunk(events)
@@ -225,14 +246,26 @@ class Service:
         if declared is not None and declared.isdigit() and int(declared) > cap:
             raise too_big
         body = bytearray()
-        async for piece in request.stream():
-            body += piece
-            if len(body) > cap:
-                raise too_big
+
+        async def read() -> None:
+            async for piece in request.stream():
+                body.extend(piece)
+                if len(body) > cap:
+                    raise too_big
+
+        try:
+            await asyncio.wait_for(read(), self.config.body_deadline_s)
+        except asyncio.TimeoutError:
+            words = f"the request body did not arrive within {self.config.body_deadline_s:g} s"
+            raise ApiError(408, words, code="request_timeout") from None
         try:
             return json.loads(body)
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise ApiError(400, f"the request body is not valid JSON: {e}") from None
+        except RecursionError:
+            raise ApiError(400, "the request body is nested too deeply") from None
+        except ValueError as e:  # e.g. an integer of thousands of digits (Python's conversion limit)
+            raise ApiError(400, f"the request body holds a value out of range: {e}") from None
 
     def _complete(self) -> list[Any]:
         return [m for m in list_models(cache_root()) if m.complete]
@@ -307,7 +340,15 @@ class RequestLog:
             await self.app(scope, receive, send_status)
         finally:
             ms = (time.perf_counter() - started) * 1000
-            log.info("%s %s %d %.0f ms", scope["method"], scope["path"], status, ms)
+            log.info("%s %s %d %.0f ms", scope["method"], raw_path(scope), status, ms)
+
+
+def raw_path(scope: Scope) -> str:
+    """The path as the client sent it, still percent-encoded and without control characters: a decoded
+    "%0A" would start a forged log line."""
+    raw = scope.get("raw_path") or scope["path"].encode()
+    text = raw.decode("ascii", "backslashreplace")
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)[:200]
 
 
 def _guarded(endpoint: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
@@ -339,7 +380,11 @@ def create_app(service: Service) -> Starlette:
         error = ApiError(exc.status_code, f"{exc.detail}: {request.method} {request.url.path}")
         return JSONResponse(error.body(), status_code=exc.status_code)
 
-    middleware = [Middleware(RequestLog)]
+    config = service.config
+    middleware = [
+        Middleware(RequestLog),
+        Middleware(BrowserGuard, loopback=is_loopback(config.host), origins=config.cors_origins),  # type: ignore[arg-type]
+    ]
     if service.config.cors_origins:
         cors = {"allow_origins": list(service.config.cors_origins), "allow_methods": ["GET", "POST"]}
         middleware.append(Middleware(CORSMiddleware, allow_headers=["Authorization", "Content-Type"], **cors))
@@ -359,6 +404,7 @@ def uvicorn_server(service: Service) -> Any:
 
     config = uvicorn.Config(
         create_app(service), log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=5,
+        limit_concurrency=MAX_CONNECTIONS,
     )
     return uvicorn.Server(config)
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import shutil
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from runtime.cache import DEMO_NAME, ModelDir
 from runtime.engine import ChatOptions, Engine, EngineSettings
-from runtime.errors import UserError
+from runtime.errors import Cancelled, UserError
 from runtime.text_stream import split_stop
 
 LOW = "What is AI?"
@@ -91,9 +92,10 @@ def test_cancel_mid_answer_then_next_turn_is_normal(engine: Engine) -> None:
             cancel.set()
     assert chunks[-1].done and chunks[-1].stats.stop_reason == "cancelled"
     assert chunks[-1].stats.tokens < 200
-    again, _ = collect(engine, user("Name three primary colors."), ChatOptions(max_tokens=24, no_spec=True))
+    seeded = ChatOptions(max_tokens=24, no_spec=True, sampling_overrides=(("seed", 0),))
+    again, _ = collect(engine, user("Name three primary colors."), seeded)
     fresh = Engine(DEMO_NAME, EngineSettings(n_ctx=2048), root=engine.model.root)
-    want, _ = collect(fresh, user("Name three primary colors."), ChatOptions(max_tokens=24, no_spec=True))
+    want, _ = collect(fresh, user("Name three primary colors."), seeded)
     fresh.close()
     assert again == want
 
@@ -127,6 +129,53 @@ def test_context_overflow_drops_oldest_turns_but_keeps_system(demo_model: ModelD
             collect(small, user("word " * 1000), ChatOptions(max_tokens=16))
     finally:
         small.close()
+
+
+class CountingEngine(Engine):
+    """The real Engine, counting how often it renders a whole chat."""
+
+    renders = 0
+
+    def render(self, parent, messages):  # type: ignore[no-untyped-def]
+        self.renders += 1
+        return super().render(parent, messages)
+
+
+def test_a_flood_of_turns_is_fitted_in_a_few_renders_dropping_only_what_it_must(demo_model: ModelDir) -> None:
+    small = CountingEngine(DEMO_NAME, EngineSettings(n_ctx=512), root=demo_model.root)
+    try:
+        parent = small.backend("f16")
+        messages = [{"role": "system", "content": "You are terse."}]
+        for i in range(500):
+            messages += [{"role": "user", "content": f"Turn {i}: tell me more."}]
+            messages += [{"role": "assistant", "content": "Ok."}]
+        messages += user("Reply with OK.")
+        tokens, dropped = small.fit_context(parent, messages, 64)
+        assert small.renders <= 4  # linear: not one render per dropped turn (the old loop made ~1000)
+        assert len(tokens) <= 512 - 64
+        # The fewest turns: keeping one more would not fit.
+        assert len(Engine.render(small, parent, messages[:1] + messages[dropped:])) > 512 - 64
+        stop = threading.Event()
+        stop.set()
+        with pytest.raises(Cancelled):
+            small.fit_context(parent, messages, 64, stop)
+    finally:
+        small.close()
+
+
+def test_without_a_seed_each_answer_samples_anew_and_a_seed_repeats_plain_decoding(engine: Engine) -> None:
+    poem = user("Write a poem about the sea.")
+    sampled = ChatOptions(max_tokens=24, no_spec=True, sampling_overrides=(("temperature", 1.0),))
+    assert collect(engine, poem, sampled)[0] != collect(engine, poem, sampled)[0]  # Regenerate samples anew
+    seeded = replace(sampled, sampling_overrides=(("temperature", 1.0), ("seed", 2**64 - 1)))
+    texts = []
+    for _ in range(2):
+        engine.reset_caches()  # the same prefill each time: a reused prefix may round differently
+        texts.append(collect(engine, poem, seeded)[0])
+    assert texts[0] == texts[1]
+    for bad in (-1, 2**64):
+        with pytest.raises(UserError, match="seed"):
+            ChatOptions(sampling_overrides=(("seed", bad),))
 
 
 def test_unicode_is_never_split(engine: Engine) -> None:

@@ -11,7 +11,9 @@ from tests.conftest import REPO
 
 PACKAGES = ("app", "installer", "runtime", "converters")
 # What people and programs use: they may import anything.
-SURFACES = ("app", "installer", "runtime.cli", "runtime.bench", "runtime.server", "runtime.api_schema")
+SURFACES = (
+    "app", "installer", "runtime.cli", "runtime.bench", "runtime.server", "runtime.api_schema", "runtime.api_guard"
+)
 # The shared base: the cache layout, the errors, and the machine (its cores, ggml's devices and CPU kernels,
 # llama.cpp's log), which the converter's quantizer needs as much as the runtime does.
 BASE = ("runtime", "runtime.errors", "runtime.cache", "runtime.hardware", "runtime.ggml_lib", "runtime.cpu_variant",

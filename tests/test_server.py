@@ -188,7 +188,7 @@ def test_a_client_that_goes_away_cancels_its_answer_and_the_next_is_answered(ser
     assert status == 200 and answer["choices"][0]["message"]["content"]
 
 
-def test_turns_of_one_conversation_reuse_the_kv_prefix(server: Served) -> None:
+def test_turns_of_one_conversation_are_answered_and_reuse_is_not_reported(server: Served) -> None:
     first = server.post(greedy("Tell me about the moon.", 16))[2]
     turn2 = [
         {"role": "user", "content": "Tell me about the moon."},
@@ -196,7 +196,10 @@ def test_turns_of_one_conversation_reuse_the_kv_prefix(server: Served) -> None:
         {"role": "user", "content": "And the sun?"},
     ]
     second = server.post({"messages": turn2, "temperature": 0, "max_tokens": 8})[2]
-    assert second["specquant"]["reused_tokens"] >= first["usage"]["prompt_tokens"] - 1
+    assert second["choices"][0]["message"]["content"]
+    # The KV prefix is reused (tests/test_engine.py), but an API client is not told how much: that would
+    # say how much of another client's chat the cache holds.
+    assert "reused_tokens" not in second["specquant"]
 
 
 @pytest.mark.parametrize(

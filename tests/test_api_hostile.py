@@ -1,0 +1,299 @@
+"""The local API against what web pages and broken clients send: real HTTP to a real `specquant serve` on
+127.0.0.1 (a forged Host, a foreign Origin, a form post, JSON that used to break a job, a message flood,
+abandoned requests), and an in-process server with short deadlines for a stalled body and a stalled
+reader. Each gets its status in OpenAI's error shape, and the next normal request is answered."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime.api_schema import MAX_CONTENT_CHARS, MAX_MESSAGES
+from runtime.cache import ModelDir
+from runtime.engine import ChatOptions, EngineSettings
+from runtime.engine_worker import EngineWorker
+from runtime.sampling import SamplingParams
+from runtime.server import Defaults, ServeConfig, Service, url_of, uvicorn_server
+from tests.test_server import DEMO, Served, greedy
+
+EVIL = "evil.example"
+
+
+@pytest.fixture(scope="module")
+def hostile_cache(demo_model: ModelDir, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import shutil
+
+    root = tmp_path_factory.mktemp("hostile") / "cache"
+    shutil.copytree(demo_model.path, root / demo_model.name)
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(hostile_cache: Path) -> Iterator[Served]:
+    s = Served(hostile_cache, "--max-queue", "2")
+    yield s
+    assert s.stop() == 0, s.stderr()
+
+
+def raw(s: Served, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None):
+    """(status, decoded JSON body) with exactly the headers given (http.client adds no Host when one is)."""
+    host, port = s.base.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=120)
+    try:
+        conn.request(method, path, body, headers or {})
+        r = conn.getresponse()
+        data = r.read()
+        kind = r.headers.get("content-type", "")
+        return r.status, r.headers, json.loads(data) if kind.startswith("application/json") else data
+    finally:
+        conn.close()
+
+
+def assert_error(body: Any, code: str | None = None) -> None:
+    assert set(body["error"]) == {"message", "type", "param", "code"}, body
+    assert "Traceback" not in json.dumps(body)
+    if code:
+        assert body["error"]["code"] == code, body
+
+
+def still_answers(s: Served) -> None:
+    status, _, body = s.post(greedy("What is 2+2?", 4))
+    assert status == 200 and body["choices"][0]["message"]["content"], body
+
+
+def test_a_page_with_another_host_is_refused_even_after_dns_rebinding(server: Served) -> None:
+    port = server.base.rsplit(":", 1)[1]
+    chat = json.dumps(greedy("hi", 4)).encode()
+    for host in (f"{EVIL}:{port}", EVIL, f"127.0.0.1.{EVIL}:{port}", ""):
+        for method, path, body in (
+            ("GET", "/v1/models", None),
+            ("GET", "/health", None),
+            ("POST", "/v1/chat/completions", chat),
+        ):
+            headers = {"Host": host, "Content-Type": "application/json"}
+            status, _, answer = raw(server, method, path, body, headers)
+            assert status == 421, (host, path, answer)
+            assert_error(answer, "host_not_allowed")
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", "localhost", "LOCALHOST"):
+        assert raw(server, "GET", "/v1/models", headers={"Host": host})[0] == 200, host
+
+
+def test_a_foreign_origin_and_a_form_post_are_refused(server: Served) -> None:
+    chat = json.dumps(greedy("hi", 4)).encode()
+    origin = {"Host": "127.0.0.1", "Origin": f"http://{EVIL}"}
+    status, headers, body = raw(server, "GET", "/v1/models", headers=origin)
+    assert status == 403 and "access-control-allow-origin" not in headers
+    assert_error(body, "origin_not_allowed")
+    assert "--cors-origin" in body["error"]["message"]
+    status, _, body = raw(server, "POST", "/v1/chat/completions", chat, origin | {"Content-Type": "application/json"})
+    assert status == 403
+    # What an HTML form can send without a preflight: never application/json.
+    for kind in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", None):
+        headers = {"Host": "127.0.0.1"} | ({"Content-Type": kind} if kind else {})
+        status, _, body = raw(server, "POST", "/v1/chat/completions", chat, headers)
+        assert status == 415, (kind, body)
+        assert_error(body, "unsupported_media_type")
+    headers = {"Host": "127.0.0.1", "Content-Type": "application/json; charset=utf-8"}
+    assert raw(server, "POST", "/v1/chat/completions", chat, headers)[0] == 200
+
+
+def test_a_named_origin_is_served_with_cors(hostile_cache: Path) -> None:
+    s = Served(hostile_cache, "--cors-origin", "http://ok.example")
+    try:
+        ok = {"Host": "127.0.0.1", "Origin": "http://ok.example"}
+        status, headers, _ = raw(s, "GET", "/v1/models", headers=ok)
+        assert status == 200 and headers["access-control-allow-origin"] == "http://ok.example"
+        preflight = ok | {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "content-type"}
+        status, headers, _ = raw(s, "OPTIONS", "/v1/chat/completions", headers=preflight)
+        assert status == 200 and headers["access-control-allow-origin"] == "http://ok.example"
+        assert raw(s, "GET", "/v1/models", headers={"Host": "127.0.0.1", "Origin": f"http://{EVIL}"})[0] == 403
+    finally:
+        assert s.stop() == 0, s.stderr()
+
+
+DEEP = 100_000
+BREAKERS = [
+    (b'{"messages": [{"role": "user", "content": "hi"}], "seed": -1}', "seed", "out of range"),
+    (b'{"messages": [{"role": "user", "content": "hi"}], "seed": 18446744073709551616}', "seed", "out of range"),
+    (b'{"messages": [{"role": "user", "content": "a\\ud800b"}]}', "messages[0].content", "lone surrogate"),
+    (b'{"messages": [{"role": "user", "content": "hi"}], "stop": ["\\udfff"]}', "stop", "lone surrogate"),
+    (b'{"messages": ' + b"[" * DEEP + b"]" * DEEP + b"}", None, "nested too deeply"),
+    (b'{"messages": [{"role": "user", "content": "hi"}], "max_tokens": ' + b"9" * 5000 + b"}", None, "out of range"),
+]
+
+
+@pytest.mark.parametrize(
+    ("payload", "param", "words"), BREAKERS, ids=["seed-1", "seed2^64", "surrogate", "stop-surrogate", "deep", "digits"]
+)
+def test_valid_json_that_broke_a_job_is_a_400_and_the_model_stays_loaded(
+    server: Served, payload: bytes, param: str | None, words: str
+) -> None:
+    status, _, body = server.post(payload)
+    assert status == 400, body
+    assert_error(body)
+    assert body["error"]["param"] == param and words in body["error"]["message"], body
+    assert server.health()["model"] == DEMO
+    still_answers(server)
+
+
+def test_a_message_flood_is_refused_and_abandoned_requests_leave_the_queue(server: Served) -> None:
+    flood = {"messages": [{"role": "user", "content": "hi"}] * (MAX_MESSAGES + 1)}
+    status, _, body = server.post(flood)
+    assert status == 400 and f"at most {MAX_MESSAGES}" in body["error"]["message"]
+    huge = {"messages": [{"role": "user", "content": "x " * (MAX_CONTENT_CHARS // 2 + 1)}]}
+    status, _, body = server.post(huge)
+    assert status == 400 and f"at most {MAX_CONTENT_CHARS}" in body["error"]["message"]
+
+    # One long answer runs; two more wait (the queue holds 2); their clients go away.
+    host, port = server.base.removeprefix("http://").split(":")
+    long = json.dumps(greedy("Write a very long story about a dragon.", 2000, stream=True))
+    running = http.client.HTTPConnection(host, int(port), timeout=60)
+    running.request("POST", "/v1/chat/completions", long, {"Content-Type": "application/json"})
+    response = running.getresponse()
+    assert response.status == 200
+    waiting = []
+    for _ in range(2):
+        c = socket.create_connection((host, int(port)))
+        body = json.dumps(greedy("hi", 4)).encode()
+        head = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        c.sendall(head.encode() + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        waiting.append(c)
+    deadline = time.monotonic() + 30
+    while server.health()["waiting"] < 2:
+        assert time.monotonic() < deadline, server.health()
+        time.sleep(0.02)
+    assert server.post(greedy("hi", 4))[0] == 429  # full
+    for c in waiting:
+        c.close()  # abandoned while waiting
+    deadline = time.monotonic() + 5
+    while server.health()["waiting"]:  # they leave the queue at once, not when the long answer ends
+        assert time.monotonic() < deadline, server.health()
+        time.sleep(0.02)
+    assert server.health()["busy"]
+    running.sock.close()
+    running.close()
+    server.wait_idle(timeout=10)
+    still_answers(server)
+
+
+def test_the_log_shows_the_raw_path_so_no_line_can_be_forged(server: Served) -> None:
+    status, _, _ = raw(server, "GET", "/v1/models%0AGET%20/forged%20200", headers={"Host": "127.0.0.1"})
+    assert status == 404
+    log = server.stderr()
+    assert "/v1/models%0AGET%20/forged%20200 404" in log
+    assert not any(line.startswith("GET /forged") for line in log.splitlines())
+
+
+def test_api_clients_are_not_told_how_much_of_another_chat_is_cached(server: Served) -> None:
+    secret = [{"role": "user", "content": "My account number is 12345678. Remember it."}]
+    server.post({"messages": secret, "temperature": 0, "max_tokens": 4})
+    _, _, body = server.post({"messages": secret, "temperature": 0, "max_tokens": 4})
+    assert "reused_tokens" not in body["specquant"]
+
+
+@contextlib.contextmanager
+def in_process(
+    cache: Path, monkeypatch: pytest.MonkeyPatch, sndbuf: int = 0, n_ctx: int = 2048, **config: Any
+) -> Iterator[str]:
+    """The real app on a loopback socket in this process (ServeConfig as given), with its own engine thread."""
+    monkeypatch.setenv("SPECQUANT_CACHE_DIR", str(cache))
+    runner = EngineWorker(max_queue=4)
+    options = ChatOptions(sampling=SamplingParams())
+    defaults = Defaults(DEMO, EngineSettings(n_ctx=n_ctx, n_threads=2), options)
+    service = Service(runner, lambda: defaults, ServeConfig(**config))
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if sndbuf:  # accepted connections inherit it: a stalled reader blocks the server's sends soon
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    server = uvicorn_server(service)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    url = url_of(sock)
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        yield url
+    finally:
+        service.cancel_all()
+        server.should_exit = True
+        thread.join(30)
+        runner.close(30)
+        sock.close()
+
+
+def _get(url: str, path: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    try:
+        conn.request("GET", path, headers=headers or {})
+        r = conn.getresponse()
+        return r.status, json.loads(r.read())
+    finally:
+        conn.close()
+
+
+def test_health_needs_the_key_beyond_loopback_and_a_stalled_body_gets_408(
+    hostile_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Configured for a non-loopback bind (served here on 127.0.0.1): /health says nothing without the key.
+    with in_process(hostile_cache, monkeypatch, host="192.0.2.1", api_key="sesame", body_deadline_s=1.0) as url:
+        status, body = _get(url, "/health")
+        assert status == 401 and body["error"]["code"] == "invalid_api_key"
+        assert _get(url, "/health", {"Authorization": "Bearer sesame"})[0] == 200
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=30) as c:
+            started = time.monotonic()
+            c.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b'Authorization: Bearer sesame\r\nContent-Length: 100\r\n\r\n{"mess'
+            )
+            reply = c.recv(65536).decode()
+            assert reply.startswith("HTTP/1.1 408"), reply
+            assert "did not arrive within 1 s" in reply
+            assert time.monotonic() - started < 20
+
+
+def test_a_reader_that_stops_reading_does_not_hold_the_engine(
+    hostile_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with in_process(hostile_cache, monkeypatch, sndbuf=4096, n_ctx=8192, stall_s=1.0) as url:
+        host, port = url.removeprefix("http://").split(":")
+        c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        c.connect((host, int(port)))
+        body = json.dumps(greedy("Write a very long story about a dragon and a knight.", 8000, stream=True)).encode()
+        head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        c.sendall(head + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        try:
+            # Never read: once the socket's small buffers and the transport's 64 KiB are full, the server's
+            # send blocks, and after stall_s the answer is cancelled (5-20 s here, by the demo's speed).
+            # 8000 tokens take the demo model over 50 s even at 150 tokens/s.
+            deadline = time.monotonic() + 30
+            while not _get(url, "/health")[1]["busy"]:  # the answer has started
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            deadline = time.monotonic() + 45
+            while True:
+                status, health = _get(url, "/health")
+                if status == 200 and not health["busy"]:
+                    break
+                assert time.monotonic() < deadline, health
+                time.sleep(0.2)
+        finally:
+            c.close()
+        conn = http.client.HTTPConnection(host, int(port), timeout=60)
+        conn.request("POST", "/v1/chat/completions", json.dumps(greedy("hi", 4)), {"Content-Type": "application/json"})
+        assert conn.getresponse().status == 200
+        conn.close()
