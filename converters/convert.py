@@ -32,9 +32,12 @@ from runtime.cache import (
     ModelDir,
     cache_root,
     check_name,
+    disk_error,
     ensure_dir,
     fsync_dir,
+    fsync_file,
     list_models,
+    remove_contents,
     sha256_file,
     tier_is_intact,
 )
@@ -119,16 +122,28 @@ def convert(
         planned = plan_f16(source, name, allow_requant)
     ensure_dir(model.root)
     created = not model.path.exists()
+    failed = False
     try:
         with model.lock():
-            return _convert_locked(
-                model, source, lambda: planned or plan_f16(source, name, allow_requant), report, cancelled, on_sizes
-            )
-    except BaseException:
-        if created:
-            # Nothing of value was there before us: leave nothing behind.
-            shutil.rmtree(model.path, ignore_errors=True)
-        raise
+            try:
+                return _convert_locked(
+                    model, source, lambda: planned or plan_f16(source, name, allow_requant), report, cancelled, on_sizes
+                )
+            except BaseException:  # an error, a Cancel or Ctrl-C
+                failed = True
+                if created:
+                    # Nothing of value was there before us: remove what we wrote while the lock still keeps
+                    # another converter of this name out, so it cannot start on our leftovers.
+                    with contextlib.suppress(OSError):
+                        remove_contents(model.path)
+                raise
+    finally:
+        if failed and created:
+            # Only the lock file and the folder remain; rmdir refuses a folder someone has since written to.
+            with contextlib.suppress(OSError):
+                (model.path / ".lock").unlink()
+            with contextlib.suppress(OSError):
+                model.path.rmdir()
 
 
 def _convert_locked(
@@ -209,7 +224,11 @@ def _finish_tier(model: ModelDir, tier: str, cancelled: Callable[[], bool] | Non
         "tensor_types": summary.tensor_types,
         "fallbacks": summary.fallbacks,
     }
-    os.replace(partial, model.tier_path(tier))
+    fsync_file(partial)  # whoever wrote it (llama.cpp's quantizer does not): the data first, then the rename
+    try:
+        os.replace(partial, model.tier_path(tier))
+    except OSError as e:
+        raise disk_error(model.tier_path(tier), e) from None
     fsync_dir(model.path)
     return record
 

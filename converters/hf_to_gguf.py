@@ -108,7 +108,7 @@ def _add_hparams(w: gguf.GGUFWriter, config: dict[str, Any], head_dim: int, name
     w.add_block_count(int(config["num_hidden_layers"]))
     w.add_feed_forward_length(int(config["intermediate_size"]))
     w.add_head_count(n_head)
-    w.add_head_count_kv(int(config.get("num_key_value_heads", n_head)))
+    w.add_head_count_kv(int(config.get("num_key_value_heads") or n_head))
     w.add_layer_norm_rms_eps(float(config.get("rms_norm_eps", 1e-6)))
     w.add_rope_freq_base(float(config.get("rope_theta", 10000.0)))
     w.add_rope_dimension_count(head_dim)
@@ -155,22 +155,94 @@ def add_sampling_defaults(w: gguf.GGUFWriter, directory: Path) -> None:
             getattr(w, method)(kind(value))
 
 
+# config.json sizes a conversion reads: each a whole number from 1 to 2^31 - 1 (GGUF stores them as 32-bit,
+# and llama.cpp as int32). Optional ones may be absent (or null).
+_SIZES = ("num_hidden_layers", "num_attention_heads", "hidden_size", "intermediate_size", "vocab_size")
+_OPTIONAL_SIZES = ("num_key_value_heads", "head_dim", "max_position_embeddings")
+_OPTIONAL_REALS = ("rms_norm_eps", "rope_theta")
+_MAX_SIZE = 2**31 - 1
+
+
+def check_config(config: dict[str, Any], path: Path) -> None:
+    """Refuse, naming the field and its value, any size a hostile or broken config.json could use to divide by
+    zero, wrap around or ask for absurd memory; and rope settings that are not positive numbers."""
+    for key in _SIZES + _OPTIONAL_SIZES:
+        value = config.get(key)
+        if value is None and key in _OPTIONAL_SIZES:
+            continue
+        if value is None:
+            raise UserError(f"{path}: '{key}' is missing")
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= _MAX_SIZE:
+            raise UserError(f"{path}: '{key}' is {value!r}; it must be a whole number from 1 to {_MAX_SIZE}")
+    for key in _OPTIONAL_REALS:
+        value = config.get(key)
+        if value is not None and not _positive_real(value):
+            raise UserError(f"{path}: '{key}' is {value!r}; it must be a positive number")
+    n_head = config["num_attention_heads"]
+    n_head_kv = config.get("num_key_value_heads") or n_head
+    if n_head % n_head_kv:
+        raise UserError(
+            f"{path}: 'num_attention_heads' {n_head} is not a multiple of 'num_key_value_heads' {n_head_kv}"
+        )
+    if not config.get("head_dim") and config["hidden_size"] % n_head:
+        raise UserError(
+            f"{path}: 'hidden_size' {config['hidden_size']} is not a multiple of 'num_attention_heads' {n_head}"
+        )
+    scaling = config.get("rope_scaling")
+    if scaling is None:
+        return
+    if not isinstance(scaling, dict):
+        raise UserError(f"{path}: 'rope_scaling' must be an object, not {scaling!r}")
+    kind = scaling.get("rope_type", scaling.get("type"))
+    if kind not in (None, "default", "linear", "yarn", "llama3"):
+        raise UserError(f"{path}: rope_scaling type {kind!r} is not supported")
+    if kind in ("linear", "yarn", "llama3") and not _positive_real(scaling.get("factor")):
+        raise UserError(f"{path}: 'rope_scaling.factor' is {scaling.get('factor')!r}; it must be a positive number")
+    for key in ("low_freq_factor", "high_freq_factor"):
+        if key in scaling and not _positive_real(scaling[key]):
+            raise UserError(f"{path}: 'rope_scaling.{key}' is {scaling[key]!r}; it must be a positive number")
+    orig = scaling.get("original_max_position_embeddings")
+    if orig is not None and (not isinstance(orig, int) or isinstance(orig, bool) or not 1 <= orig <= _MAX_SIZE):
+        raise UserError(f"{path}: 'rope_scaling.original_max_position_embeddings' is {orig!r}")
+    if kind == "llama3" and scaling.get("low_freq_factor", 1.0) >= scaling.get("high_freq_factor", 4.0):
+        raise UserError(f"{path}: 'rope_scaling.low_freq_factor' must be below 'high_freq_factor'")
+
+
+def _positive_real(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def _check_heads(t: SafeTensor, hf_name: str, heads: int, head_dim: int, path: Path) -> None:
+    """Q and K rows must be heads x head size: the Q/K permutation reshapes by them (and llama.cpp would
+    refuse the file anyway)."""
+    if len(t.shape) != 2 or t.shape[0] != heads * head_dim:
+        raise UserError(
+            f"{path}: {heads} heads of size {head_dim} do not match tensor {hf_name!r} of shape {list(t.shape)}"
+        )
+
+
 def plan_hf(directory: Path, name: str) -> F16Plan:
     """Check the checkpoint and plan its F16 tensors; nothing is read or written yet."""
     check_hf_dir(directory)
     stats = RangeStats()
     config = read_config(directory)
     spec = arch_spec(config, directory)
-    try:
-        n_layer = int(config["num_hidden_layers"])
-        n_head = int(config["num_attention_heads"])
-        n_head_kv = int(config.get("num_key_value_heads", n_head))
-        vocab_size = int(config["vocab_size"])
-        head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // n_head)
-    except (KeyError, TypeError, ValueError) as e:
-        raise UserError(f"{directory / 'config.json'}: missing or bad field {e}") from None
-    vocab = load_bpe_vocab(directory, vocab_size)
-    source = read_checkpoint(directory)
+    config_path = directory / "config.json"
+    check_config(config, config_path)
+    n_layer = config["num_hidden_layers"]
+    n_head = config["num_attention_heads"]
+    n_head_kv = config.get("num_key_value_heads") or n_head
+    vocab_size = config["vocab_size"]
+    head_dim = config.get("head_dim") or config["hidden_size"] // n_head
+    if spec.permute_qk and head_dim % 2:
+        raise UserError(f"{config_path}: head size {head_dim} is odd; rotary embeddings need an even one")
+    source = read_checkpoint(directory)  # headers only: shapes bound what config.json may claim
+    embed = source.get("model.embed_tokens.weight")
+    if embed is not None and (len(embed.shape) != 2 or embed.shape[0] != vocab_size):
+        raise UserError(
+            f"{config_path}: 'vocab_size' {vocab_size} does not match model.embed_tokens.weight of shape "
+            f"{list(embed.shape)}"
+        )
     name_map = gguf.TensorNameMap(spec.arch, n_layer)
     tied = bool(config.get("tie_word_embeddings", False)) or "lm_head.weight" not in source
 
@@ -186,12 +258,16 @@ def plan_hf(directory: Path, name: str) -> F16Plan:
             raise UserError(f"{t.file}: unexpected tensor {hf_name!r} for {spec.arch.name.lower()}")
         stats.source_dtypes.add(t.dtype)
         heads = None
-        if spec.permute_qk and hf_name.endswith("q_proj.weight"):
-            heads = n_head
-        elif spec.permute_qk and hf_name.endswith("k_proj.weight"):
-            heads = n_head_kv
+        if hf_name.endswith("q_proj.weight"):
+            _check_heads(t, hf_name, n_head, head_dim, config_path)
+            heads = n_head if spec.permute_qk else None
+        elif hf_name.endswith("k_proj.weight"):
+            _check_heads(t, hf_name, n_head_kv, head_dim, config_path)
+            heads = n_head_kv if spec.permute_qk else None
         dtype = target_dtype(gguf_name, t.shape)
         planned.append(PlannedTensor(gguf_name, t.shape, dtype, _producer(t, heads, dtype, stats)))
+
+    vocab = load_bpe_vocab(directory, vocab_size)
 
     def make_writer(path: Path) -> gguf.GGUFWriter:
         w = gguf.GGUFWriter(path, gguf.MODEL_ARCH_NAMES[spec.arch])

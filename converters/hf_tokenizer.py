@@ -82,8 +82,10 @@ def load_bpe_vocab(directory: Path, vocab_size: int) -> BpeVocab:
         raise UserError(f"{directory}: tokenizer.json is missing")
     try:
         tokenizer = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         raise UserError(f"{path}: not valid JSON") from None
+    if not isinstance(tokenizer, dict):
+        raise UserError(f"{path}: not a JSON object")
     if _is_sentencepiece(tokenizer):
         raise UserError(f"{path}: SentencePiece tokenizers (Llama 2, TinyLlama) are not supported yet")
     model = tokenizer.get("model") or {}
@@ -91,10 +93,16 @@ def load_bpe_vocab(directory: Path, vocab_size: int) -> BpeVocab:
         raise UserError(f"{path}: tokenizer model {model.get('type')!r} is not supported (byte-level BPE only)")
     pre = pre_tokenizer_name(tokenizer, path)
 
-    by_id: dict[int, tuple[str, int]] = {i: (t, gguf.TokenType.NORMAL) for t, i in model["vocab"].items()}
-    for added in tokenizer.get("added_tokens", []):
-        kind = gguf.TokenType.CONTROL if added.get("special") else gguf.TokenType.USER_DEFINED
-        by_id[int(added["id"])] = (added["content"], kind)
+    try:
+        vocab = model["vocab"].items()
+        by_id: dict[int, tuple[str, int]] = {_token_id(i): (str(t), gguf.TokenType.NORMAL) for t, i in vocab}
+        for added in tokenizer.get("added_tokens") or []:
+            kind = gguf.TokenType.CONTROL if added.get("special") else gguf.TokenType.USER_DEFINED
+            by_id[_token_id(added["id"])] = (str(added["content"]), kind)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise UserError(f"{path}: malformed BPE vocabulary (token ids must be whole numbers from 0)") from None
+    if not by_id:
+        raise UserError(f"{path}: the BPE vocabulary is empty")
     n = max(vocab_size, max(by_id) + 1)
     if n > vocab_size:
         raise UserError(f"{path}: the tokenizer has {n} tokens but config.json's vocab_size is {vocab_size}")
@@ -104,6 +112,13 @@ def load_bpe_vocab(directory: Path, vocab_size: int) -> BpeVocab:
         tokens.append(text)
         types.append(int(kind))
     return BpeVocab(tokens, types, pre)
+
+
+def _token_id(value: object) -> int:
+    """A token id from tokenizer.json: a whole number >= 0 (else ValueError)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(value)
+    return value
 
 
 def add_tokenizer(writer: gguf.GGUFWriter, directory: Path, vocab: BpeVocab) -> None:

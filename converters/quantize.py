@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from runtime.cache import fsync_file
 from runtime.errors import Cancelled, SpecQuantError
 from runtime.hardware import physical_cores
 
@@ -146,6 +147,12 @@ def quantize(
     qtype = QUANT_TYPES[tier]
     expected = expected_bytes(src.stat().st_size, qtype)
     run_llama_child("quantize", src, dst, qtype.ftype, expected, on_bytes, cancelled)
+    try:
+        fsync_file(dst)  # llama.cpp closes the file without syncing it; it must be on disk before any rename
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            dst.unlink()
+        raise
 
 
 def check_loads(path: Path, cancelled: Callable[[], bool] | None = None) -> None:

@@ -125,10 +125,17 @@ def _progress_bar_class(on_bytes: BytesFn | None, cancel: threading.Event | None
     return _Bar
 
 
-def download(repo_id: str, on_bytes: BytesFn | None = None, cancel: threading.Event | None = None) -> Path:
+def download(
+    repo_id: str,
+    on_bytes: BytesFn | None = None,
+    cancel: threading.Event | None = None,
+    revision: str | None = None,
+) -> Path:
     """Fetch the safetensors, JSON and tokenizer files of `repo_id` (honours HF_HUB_OFFLINE and the HF cache).
-    `on_bytes` hears the bytes fetched so far; setting `cancel` stops the download with Cancelled."""
-    from huggingface_hub import snapshot_download
+    `revision` defaults to the commit the catalogue pins the repo to (else the Hub's main). The files' sizes are
+    checked against the free disk space first. `on_bytes` hears the bytes fetched so far; setting `cancel` stops
+    the download with Cancelled."""
+    from huggingface_hub import constants, snapshot_download
     from huggingface_hub.errors import (
         GatedRepoError,
         LocalEntryNotFoundError,
@@ -136,9 +143,18 @@ def download(repo_id: str, on_bytes: BytesFn | None = None, cancel: threading.Ev
         RevisionNotFoundError,
     )
 
+    from runtime.catalog import check_download_space, pinned_revision
+
+    revision = revision or pinned_revision(repo_id)
     extra = {"tqdm_class": _progress_bar_class(on_bytes, cancel)} if on_bytes or cancel else {}
     try:
-        path = Path(snapshot_download(repo_id, allow_patterns=HF_PATTERNS, **extra))
+        if cancel is not None and cancel.is_set():
+            raise Cancelled("download cancelled")
+        if not constants.HF_HUB_OFFLINE:
+            sizes = _sizes_to_fetch(repo_id, revision)
+            if sizes:
+                check_download_space(sizes, Path(constants.HF_HUB_CACHE), repo_id)
+        path = Path(snapshot_download(repo_id, revision=revision, allow_patterns=HF_PATTERNS, **extra))
         if cancel is not None and cancel.is_set():  # a backend that swallowed the bar's exception
             raise Cancelled("download cancelled")
         return path
@@ -149,10 +165,33 @@ def download(repo_id: str, on_bytes: BytesFn | None = None, cancel: threading.Ev
         ) from None
     except GatedRepoError:
         raise UserError(f"{repo_id} is gated: accept its licence on the Hub and log in (`hf auth login`)") from None
-    except (RepositoryNotFoundError, RevisionNotFoundError):
+    except RevisionNotFoundError:
+        raise UserError(f"{repo_id}: revision {revision} is not on the Hub") from None
+    except RepositoryNotFoundError:
         raise UserError(f"{repo_id}: no such Hugging Face repository (or it is private)") from None
     except OSError as e:
         raise UserError(f"cannot download {repo_id}: {e}") from None
+
+
+def _sizes_to_fetch(repo_id: str, revision: str | None) -> dict[str, int] | None:
+    """Bytes still to download per file (what the HF cache lacks), from the Hub's file metadata; None when the
+    Hub cannot be asked (the download itself then falls back to the cache, or says why it cannot)."""
+    from huggingface_hub import HfApi, try_to_load_from_cache
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
+    from huggingface_hub.utils import filter_repo_objects
+
+    try:
+        info = HfApi().model_info(repo_id, revision=revision, files_metadata=True)
+    except (GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError):
+        raise  # the same answer the download would give: say it now
+    except Exception:  # no network, a proxy, an odd reply: the check is a courtesy, not a gate
+        return None
+    wanted = filter_repo_objects(info.siblings or [], allow_patterns=HF_PATTERNS, key=lambda s: s.rfilename)
+    return {
+        s.rfilename: max(0, int(s.size or 0))
+        for s in wanted
+        if not isinstance(try_to_load_from_cache(repo_id, s.rfilename, revision=info.sha), str)
+    }
 
 
 def _files(source: Source) -> list[Path]:

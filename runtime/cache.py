@@ -32,7 +32,11 @@ TIERS = ("f16", "q8_0", "q4_k_m")
 MANIFEST = "manifest.json"
 MANIFEST_SCHEMA = 1
 DEMO_NAME = "smollm2-135m-instruct"
-_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+_NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+# Windows opens the device, not a folder, for these names, with any extension (`con.txt` too).
+_WINDOWS_DEVICES = frozenset(
+    ["con", "prn", "aux", "nul", "conin$", "conout$"] + [f"{d}{i}" for d in ("com", "lpt") for i in "123456789"]
+)
 
 
 def size_text(n: float) -> str:
@@ -57,9 +61,16 @@ def default_wheel_dir(flavour: str) -> Path:
 
 
 def check_name(name: str) -> str:
-    """A model name is a folder name: lower-case letters, digits, '.', '_' and '-'."""
-    if not _NAME_RE.match(name) or name in (".", ".."):
-        raise UserError(f"invalid model name {name!r}: use 1-64 lower-case letters, digits, '.', '_' or '-'")
+    """A model name is a folder name on every OS: lower-case letters, digits, '.', '_' and '-', starting with a
+    letter or digit, not ending in '.' (Windows drops it), and none of Windows' device names."""
+    # fullmatch: `$` in `match` would let a trailing newline through.
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or name.endswith("."):
+        raise UserError(
+            f"invalid model name {name!r}: use 1-64 lower-case letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit and not ending in '.'"
+        )
+    if name.split(".", 1)[0] in _WINDOWS_DEVICES:
+        raise UserError(f"invalid model name {name!r}: {name.split('.', 1)[0]} is a reserved device name on Windows")
     return name
 
 
@@ -215,7 +226,7 @@ def list_models(root: Path | None = None) -> list[CachedModel]:
     if not root.is_dir():
         return []
     models = []
-    for d in sorted(p for p in root.iterdir() if p.is_dir() and _NAME_RE.match(p.name)):
+    for d in sorted(p for p in root.iterdir() if p.is_dir() and _NAME_RE.fullmatch(p.name)):
         md = ModelDir(root, d.name)
         present = tuple(t for t in TIERS if md.tier_path(t).is_file())
         models.append(CachedModel(d.name, d, md.read_manifest(), present))
@@ -223,19 +234,52 @@ def list_models(root: Path | None = None) -> list[CachedModel]:
 
 
 def delete_model(root: Path, name: str) -> None:
-    """Remove a model folder, refusing while another process converts it."""
+    """Remove a model folder, refusing while another process converts it. A model folder that is a symbolic
+    link (or a Windows junction) loses the link only: what it points at is never touched."""
     model = ModelDir(root, check_name(name))
+    if _is_link(model.path):
+        try:
+            model.path.unlink()
+        except OSError as e:
+            raise UserError(f"cannot remove the link {model.path}: {e.strerror or e}") from None
+        return
     if not model.path.is_dir():
         raise UserError(f"no model {name!r} in {root}")
     with model.lock():
         # Remove the manifest first: an interrupted delete then reads as incomplete, never as valid.
         model.manifest_path.unlink(missing_ok=True)
-        for p in model.path.iterdir():
-            if p.name != ".lock":  # still held (and open, which Windows would refuse to delete)
-                if p.is_dir():
-                    shutil.rmtree(p)
-                else:
-                    p.unlink(missing_ok=True)
+        remove_contents(model.path)
     shutil.rmtree(model.path, ignore_errors=True)
     if model.path.exists():
         raise UserError(f"could not remove every file of {model.path}; delete the folder by hand")
+
+
+def _is_link(path: Path) -> bool:
+    return path.is_symlink() or bool(getattr(path, "is_junction", lambda: False)())
+
+
+def remove_contents(folder: Path) -> None:
+    """Delete everything in `folder` but its held `.lock` (open, which Windows would refuse to delete). Links
+    inside are removed as links; their targets are left alone."""
+    for p in folder.iterdir():
+        if p.name == ".lock":
+            continue
+        if p.is_dir() and not _is_link(p):
+            shutil.rmtree(p)
+        else:
+            p.unlink(missing_ok=True)
+
+
+def fsync_file(path: Path) -> None:
+    """Flush a finished file to disk before it is renamed into place: after a crash the new name then holds the
+    whole file, never a hole (the rename is journalled before the data otherwise)."""
+    try:
+        fd = os.open(path, os.O_RDONLY if sys.platform != "win32" else os.O_RDWR)
+    except OSError as e:
+        raise disk_error(path, e) from None
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        raise disk_error(path, e) from None
+    finally:
+        os.close(fd)

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,8 @@ BITS_PER_WEIGHT = {"f16": 16.0, "q8_0": 8.5, "q4_k_m": 4.9}  # converters.quanti
 SHAPE_KEYS = ("n_layer", "n_embd", "n_head_kv", "head_dim", "n_vocab")
 DEFAULT_N_CTX = 4096  # the app's default context size: the KV cache the RAM figures include
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+DOWNLOAD_MARGIN = 64 * 1024 * 1024  # what a download leaves free at least (the converter keeps the same margin)
 _FIELDS = {
     "repo": str,
     "params": int,
@@ -45,6 +49,7 @@ _FIELDS = {
     "licence": str,
     "description": str,
     "shape": dict,
+    "revision": str,
 }
 _KINDS = {str: "text", int: "a whole number", dict: "an object"}
 
@@ -66,6 +71,9 @@ class Entry:
     description: str
     shape: dict[str, int]
     gated: bool = False  # the Hub asks the user to accept the licence (and log in) before downloading
+    # The commit the entry was checked against: downloads ask for exactly these files, so a later push to the
+    # repo (or a swapped file) cannot change what Discover installs.
+    revision: str = ""
 
     @property
     def name(self) -> str:
@@ -114,6 +122,8 @@ def _entry(raw: Any, where: str) -> Entry:
     gated = raw.get("gated", False)
     if not isinstance(gated, bool):
         raise UserError(f"{where}: 'gated' must be true or false")
+    if not _COMMIT.fullmatch(raw["revision"]):
+        raise UserError(f"{where}: 'revision' {raw['revision']!r} is not a 40-character commit hash")
     return Entry(
         raw["repo"],
         raw["params"],
@@ -122,6 +132,7 @@ def _entry(raw: Any, where: str) -> Entry:
         raw["description"].strip(),
         {k: shape[k] for k in SHAPE_KEYS},
         gated,
+        raw["revision"],
     )
 
 
@@ -149,6 +160,33 @@ def load_catalog(path: Path | None = None) -> list[Entry]:
             raise UserError(f"{where}: {entry.repo} is listed twice")
         entries.append(entry)
     return entries
+
+
+def pinned_revision(repo: str) -> str | None:
+    """The commit the catalogue pins `repo` to, or None for a repo it does not list (the Hub's main then).
+    A damaged catalogue pins nothing here: Discover reports it, and a repo id typed by hand still downloads."""
+    try:
+        entries = load_catalog()
+    except UserError:
+        return None
+    return next((e.revision for e in entries if e.repo == repo), None)
+
+
+def check_download_space(sizes: Mapping[str, int], folder: Path, repo: str) -> None:
+    """Refuse a download whose files (name -> bytes still to fetch) would not fit in `folder`'s free space,
+    before the first byte: a download that fills the disk fails late and leaves the disk full."""
+    need = sum(sizes.values())
+    if not need:
+        return
+    probe = folder
+    while not probe.exists() and probe != probe.parent:  # the HF cache may not exist yet: ask its volume
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if free < need + DOWNLOAD_MARGIN:
+        raise UserError(
+            f"not enough disk space to download {repo}: its {len(sizes)} files need "
+            f"{size_text(need + DOWNLOAD_MARGIN)} in {folder}, {size_text(free)} free"
+        )
 
 
 # --- does it fit this machine? ----------------------------------------------------------------------

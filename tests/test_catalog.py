@@ -33,6 +33,7 @@ GOOD = {
     "shape": {"n_layer": 16, "n_embd": 2048, "n_head_kv": 8, "head_dim": 64, "n_vocab": 128256},
     "licence": "Apache-2.0",
     "description": "A model for tests.",
+    "revision": "0123456789abcdef0123456789abcdef01234567",
 }
 
 
@@ -74,8 +75,10 @@ class FakeHub(http.server.ThreadingHTTPServer):
     over localhost, so a real download (huggingface_hub's own HTTP code, our progress bar) runs offline.
     Weights are sent in `piece`-byte writes `delay` seconds apart, so a test can cancel mid-file."""
 
-    def __init__(self, repo: str, files: Path, piece: int = 1 << 20, delay: float = 0.0) -> None:
-        self.repo, self.piece, self.delay = repo, piece, delay
+    def __init__(
+        self, repo: str, files: Path, piece: int = 1 << 20, delay: float = 0.0, sizes: dict[str, int] | None = None
+    ) -> None:
+        self.repo, self.piece, self.delay, self.sizes = repo, piece, delay, sizes or {}
         self.files = {p.name: p.read_bytes() for p in sorted(files.iterdir()) if p.is_file()}
         self.served = 0  # bytes of file bodies written
         super().__init__(("127.0.0.1", 0), _HubHandler)
@@ -131,10 +134,11 @@ class _HubHandler(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         api = f"/api/models/{self.server.repo}"
         path = self.path.split("?")[0]
-        if path == f"{api}/revision/main":
-            self._json(
-                {"id": self.server.repo, "sha": COMMIT, "siblings": [{"rfilename": n} for n in self.server.files]}
-            )
+        if path in (api, f"{api}/revision/main"):
+            # With files_metadata (`?blobs=true`) the Hub adds each file's size; `sizes` overrides what is claimed.
+            files = self.server.files.items()
+            siblings = [{"rfilename": n, "size": self.server.sizes.get(n, len(b))} for n, b in files]
+            self._json({"id": self.server.repo, "sha": COMMIT, "siblings": siblings})
         elif path == f"{api}/tree/{COMMIT}":
             self._json(
                 [
@@ -176,6 +180,9 @@ def test_the_shipped_catalogue_holds_real_supported_models() -> None:
     assert len({e.repo for e in entries}) == len(entries)
     gated = {e.repo for e in entries if e.gated}
     assert gated == {e.repo for e in entries if e.repo.startswith("meta-llama/")}
+    assert all(len(e.revision) == 40 for e in entries)  # every download is pinned to a commit
+    assert catalog.pinned_revision(entries[0].repo) == entries[0].revision
+    assert catalog.pinned_revision("someone/else") is None
 
 
 def test_tier_sizes_are_the_converters_estimate_from_the_parameter_count() -> None:
@@ -231,6 +238,8 @@ def test_fit_reads_this_computers_ram(monkeypatch: pytest.MonkeyPatch) -> None:
         ([{**GOOD, "shape": {**GOOD["shape"], "n_layer": 0}}], "entry 1 (org/model-1B-Instruct): 'shape.n_layer'"),
         ([{**GOOD, "description": "two\nlines"}], "'description' must be one non-empty line"),
         ([42], "entry 1: must be an object"),
+        ([{**GOOD, "revision": "main"}], "entry 1 (org/model-1B-Instruct): 'revision' 'main' is not a 40-character"),
+        ([{k: v for k, v in GOOD.items() if k != "revision"}], "'revision' is missing"),
     ],
 )
 def test_a_malformed_catalogue_is_one_line_naming_the_file_and_entry(
@@ -323,4 +332,31 @@ def test_cancel_stops_a_download_midway_and_leaves_no_model(
         with pytest.raises(Cancelled):
             sources.download("test-org/Micro-Instruct", on_bytes, cancel)
         assert hub.served < hub.total  # stopped within the file, not after it
+    assert not isolated_cache.exists() or not any(isolated_cache.iterdir())
+
+
+def test_the_download_space_check_decides_from_sizes_and_the_folders_free_space(tmp_path: Path) -> None:
+    free = shutil.disk_usage(tmp_path).free
+    catalog.check_download_space({"model.safetensors": 1000, "config.json": 10}, tmp_path, "org/small")
+    catalog.check_download_space({}, tmp_path, "org/cached")  # all in the HF cache already: nothing to check
+    # A folder that does not exist yet (a first download) is judged by the volume it will be made on.
+    catalog.check_download_space({"a.safetensors": 1000}, tmp_path / "hub" / "not-yet", "org/small")
+    with pytest.raises(UserError) as e:
+        catalog.check_download_space({"a.safetensors": free, "b.safetensors": 1}, tmp_path / "hub", "org/huge")
+    line = str(e.value)
+    assert line.startswith("not enough disk space to download org/huge: its 2 files need ") and "\n" not in line
+    assert f"in {tmp_path / 'hub'}" in line and line.endswith(" free")
+    # The margin counts: exactly the free space is not enough.
+    with pytest.raises(UserError, match="not enough disk space"):
+        catalog.check_download_space({"a.safetensors": free - catalog.DOWNLOAD_MARGIN + 1}, tmp_path, "org/edge")
+
+
+def test_a_download_larger_than_the_free_space_is_refused_before_its_first_byte(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_cache: Path, micro_hf: Path
+) -> None:
+    claimed = {"model.safetensors": shutil.disk_usage(tmp_path).free * 2}  # what the Hub's metadata says
+    with serve_hub(monkeypatch, tmp_path / "hub", FakeHub("test-org/Micro-Instruct", micro_hf, sizes=claimed)) as hub:
+        with pytest.raises(UserError, match="not enough disk space to download test-org/Micro-Instruct"):
+            sources.download("test-org/Micro-Instruct", lambda *a: None)
+        assert hub.served == 0
     assert not isolated_cache.exists() or not any(isolated_cache.iterdir())
