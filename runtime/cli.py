@@ -428,7 +428,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     devices = rpc.local_devices([d for d in args.device.split(",") if d] if args.device else None)
     if not rpc.port_is_free(ep):
         raise UserError(f"{ep} is taken: another worker or program listens there; choose another --port")
-    cache = None if args.no_cache else rpc.cache_dir()
+    cache = rpc.worker_cache(ep, args.cache)
     if not ep.loopback:
         print(
             f"warning: serving {ep} to the network: RPC has no authentication and no encryption, so anyone who "
@@ -437,7 +437,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         )
     names = ", ".join(name for name, _ in devices)
     print(f"SpecQuant worker on {ep}: {names}, {threads} threads, tensor cache {cache or 'off'} (Ctrl-C stops)")
-    thread = rpc.serve(ep, threads, devices, cache)
+    thread = rpc.serve(ep, threads, devices, cache, network_cache=cache is not None)
     try:
         while thread.is_alive():
             thread.join(0.5)
@@ -564,7 +564,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=0, help="threads (default: physical cores)")
     p.add_argument("--device", help="devices to serve, e.g. CUDA0 or CPU (default: the GPUs, else the CPU)")
     p.add_argument("--allow-network", action="store_true", help="allow a --host other computers can reach")
-    p.add_argument("--no-cache", action="store_true", help="do not keep received weights for the next connection")
+    p.add_argument(
+        "--cache", action=argparse.BooleanOptionalAction, default=None,
+        help="keep received weights, verified by hash, for the next connection (default: on for 127.0.0.1, off "
+        "with --allow-network)",
+    )
     p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("bench", help="measure configurations side by side (interleaved, medians, ratios)")

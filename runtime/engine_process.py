@@ -6,7 +6,9 @@ alive, and its next answer starts a new child: on the workers again, or on this 
 stay down (`take_notice` says so once). The child owns the Engine and answers one request at a time, as an
 Engine does; Chunks and errors come back over a pipe.
 Nothing waits forever: a first token within FIRST_TOKEN_TIMEOUT_S (loading a model onto a worker sends
-its weights), each later cycle within rpc.STALL_TIMEOUT_S.
+its weights), each later cycle within rpc.STALL_TIMEOUT_S. An error in the child (a prompt too long for the
+context, a chat template's error) ends its answer there and then: it reaches the caller at once as its own
+line, and the child stays ready for the next request. Stop reaches the child with every Chunk received.
 """
 
 from __future__ import annotations
@@ -108,7 +110,7 @@ class EngineProcess:
         )
         self._proc.start()
         theirs.close()
-        self.model, self.manifest, self.hardware, self.workers = self._receive(START_TIMEOUT_S, "start")[1]
+        self.model, self.manifest, self.hardware, self.workers = self._result(START_TIMEOUT_S, "start")
 
     def _ensure_child(self) -> None:
         """After a lost worker the next request starts a new child, which probes the workers again; while a
@@ -179,19 +181,19 @@ class EngineProcess:
             try:
                 while True:
                     kind, payload = self._receive(timeout, "answer", cancel)
-                    if kind == "end":
+                    if kind in ("end", "error"):  # the child's answer is over either way: it waits for the next
                         finished = True
+                        if kind == "error":
+                            raise payload
                         return
                     timeout = rpc.STALL_TIMEOUT_S
                     yield payload
             finally:
                 if not finished and self._proc.is_alive():  # a caller that stopped reading: stop the child's
                     self._cancel.set()  # answer too, and read it to its end so the next request starts clean
-                    try:
-                        while self._receive(rpc.STALL_TIMEOUT_S, "answer")[0] != "end":
+                    with contextlib.suppress(SpecQuantError):
+                        while self._receive(rpc.STALL_TIMEOUT_S, "answer")[0] not in ("end", "error"):
                             pass
-                    except SpecQuantError:
-                        pass
 
     def close(self) -> None:
         self._stop_child()
@@ -211,7 +213,7 @@ class EngineProcess:
         with self._lock:
             self._ensure_child()
             self._send((what,))
-            return self._receive(FIRST_TOKEN_TIMEOUT_S, what)[1]
+            return self._result(FIRST_TOKEN_TIMEOUT_S, what)
 
     def _send(self, message: tuple[Any, ...]) -> None:
         try:
@@ -219,13 +221,23 @@ class EngineProcess:
         except OSError:
             raise self._lost("ended") from None
 
+    def _result(self, timeout: float, doing: str) -> Any:
+        """The payload of the child's next message; its error raised here as ours."""
+        kind, payload = self._receive(timeout, doing)
+        if kind == "error":
+            raise payload
+        return payload
+
     def _receive(self, timeout: float, doing: str, cancel: threading.Event | None = None) -> tuple[str, Any]:
-        """The child's next message; its errors raised here as ours; a child that ended or fell silent for
-        `timeout` seconds is a WorkerError naming the worker."""
+        """The child's next message; its error as ("error", the exception to raise); a child that ended or
+        fell silent for `timeout` seconds is a WorkerError naming the worker. `cancel` is passed on to the
+        child at every call (every Chunk) and while waiting, so a busy stream cannot hide a Stop."""
         deadline = time.monotonic() + timeout
+        if cancel is not None and cancel.is_set():
+            self._cancel.set()  # the child stops within one verify cycle and sends its last Chunk
         while not self._conn.poll(_POLL_S):
             if cancel is not None and cancel.is_set():
-                self._cancel.set()  # the child stops within one verify cycle and sends its last Chunk
+                self._cancel.set()
             if not self._proc.is_alive() and not self._conn.poll(0):
                 raise self._lost("ended")
             if time.monotonic() > deadline:
@@ -236,7 +248,7 @@ class EngineProcess:
         except (EOFError, OSError):
             raise self._lost("ended") from None
         if kind == "error":
-            raise _ERRORS.get(payload, SpecQuantError)(rest[0])
+            return kind, _ERRORS.get(payload, SpecQuantError)(rest[0])
         return kind, payload
 
     def _lost(self, how: str) -> rpc.WorkerError:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import ipaddress
+import json
 import os
 import socket
 import statistics
@@ -116,9 +117,16 @@ class WorkerFacts:
         }
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
+def _recv_exact(sock: socket.socket, n: int, deadline: float | None = None) -> bytes:
+    """`n` bytes; with a `deadline` (time.monotonic()) all of them by then, so a listener that trickles a byte
+    now and then cannot hold the caller longer than one timeout (a socket timeout alone restarts per recv)."""
     data = b""
     while len(data) < n:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("deadline")
+            sock.settimeout(left)
         part = sock.recv(n - len(data))
         if not part:
             raise ConnectionResetError("closed")
@@ -126,13 +134,13 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return data
 
 
-def _call(sock: socket.socket, cmd: int, payload: bytes, reply: int) -> bytes:
+def _call(sock: socket.socket, cmd: int, payload: bytes, reply: int, deadline: float | None = None) -> bytes:
     """One request and its reply: | cmd u8 | size u64 | payload |, answered by | size u64 | data |."""
     sock.sendall(struct.pack("<BQ", cmd, len(payload)) + payload)
-    (size,) = struct.unpack("<Q", _recv_exact(sock, 8))
+    (size,) = struct.unpack("<Q", _recv_exact(sock, 8, deadline))
     if size != reply:
         raise ConnectionResetError(f"a {size}-byte reply where {reply} were expected")
-    return _recv_exact(sock, size)
+    return _recv_exact(sock, size, deadline)
 
 
 def _clear_speed(sock: socket.socket, free: int, rtt: float) -> float:
@@ -176,6 +184,9 @@ def probe(endpoint: str, timeout: float = PROBE_TIMEOUT_S, pings: int = 8, speed
     """Connect, shake hands, read the devices and time `pings` round trips (and, with `speed`, how fast the
     first device clears memory); a WorkerError on any fault."""
     ep = parse_endpoint(endpoint)
+    # One deadline for connecting and the whole handshake: a listener that accepts and stays silent (or a
+    # worker busy with another client: the kernel accepts for it) is one line after `timeout`, never a hang.
+    deadline = time.monotonic() + timeout
     try:
         sock = socket.create_connection((ep.host, ep.port), timeout=timeout)
     except ConnectionRefusedError:
@@ -189,7 +200,7 @@ def probe(endpoint: str, timeout: float = PROBE_TIMEOUT_S, pings: int = 8, speed
     with sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
-            hello = _call(sock, _HELLO, bytes(_CONN_CAPS), 4 + _CONN_CAPS)
+            hello = _call(sock, _HELLO, bytes(_CONN_CAPS), 4 + _CONN_CAPS, deadline)
             major, minor, patch = hello[0], hello[1], hello[2]
             version = f"{major}.{minor}.{patch}"
             if major != PROTO_MAJOR or minor > PROTO_MINOR:
@@ -201,12 +212,13 @@ def probe(endpoint: str, timeout: float = PROBE_TIMEOUT_S, pings: int = 8, speed
             count = 0
             for _ in range(max(pings, 1)):
                 t = time.perf_counter()
-                (count,) = struct.unpack("<I", _call(sock, _DEVICE_COUNT, b"", 4))
+                (count,) = struct.unpack("<I", _call(sock, _DEVICE_COUNT, b"", 4, deadline))
                 rtts.append(time.perf_counter() - t)
             devices = []
             for i in range(count):
-                free, total = struct.unpack("<QQ", _call(sock, _GET_DEVICE_MEMORY, struct.pack("<I", i), 16))
+                free, total = struct.unpack("<QQ", _call(sock, _GET_DEVICE_MEMORY, struct.pack("<I", i), 16, deadline))
                 devices.append((free, total))
+            sock.settimeout(timeout)  # the speed probe's clears: each reply within `timeout`
             clear = _clear_speed(sock, devices[0][0], statistics.median(rtts)) if speed and devices else 0.0
         except TimeoutError:
             raise WorkerError(
@@ -316,6 +328,149 @@ def cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("specquant", appauthor=False)) / "rpc"
 
 
+# --- the worker's tensor cache ----------------------------------------------------------------------------
+# ggml's RPC server (C++) keeps every received tensor over 10 MiB as cache_dir/<FNV-1a 64 of its bytes, as
+# %016x>, written in place (not atomically), and loads such a file for SET_TENSOR_HASH by name alone, without
+# checking its size or hash. Python cannot step in between, so only files it has verified stay where ggml
+# looks: at start everything else moves aside to PENDING and comes back once its bytes hash to its name.
+CACHE_QUOTA_BYTES = 64 * 10**9
+PENDING = ".pending"
+INDEX = "index.json"  # name -> [size, mtime_ns] of entries verified here: those are not hashed again
+_FNV_BASIS, _FNV_PRIME, _MASK64 = 0xCBF29CE484222325, 0x100000001B3, (1 << 64) - 1
+_HASH_CHUNK = 1 << 22
+
+
+def _is_entry(name: str) -> bool:
+    return len(name) == 16 and all(c in "0123456789abcdef" for c in name)
+
+
+def fnv1a64(path: Path) -> int:
+    """ggml-rpc's fnv_hash of a file's bytes (FNV-1a, 64 bits), at numpy speed.
+
+    FNV-1a is h = (h ^ byte) * P mod 2^64. The xor changes only h's low byte, whose next value depends only on
+    the low byte and the input byte (P is odd), and bit k of that depends on bit k of the xor and lower bits
+    only; so the low bytes come out bit by bit as prefix xors, and the rest is the linear recurrence
+    h' = (h + d) * P, a dot product with powers of P."""
+    import numpy as np
+
+    powers = np.cumprod(np.full(_HASH_CHUNK, _FNV_PRIME, dtype=np.uint64), dtype=np.uint64)[::-1].copy()
+    h = _FNV_BASIS
+    with path.open("rb") as f:
+        while chunk := f.read(_HASH_CHUNK):
+            b = np.frombuffer(chunk, dtype=np.uint8)
+            n, l0 = b.size, h & 0xFF
+            low = np.zeros(n, dtype=np.uint8)  # h's low byte before each input byte, built bit by bit
+            low[0] = l0
+            for k in range(8):
+                below = (low ^ b) & np.uint8((1 << k) - 1)
+                flips = (((below * np.uint8(0xB3)) >> np.uint8(k)) ^ (b >> np.uint8(k))) & np.uint8(1)
+                bits = np.bitwise_xor.accumulate(flips) ^ np.uint8((l0 >> k) & 1)
+                low[1:] |= bits[:-1] << np.uint8(k)
+            d = ((low ^ b).astype(np.int64) - low.astype(np.int64)).view(np.uint64)
+            tail = int(np.sum(d * powers[_HASH_CHUNK - n :], dtype=np.uint64))
+            h = (h * pow(_FNV_PRIME, n, 1 << 64) + tail) & _MASK64
+    return h
+
+
+def _read_index(cache: Path) -> dict[str, list[int]]:
+    try:
+        data = json.loads((cache / INDEX).read_text())
+        return {k: v for k, v in data.items() if _is_entry(k) and isinstance(v, list) and len(v) == 2}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def _write_index(cache: Path, index: dict[str, list[int]]) -> None:
+    tmp = cache / f"{INDEX}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(index))
+    os.replace(tmp, cache / INDEX)  # atomic: a worker killed here leaves the old index or the new one
+
+
+@dataclass
+class CacheSweep:
+    """What preparing the cache did: files removed (temporary, foreign, over the quota), set aside to verify."""
+
+    removed: list[str]
+    pending: list[str]
+    kept: int
+
+
+def prepare_cache(cache: Path, quota: int = CACHE_QUOTA_BYTES) -> CacheSweep:
+    """Before ggml's server starts: remove temporary and foreign files, move every entry not verified here
+    before (or changed since) to PENDING, and delete the oldest entries until all fit in `quota` bytes."""
+    cache.mkdir(parents=True, exist_ok=True)
+    pending = cache / PENDING
+    pending.mkdir(exist_ok=True)
+    index, removed = _read_index(cache), []
+    entries: list[tuple[int, int, Path]] = []  # (mtime_ns, size, path) of trusted and pending entries
+    for path in [*cache.iterdir(), *pending.iterdir()]:
+        if path.name in (INDEX, PENDING) and path.parent == cache:
+            continue
+        st = path.lstat()
+        if not path.is_file() or path.is_symlink() or not _is_entry(path.name) or st.st_size == 0:
+            _remove(path, removed)  # a temporary file, a truncated write's leftovers, or not ours
+            continue
+        known = path.parent == cache and index.get(path.name) == [st.st_size, st.st_mtime_ns]
+        if not known and path.parent == cache:
+            target = pending / path.name
+            os.replace(path, target)  # out of ggml's sight until its bytes hash to its name
+            path = target
+        entries.append((st.st_mtime_ns, st.st_size, path))
+    total = sum(size for _, size, _ in entries)
+    for _, size, path in sorted(entries):  # the oldest first
+        if total <= quota:
+            break
+        _remove(path, removed)
+        total -= size
+    index = {
+        p.name: [p.stat().st_size, p.stat().st_mtime_ns] for p in cache.iterdir() if p.is_file() and _is_entry(p.name)
+    }
+    _write_index(cache, index)
+    waiting = sorted(p.name for p in pending.iterdir() if _is_entry(p.name))
+    return CacheSweep(removed, waiting, len(index))
+
+
+def _remove(path: Path, removed: list[str]) -> None:
+    try:
+        path.unlink()
+        removed.append(path.name)
+    except OSError:  # another process's file, or open elsewhere (Windows): left for the next start
+        pass
+
+
+def verify_pending(cache: Path) -> tuple[list[str], list[str]]:
+    """Hash every PENDING entry: one whose bytes hash to its name (and so has the size it was written with)
+    goes back where ggml looks, any other is deleted. (restored, deleted)"""
+    pending, restored, deleted = cache / PENDING, [], []
+    for path in sorted(pending.glob("*")):
+        try:
+            good = _is_entry(path.name) and fnv1a64(path) == int(path.name, 16)
+        except OSError:
+            continue
+        target = cache / path.name
+        if not good:
+            _remove(path, deleted)
+        elif target.exists():  # ggml wrote it again meanwhile, from the bytes it received
+            _remove(path, [])
+        else:
+            os.replace(path, target)
+            restored.append(path.name)
+            with _lock:  # the index is rewritten whole: one writer at a time
+                index = _read_index(cache)
+                st = target.stat()
+                index[target.name] = [st.st_size, st.st_mtime_ns]
+                _write_index(cache, index)
+    return restored, deleted
+
+
+def worker_cache(endpoint: Endpoint, keep: bool | None = None) -> Path | None:
+    """The worker's tensor cache: by default on for a loopback worker and off for one on the network (whose
+    clients write files here); `keep` True or False as the user asked (`--cache` / `--no-cache`)."""
+    if keep is None:
+        keep = endpoint.loopback
+    return cache_dir() if keep else None
+
+
 def local_devices(names: list[str] | None) -> list[tuple[str, int]]:
     """This machine's devices a worker serves: those named, else the GPUs, else the CPU (rpc-server's choice)."""
     _rpc_reg()
@@ -338,14 +493,27 @@ def local_devices(names: list[str] | None) -> list[tuple[str, int]]:
     return gpus or [(n, d) for n, d, kind in found if kind == 0][:1]
 
 
-def serve(endpoint: Endpoint, threads: int, devices: list[tuple[str, int]], cache: Path | None) -> threading.Thread:
+def serve(
+    endpoint: Endpoint,
+    threads: int,
+    devices: list[tuple[str, int]],
+    cache: Path | None,
+    network_cache: bool = False,
+    quota: int = CACHE_QUOTA_BYTES,
+) -> threading.Thread:
     """Start ggml's RPC server on a daemon thread (it never returns) and hand the thread back; the caller
-    waits for a signal, so Ctrl-C ends the worker at once."""
+    waits for a signal, so Ctrl-C ends the worker at once. The tensor cache is swept first (prepare_cache)
+    and its set-aside entries verified on another daemon thread; on a network address it stays off unless
+    `network_cache` (the user's `--cache`)."""
     lib = libggml()
     assert lib is not None
     start = RPC_START_SERVER(lib.ggml_backend_reg_get_proc_address(_rpc_reg(), b"ggml_backend_rpc_start_server"))
+    if cache is not None and not endpoint.loopback and not network_cache:
+        cache = None
     if cache is not None:
-        cache.mkdir(parents=True, exist_ok=True)
+        sweep = prepare_cache(cache, quota)
+        if sweep.pending:
+            threading.Thread(target=verify_pending, args=(cache,), name="specquant-rpc-verify", daemon=True).start()
     handles = (ctypes.c_void_p * len(devices))(*[d for _, d in devices])
     args = (str(endpoint).encode(), str(cache).encode() if cache else None, threads, len(devices), handles)
     sys.stdout.flush()
