@@ -89,6 +89,11 @@ def run_window(args: argparse.Namespace) -> int:
             window = MainWindow()
     except SpecQuantError as e:
         print(f"specquant-app: error: {e}", file=sys.stderr)
+        # Started from a desktop icon, nobody reads stderr: say it in a box too (not offscreen: no one to close it).
+        if not args.self_test and app.platformName() != "offscreen":
+            from PySide6.QtWidgets import QMessageBox
+
+            QMessageBox.warning(None, "SpecQuant", str(e))
         return 2
     _install_excepthook(window)
     window.show()

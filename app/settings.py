@@ -1,7 +1,14 @@
-"""The window's settings: one dataclass, saved with QSettings, turned into the runtime's options."""
+"""The window's settings: one dataclass, saved with QSettings, turned into the runtime's options.
+
+A damaged, hand-edited or unreadable settings file never stops the window: each value that cannot be read or
+checked falls back to its default. QSettings writes atomically (a uniquely named temporary file renamed into
+place, under a lock file for other processes), so a crash mid-save leaves the old settings or the new ones.
+"""
 
 from __future__ import annotations
 
+import logging
+import math
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
@@ -17,6 +24,8 @@ from runtime.sampling import LLAMA_DEFAULTS, SamplingParams
 ORGANIZATION = "SpecQuant"
 APPLICATION = "SpecQuant"
 THEMES = ("system", "light", "dark")
+
+log = logging.getLogger("specquant.app")
 
 
 @dataclass(frozen=True)
@@ -74,7 +83,7 @@ class AppSettings:
         )
 
     def engine_settings(self) -> EngineSettings:
-        if self.max_memory_gb < 0:
+        if not math.isfinite(self.max_memory_gb) or self.max_memory_gb < 0:
             raise UserError(f"memory budget {self.max_memory_gb:g} GB must be 0 (no budget) or more")
         budget = int(self.max_memory_gb * 1e9) if self.max_memory_gb > 0 else None
         placement = PlacementSettings(mode=self.placement, max_memory_bytes=budget)
@@ -82,34 +91,49 @@ class AppSettings:
 
 
 def load_settings(store: QSettings | None = None) -> AppSettings:
-    """Saved settings; a missing or damaged value falls back to its default, never stops the app."""
+    """Saved settings; a missing, damaged or unreadable value falls back to its default, never stops the app."""
     store = store or QSettings(ORGANIZATION, APPLICATION)
+    if store.status() != QSettings.Status.NoError:
+        log.warning("settings %s: %s; using the defaults", store.fileName(), store.status().name)
     defaults = AppSettings()
-    values: dict[str, Any] = {}
-    for f in fields(AppSettings):
-        raw = store.value(f.name)
-        if raw is None:
-            continue
-        default = getattr(defaults, f.name)
-        try:
-            if isinstance(default, bool):  # QSettings' INI backend hands booleans back as "true"/"false"
-                values[f.name] = raw if isinstance(raw, bool) else str(raw).lower() in ("true", "1")
-            else:
-                values[f.name] = type(default)(raw)
-        except (TypeError, ValueError):
-            continue
     settings = defaults
-    for name, value in values.items():
-        candidate = replace(settings, **{name: value})
+    for f in fields(AppSettings):
+        # Anything may come out of a damaged file (a list, a huge number, a Variant of an unknown type), and
+        # the runtime's own checks may object in ways of their own: every failure only skips this value.
         try:
-            settings = candidate.check()
-        except UserError:
-            continue
+            raw = store.value(f.name)
+            if raw is None:
+                continue
+            settings = replace(settings, **{f.name: _typed(raw, getattr(defaults, f.name))}).check()
+        except Exception as e:
+            log.debug("setting %s ignored: %s", f.name, e)
     return settings
 
 
-def save_settings(settings: AppSettings, store: QSettings | None = None) -> None:
+def _typed(raw: Any, default: Any) -> Any:
+    """`raw` as the type of `default`; ValueError or TypeError if it cannot be."""
+    if isinstance(default, bool):  # QSettings' INI backend hands booleans back as "true"/"false"
+        return raw if isinstance(raw, bool) else str(raw).lower() in ("true", "1")
+    if isinstance(default, float):
+        value = float(raw)
+        if not math.isfinite(value):  # "nan" and "inf" parse, and then break every comparison downstream
+            raise ValueError(f"{raw!r} is not a finite number")
+        return value
+    if isinstance(default, str) and isinstance(raw, list):  # INI reads an unquoted "a, b" as a list
+        return ",".join(str(x).strip() for x in raw)
+    return type(default)(raw)
+
+
+def save_settings(settings: AppSettings, store: QSettings | None = None) -> str | None:
+    """Save `settings`; None, or one line saying why they could not be (they stay in effect until exit)."""
     store = store or QSettings(ORGANIZATION, APPLICATION)
     for name, value in asdict(settings).items():
         store.setValue(name, value)
     store.sync()
+    # status() keeps the first error met, reading included: a FormatError from a damaged file read at start
+    # does not stop the write (the file is rewritten whole and clean); only an AccessError means it failed.
+    if store.isWritable() and store.status() != QSettings.Status.AccessError:
+        return None
+    problem = f"the settings {store.fileName()} cannot be written; changes last until SpecQuant closes"
+    log.warning("%s", problem)
+    return problem

@@ -2,23 +2,39 @@
 
 No Qt here: the window calls it on the GUI thread, and each call is one short transaction, so a crash or a
 kill loses at most the answer in flight.
+
+Faults: only a damaged file (SQLite's "file is not a database" or "database disk image is malformed") is moved
+aside, with its -wal, -shm and -journal files, and a new history started. A locked database, a full disk or a
+read-only file is a one-line UserError and the file stays as it is. One window at a time: a lock file next to
+the database (an OS lock, so a killed app leaves none behind) turns a second window into a clear message.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import sqlite3
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import filelock
 import platformdirs
 
 from runtime.errors import UserError
 
+log = logging.getLogger("specquant.app")
+
 SCHEMA_VERSION = 1
+BUSY_TIMEOUT_S = 2.0  # how long a write waits for another program's lock before saying so (the GUI waits too)
+_SIDE_FILES = ("-wal", "-shm", "-journal")  # SQLite's companions: they belong to the main file's contents
+_MAGIC = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
+# SQLite's primary result codes (the sqlite3 module names them only from Python 3.11 on).
+_BUSY, _LOCKED, _READONLY, _CORRUPT, _FULL, _CANTOPEN, _NOTADB = 5, 6, 8, 11, 13, 14, 26
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
     id INTEGER PRIMARY KEY,
@@ -62,44 +78,162 @@ class StoredMessage:
         return {"role": self.role, "content": self.content}
 
 
-class Store:
-    """One SQLite file of conversations. A file that is not our database is moved aside, never deleted."""
+class _Damaged(Exception):
+    """PRAGMA quick_check found damage that no statement has hit yet."""
 
-    def __init__(self, path: Path | None = None) -> None:
-        self.path = path or data_dir() / "conversations.sqlite3"
+
+def is_damaged(e: BaseException) -> bool:
+    """Whether SQLite says the file itself is damaged (not locked, full or read-only: those keep it)."""
+    if isinstance(e, _Damaged):
+        return True
+    if not isinstance(e, sqlite3.DatabaseError):
+        return False
+    code = getattr(e, "sqlite_errorcode", None)  # Python 3.11+; the extended code, its low byte the primary
+    if code is not None:
+        return code & 0xFF in (_CORRUPT, _NOTADB)
+    text = str(e).lower()
+    return "file is not a database" in text or "malformed" in text
+
+
+def _foreign(path: Path) -> bool:
+    """Whether `path` has content that does not start as an SQLite database does (missing or empty: ours)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(_MAGIC))
+    except OSError:  # missing, or unreadable: SQLite says which
+        return False
+    return bool(head) and head != _MAGIC
+
+
+class Store:
+    """One SQLite file of conversations. A damaged file is moved aside, never deleted; any other fault is a
+    UserError that leaves the file alone. `busy_timeout`: seconds a statement waits for another's lock."""
+
+    def __init__(self, path: Path | str | None = None, busy_timeout: float = BUSY_TIMEOUT_S) -> None:
+        self.path = Path(path) if path else data_dir() / "conversations.sqlite3"
+        self.busy_timeout = busy_timeout
         self.recovered_from: Path | None = None  # where an unreadable old file was moved, for the banner
+        self._closed = False
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise UserError(f"cannot create the data folder {self.path.parent}: {e.strerror or e}") from None
+        # Two windows writing one history would interleave their conversations' turns; SQLite alone would
+        # let them. thread_local=False: the lock belongs to this Store, whichever thread closes it.
+        self._lock = filelock.FileLock(f"{self.path}.lock", timeout=0, thread_local=False)
         try:
-            self.db = self._open()
-        except sqlite3.DatabaseError:
-            self.recovered_from = self.path.with_name(f"{self.path.name}.unreadable-{int(time.time())}")
-            self.path.rename(self.recovered_from)
-            self.db = self._open()
+            self._lock.acquire()
+        except filelock.Timeout:
+            raise UserError(
+                f"the conversation history {self.path} is open in another SpecQuant window; use that one or close it"
+            ) from None
+        except OSError as e:
+            raise UserError(f"cannot lock the conversation history {self.path}: {e.strerror or e}") from None
+        try:
+            self.db = self._open_or_recover()
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _open_or_recover(self) -> sqlite3.Connection:
+        try:
+            return self._open()
+        except (sqlite3.Error, _Damaged) as e:
+            if not is_damaged(e):
+                raise UserError(self._problem(e)) from None
+            self.recovered_from = self._move_aside()
+            log.warning("%s was damaged (%s); moved aside to %s", self.path, e, self.recovered_from)
+        with self._guard():
+            return self._open()
 
     def _open(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, isolation_level=None)  # autocommit; `with db:` for transactions
+        # Checked before SQLite opens it: closing a connection to a file that is not a database deletes the
+        # -wal and -shm beside it, and those must go aside with it.
+        if _foreign(self.path):
+            raise _Damaged("file is not a database")
+        db = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)  # `with db:` for transactions
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA foreign_keys=ON")
             version = db.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
                 raise UserError(f"{self.path} was written by a newer SpecQuant (schema {version}); update the app")
-            db.executescript(_SCHEMA)
-            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            # Damage a statement would only meet later ("malformed" in the middle of a chat) is found now,
+            # while the file can still be set aside. The history is text: a few MB, read in milliseconds.
+            check = db.execute("PRAGMA quick_check").fetchone()[0]
+            if check != "ok":
+                raise _Damaged(check)
+            if version < SCHEMA_VERSION:  # written only when needed: opening must not wait for another's lock
+                db.executescript(f"BEGIN; {_SCHEMA} PRAGMA user_version={SCHEMA_VERSION}; COMMIT;")
         except BaseException:
             db.close()
             raise
         return db
 
+    def _move_aside(self) -> Path:
+        """Rename the damaged file and its companions to `<name>.unreadable-<time>[-wal|-shm|-journal]`."""
+        stamp = int(time.time())
+        aside = self.path.with_name(f"{self.path.name}.unreadable-{stamp}")
+        n = 1
+        while any(Path(f"{aside}{side}").exists() for side in ("", *_SIDE_FILES)):
+            n += 1
+            aside = self.path.with_name(f"{self.path.name}.unreadable-{stamp}-{n}")
+        try:
+            self.path.rename(aside)
+            for side in _SIDE_FILES:
+                companion = Path(f"{self.path}{side}")
+                if companion.exists():
+                    companion.rename(f"{aside}{side}")
+        except OSError as e:
+            raise UserError(
+                f"the conversation history {self.path} is damaged and could not be moved aside: {e.strerror or e}"
+            ) from None
+        return aside
+
+    def _problem(self, e: BaseException) -> str:
+        """One line for a database fault, naming the file and what to do."""
+        code = getattr(e, "sqlite_errorcode", None)
+        primary = code & 0xFF if code is not None else None
+        text = str(e).lower()
+        where = f"the conversation history {self.path}"
+        if is_damaged(e):
+            return f"{where} is damaged; restart SpecQuant to keep it aside and start a new one"
+        if primary in (_BUSY, _LOCKED) or "locked" in text:
+            return f"{where} is locked by another program; close it and try again"
+        if primary == _FULL or "disk is full" in text:
+            return f"disk full: {where} cannot be written; free some space and try again"
+        if primary == _READONLY or "readonly" in text:
+            return f"{where} is read-only; check its permissions and those of its folder"
+        if primary == _CANTOPEN or "unable to open" in text:
+            return f"cannot open {where}: check that it and its folder can be read and written"
+        return f"cannot use {where}: {e}"
+
+    @contextlib.contextmanager
+    def _guard(self) -> Iterator[None]:
+        """SQLite's faults as one-line UserErrors; the file is never touched."""
+        try:
+            yield
+        except sqlite3.Error as e:
+            # A failed COMMIT (full disk, a lock) can leave the transaction open; the next BEGIN would fail.
+            db: sqlite3.Connection | None = getattr(self, "db", None)  # None while opening
+            if db is not None and not self._closed and db.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    db.rollback()
+            raise UserError(self._problem(e)) from None
+
     def close(self) -> None:
-        self.db.close()
+        if not self._closed:
+            self._closed = True
+            self.db.close()
+            self._lock.release()
 
     # --- conversations -----------------------------------------------------------------------------
     def conversations(self, search: str = "") -> list[Conversation]:
         """Newest first; `search` matches the title or any message, case-insensitively."""
+        with self._guard():
+            return self._conversations(search)
+
+    def _conversations(self, search: str) -> list[Conversation]:
         if search.strip():
             pattern = "%" + search.strip().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
             rows = self.db.execute(
@@ -114,42 +248,49 @@ class Store:
 
     def create(self, title: str = "New chat") -> int:
         now = time.time()
-        cur = self.db.execute(
-            "INSERT INTO conversations (title, created, updated) VALUES (?, ?, ?)", (title, now, now)
-        )
+        with self._guard():
+            cur = self.db.execute(
+                "INSERT INTO conversations (title, created, updated) VALUES (?, ?, ?)", (title, now, now)
+            )
         return int(cur.lastrowid)
 
     def title(self, conversation_id: int) -> str:
-        row = self.db.execute("SELECT title FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+        with self._guard():
+            row = self.db.execute("SELECT title FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
         return row[0] if row else ""
 
     def rename(self, conversation_id: int, title: str) -> None:
         title = " ".join(title.split())
         if not title:
             raise UserError("a conversation needs a title")
-        self.db.execute("UPDATE conversations SET title = ? WHERE id = ?", (title[:200], conversation_id))
+        with self._guard():
+            self.db.execute("UPDATE conversations SET title = ? WHERE id = ?", (title[:200], conversation_id))
 
     def delete(self, conversation_id: int) -> None:
-        self.db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+        with self._guard():
+            self.db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
 
     # --- messages ----------------------------------------------------------------------------------
     def messages(self, conversation_id: int) -> list[StoredMessage]:
-        rows = self.db.execute(
-            "SELECT id, role, content, meta FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,)
-        )
+        with self._guard():
+            rows = self.db.execute(
+                "SELECT id, role, content, meta FROM messages WHERE conversation_id = ? ORDER BY id",
+                (conversation_id,),
+            ).fetchall()
         return [StoredMessage(i, role, content, _load_meta(meta)) for i, role, content, meta in rows]
 
     def last_message(self, conversation_id: int) -> StoredMessage | None:
-        row = self.db.execute(
-            "SELECT id, role, content, meta FROM messages WHERE conversation_id = ? ORDER BY id DESC LIMIT 1",
-            (conversation_id,),
-        ).fetchone()
+        with self._guard():
+            row = self.db.execute(
+                "SELECT id, role, content, meta FROM messages WHERE conversation_id = ? ORDER BY id DESC LIMIT 1",
+                (conversation_id,),
+            ).fetchone()
         return None if row is None else StoredMessage(row[0], row[1], row[2], _load_meta(row[3]))
 
     def add_message(self, conversation_id: int, role: str, content: str, meta: dict[str, Any] | None = None) -> int:
         """Append one message and bump the conversation, in one transaction."""
         now = time.time()
-        with self.db:
+        with self._guard(), self.db:
             self.db.execute("BEGIN")
             cur = self.db.execute(
                 "INSERT INTO messages (conversation_id, role, content, created, meta) VALUES (?, ?, ?, ?, ?)",
@@ -159,7 +300,8 @@ class Store:
         return int(cur.lastrowid)
 
     def delete_message(self, message_id: int) -> None:
-        self.db.execute("DELETE FROM messages WHERE id = ?", (message_id,))
+        with self._guard():
+            self.db.execute("DELETE FROM messages WHERE id = ?", (message_id,))
 
 
 def _load_meta(text: str) -> dict[str, Any]:

@@ -164,19 +164,14 @@ def fsync_dir(path: Path) -> None:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write to a sibling .partial, fsync, rename: readers see the old file or the new one."""
-    tmp = path.with_name(path.name + ".partial")
+    """Write to a uniquely named sibling, fsync, rename (runtime.atomic): readers see the old file or the new
+    one, and two processes writing at once cannot take each other's temporary file."""
+    from runtime.atomic import write_text_atomic
+
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_text_atomic(path, text)
     except OSError as e:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         raise disk_error(path, e) from None
-    fsync_dir(path.parent)
 
 
 def disk_error(path: Path, e: OSError) -> UserError:

@@ -22,7 +22,7 @@ from runtime.cache import DEMO_NAME, ModelDir, atomic_write_text, cache_root, ch
 from runtime.chat import Answer, ChatOptions, Chunk, Message, Stats, collect
 from runtime.cost_model import NGRAM, Controller, Estimates, Offer
 from runtime.costs import MachineCosts, load_or_measure
-from runtime.errors import Cancelled, ModelError, UserError
+from runtime.errors import Cancelled, ModelError, UserError, readable
 from runtime.hardware import Inventory, inventory
 from runtime.llama_backend import LlamaBackend, LoadOptions
 from runtime.placement import PlacementSettings, Plan, TierFacts, plan_precision, tier_facts
@@ -227,14 +227,15 @@ class Engine:
 
     def save_estimates(self) -> None:
         """Save what was learned of acceptance; never fails an answer (a read-only or full disk costs the next
-        start its priors, nothing more)."""
+        start its priors, nothing more). A unique temporary name per writer: two processes on one model may
+        save at once, and the last whole file wins."""
         if not self._estimates:
             return
-        data = {"key": self.machine_key(), "estimates": {k: v.as_dict() for k, v in self._estimates.items()}}
         try:
+            data = {"key": self.machine_key(), "estimates": {k: v.as_dict() for k, v in self._estimates.items()}}
             atomic_write_text(self.model.path / ESTIMATES_FILE, json.dumps(data) + "\n")
-        except OSError as e:
-            log.debug("could not save the controller's estimates: %s", e)
+        except Exception as e:  # bookkeeping after the answer: whatever goes wrong, the answer stands
+            log.warning("could not save the controller's estimates: %s", readable(e))
 
     @property
     def calibrated(self) -> bool:
@@ -467,14 +468,16 @@ class Engine:
             reason = "cancelled"
         finally:
             steps.close()
-            self.save_estimates()
             if honest.stale:
                 self._stale.add(choice.parent)
         tail, tail_flags = text.finish()
         stats = replace(stats, stop_reason=reason)
         if stats.drafted == 0:
             stats = replace(stats, spec_off=self.why_plain(choice, controller.estimates, stats, spec.k_max))
-        yield Chunk(tail, (), (), route, choice, placement, stats, done=True, draft_chars=tail_flags)
+        try:
+            yield Chunk(tail, (), (), route, choice, placement, stats, done=True, draft_chars=tail_flags)
+        finally:  # bookkeeping after the answer is delivered: it can neither delay nor fail it
+            self.save_estimates()
 
 
 def _add_step(stats: Stats, step: Step, n_out: int, elapsed: float, decode_s: float, ended: bool) -> Stats:

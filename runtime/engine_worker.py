@@ -5,6 +5,10 @@ which anyone may set from any thread: a waiting job is then skipped, a running o
 cycle. Results go to the job's `sink` on the worker thread, so a sink must only hand them on (a Qt signal,
 `loop.call_soon_threadsafe`), never block. The Engine is rebuilt only when a job asks for another model or
 other settings; successive turns of one conversation therefore reuse its KV prefix.
+
+Nothing one job does can end the thread: an error in the engine fails that job, a sink that raises abandons
+its own job (cancelled, the engine kept), and the next job is answered. `release` and `close` wait a bounded
+time, so a stuck load cannot freeze their caller.
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ from runtime.errors import Cancelled, ModelError, SpecQuantError, UserError, rea
 from runtime.rpc import WorkerError
 
 log = logging.getLogger("specquant.worker")
+
+RELEASE_TIMEOUT_S = 60.0  # loading a large model from a slow disk cannot be interrupted: allow it to end
+CLOSE_TIMEOUT_S = 30.0  # at exit: the thread is a daemon, so one that does not end within this dies with us
 
 
 @dataclass(frozen=True)
@@ -105,7 +112,7 @@ class EngineWorker:
         gone = [j for j in self._pending if isinstance(j, Job) and j.cancel.is_set()]
         for j in gone:
             self._pending.remove(j)
-            j.sink(Failure("", "cancelled"))
+            _tell(j, Failure("", "cancelled"))
 
     @property
     def busy(self) -> bool:
@@ -124,30 +131,45 @@ class EngineWorker:
         for j in jobs:
             j.cancel.set()
 
-    def release(self, cancel: bool = True) -> None:
-        """Unload the models (before a model's files are deleted or rewritten); returns once they are."""
+    def release(self, cancel: bool = True, timeout: float | None = RELEASE_TIMEOUT_S) -> None:
+        """Unload the models (before a model's files are deleted or rewritten); returns once they are.
+
+        Raises UserError if the engine thread has not got to it within `timeout` s (a load that cannot be
+        interrupted): the caller must then leave the files alone. The unload still happens when it gets there.
+        """
         if cancel:
             self.cancel_all()
         done = threading.Event()
 
         def drop() -> None:
-            self._drop_engine()
-            done.set()
+            try:
+                self._drop_engine()
+            finally:
+                done.set()
 
         with self._cond:
             if self._closed:
                 return
-            self._pending.append(drop)
+            if not self._thread.is_alive():  # cannot happen (the loop survives its items); no one to wait for
+                self._drop_engine()
+                return
+            self._pending.appendleft(drop)  # before the waiting jobs: they were cancelled (or keep their turn)
             self._cond.notify()
-        done.wait()
+        if not done.wait(timeout):
+            raise UserError(f"the engine is still busy after {timeout:g} s and has not unloaded its models; try again")
 
-    def close(self, timeout: float | None = None) -> None:
-        """Cancel everything, free the models on the worker thread, and end it."""
+    def close(self, timeout: float | None = CLOSE_TIMEOUT_S) -> bool:
+        """Cancel everything, free the models on the worker thread, and end it; whether it ended in `timeout` s
+        (if not, it is a daemon thread, left to end on its own or with the process)."""
         self.cancel_all()
         with self._cond:
             self._closed = True
             self._cond.notify()
         self._thread.join(timeout)
+        if self._thread.is_alive():  # only with a timeout
+            log.warning("the engine thread did not end within %s s; leaving it to finish on its own", timeout)
+            return False
+        return True
 
     # --- the worker thread -------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -161,32 +183,40 @@ class EngineWorker:
                 self._running = item if isinstance(item, Job) else None
             try:
                 item() if not isinstance(item, Job) else self._run(item)
+            except Exception:  # a bug in one item (its sink, an unload) must not end the thread for every later job
+                log.warning("the engine thread survived an error in one request", exc_info=True)
             finally:
                 self._running = None
-        self._drop_engine()
+        try:
+            self._drop_engine()
+        except Exception:
+            log.warning("could not free the models at shutdown", exc_info=True)
 
     def _run(self, job: Job) -> None:
         started = time.monotonic()
         try:
-            if job.cancel.is_set():
-                raise Cancelled("stopped before the answer started")
+            _check(job, "before the answer started")
             engine = self._engine_for(job)
+            # Loading and calibrating cannot be interrupted from here; a Stop during either is honoured as soon
+            # as it ends (what was loaded or measured is kept for the next request), before any token.
+            _check(job, "while the model was loading")
             if job.options.preset == "auto" and not engine.calibrated:
-                job.sink(Status("Measuring this machine for the auto preset (once per model)…"))
+                _tell(job, Status("Measuring this machine for the auto preset (once per model)…"))
                 engine.calibration()
+                _check(job, "while measuring this machine")
             for chunk in engine.stream_chat(job.messages, job.options, job.cancel):
-                job.sink(chunk)
+                _tell(job, chunk)
         except Cancelled:
-            job.sink(Failure("", "cancelled"))
+            _tell(job, Failure("", "cancelled"))
         except ModelError as e:
-            job.sink(Failure(str(e), "model"))
+            _tell(job, Failure(str(e), "model"))
         except WorkerError as e:  # the next job starts anew: on the workers, or here while they are down
-            job.sink(Failure(str(e), "worker"))
+            _tell(job, Failure(str(e), "worker"))
         except UserError as e:
-            job.sink(Failure(str(e), "user"))
+            _tell(job, Failure(str(e), "user"))
         except Exception as e:  # the worker must survive anything and say what happened
             log.debug("generation failed", exc_info=True)
-            job.sink(Failure(readable(e), "internal"))
+            _tell(job, Failure(readable(e), "internal"))
             self._drop_engine()  # a damaged or half-loaded engine is rebuilt for the next job
         else:
             self._durations.append(time.monotonic() - started)
@@ -196,16 +226,32 @@ class EngineWorker:
         if e is not None and (job.model is None or e.model.name == job.model) and e.settings == job.settings:
             return e
         self._drop_engine()
-        job.sink(Status(f"Loading {job.model or 'the model'}…"))
+        _tell(job, Status(f"Loading {job.model or 'the model'}…"))
         self.engine = open_engine(job.model, job.settings)
         return self.engine
 
     def _drop_engine(self) -> None:
-        if self.engine is not None:
-            self.engine.close()
-            self.engine = None
+        engine, self.engine = self.engine, None  # forgotten even if closing it fails: the next job builds anew
+        if engine is not None:
+            engine.close()
 
     def _retry_after(self) -> int:
         """Seconds until a place is free: when the running job ends, about one typical job (median of the
         recent ones; 5 s before any has finished)."""
         return max(1, round(statistics.median(self._durations) if self._durations else 5.0))
+
+
+def _check(job: Job, when: str) -> None:
+    if job.cancel.is_set():
+        raise Cancelled(f"stopped {when}")
+
+
+def _tell(job: Job, event: Any) -> None:
+    """Hand `event` to the job's sink. A sink that raises has lost its reader (a bug on the other side): the
+    job is cancelled, so its answer stops within a cycle with the engine intact, and the error is logged."""
+    try:
+        job.sink(event)
+    except Exception:
+        if not job.cancel.is_set():
+            log.warning("request %d: its receiver failed; stopping it", job.id, exc_info=True)
+        job.cancel.set()
