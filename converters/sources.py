@@ -143,7 +143,7 @@ def download(
         RevisionNotFoundError,
     )
 
-    from runtime.catalog import check_download_space, pinned_revision
+    from runtime.cache import check_download_space, pinned_revision
 
     revision = revision or pinned_revision(repo_id)
     extra = {"tqdm_class": _progress_bar_class(on_bytes, cancel)} if on_bytes or cancel else {}

@@ -18,7 +18,7 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -278,3 +278,44 @@ def fsync_file(path: Path) -> None:
         raise disk_error(path, e) from None
     finally:
         os.close(fd)
+
+
+# --- the model catalogue's file and downloads: what the converter needs of them without runtime.catalog ---
+DOWNLOAD_MARGIN = 64 * 1024 * 1024  # what a download leaves free at least (the converter keeps the same margin)
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
+def catalog_path() -> Path:
+    """assets/catalog.json next to the packages, or inside a PyInstaller bundle (which carries assets/)."""
+    base = Path(getattr(sys, "_MEIPASS", Path(__file__).resolve().parents[1]))
+    return base / "assets" / "catalog.json"
+
+
+def pinned_revision(repo: str, path: Path | None = None) -> str | None:
+    """The commit the catalogue pins `repo` to, or None for a repo it does not list (the Hub's main then).
+    A damaged catalogue pins nothing here: Discover reports it (runtime.catalog), and a repo id typed by hand
+    still downloads."""
+    try:
+        data = json.loads((path or catalog_path()).read_text(encoding="utf-8"))
+        entry = next(m for m in data["models"] if isinstance(m, dict) and m.get("repo") == repo)
+    except (OSError, ValueError, KeyError, TypeError, StopIteration):
+        return None
+    revision = entry.get("revision")
+    return revision if isinstance(revision, str) and _COMMIT.fullmatch(revision) else None
+
+
+def check_download_space(sizes: Mapping[str, int], folder: Path, repo: str) -> None:
+    """Refuse a download whose files (name -> bytes still to fetch) would not fit in `folder`'s free space,
+    before the first byte: a download that fills the disk fails late and leaves the disk full."""
+    need = sum(sizes.values())
+    if not need:
+        return
+    probe = folder
+    while not probe.exists() and probe != probe.parent:  # the HF cache may not exist yet: ask its volume
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if free < need + DOWNLOAD_MARGIN:
+        raise UserError(
+            f"not enough disk space to download {repo}: its {len(sizes)} files need "
+            f"{size_text(need + DOWNLOAD_MARGIN)} in {folder}, {size_text(free)} free"
+        )

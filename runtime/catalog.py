@@ -18,16 +18,21 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import sys
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from runtime.cache import TIERS, size_text
+# The catalogue's file, its pins and a download's disk check live in the base: the converter needs them too.
+from runtime.cache import (  # noqa: F401
+    DOWNLOAD_MARGIN,
+    TIERS,
+    catalog_path,
+    check_download_space,
+    pinned_revision,
+    size_text,
+)
 from runtime.errors import UserError
 from runtime.hardware import Inventory, physical_cores
 from runtime.placement import GB, NotEnoughMemory, PlacementSettings, plan, tier_facts
@@ -41,7 +46,6 @@ SHAPE_KEYS = ("n_layer", "n_embd", "n_head_kv", "head_dim", "n_vocab")
 DEFAULT_N_CTX = 4096  # the app's default context size: the KV cache the RAM figures include
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _COMMIT = re.compile(r"[0-9a-f]{40}")
-DOWNLOAD_MARGIN = 64 * 1024 * 1024  # what a download leaves free at least (the converter keeps the same margin)
 _FIELDS = {
     "repo": str,
     "params": int,
@@ -52,12 +56,6 @@ _FIELDS = {
     "revision": str,
 }
 _KINDS = {str: "text", int: "a whole number", dict: "an object"}
-
-
-def catalog_path() -> Path:
-    """assets/catalog.json next to the packages, or inside a PyInstaller bundle (which carries assets/)."""
-    base = Path(getattr(sys, "_MEIPASS", Path(__file__).resolve().parents[1]))
-    return base / "assets" / "catalog.json"
 
 
 @dataclass(frozen=True)
@@ -160,36 +158,6 @@ def load_catalog(path: Path | None = None) -> list[Entry]:
             raise UserError(f"{where}: {entry.repo} is listed twice")
         entries.append(entry)
     return entries
-
-
-def pinned_revision(repo: str) -> str | None:
-    """The commit the catalogue pins `repo` to, or None for a repo it does not list (the Hub's main then).
-    A damaged catalogue pins nothing here: Discover reports it, and a repo id typed by hand still downloads."""
-    try:
-        entries = load_catalog()
-    except UserError:
-        return None
-    return next((e.revision for e in entries if e.repo == repo), None)
-
-
-def check_download_space(sizes: Mapping[str, int], folder: Path, repo: str) -> None:
-    """Refuse a download whose files (name -> bytes still to fetch) would not fit in `folder`'s free space,
-    before the first byte: a download that fills the disk fails late and leaves the disk full."""
-    need = sum(sizes.values())
-    if not need:
-        return
-    probe = folder
-    while not probe.exists() and probe != probe.parent:  # the HF cache may not exist yet: ask its volume
-        probe = probe.parent
-    free = shutil.disk_usage(probe).free
-    if free < need + DOWNLOAD_MARGIN:
-        raise UserError(
-            f"not enough disk space to download {repo}: its {len(sizes)} files need "
-            f"{size_text(need + DOWNLOAD_MARGIN)} in {folder}, {size_text(free)} free"
-        )
-
-
-# --- does it fit this machine? ----------------------------------------------------------------------
 
 
 def machine_ram() -> int:

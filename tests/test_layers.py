@@ -14,10 +14,10 @@ PACKAGES = ("app", "installer", "runtime", "converters")
 SURFACES = (
     "app", "installer", "runtime.cli", "runtime.bench", "runtime.server", "runtime.api_schema", "runtime.api_guard"
 )
-# The shared base: the cache layout, the errors, and the machine (its cores, ggml's devices and CPU kernels,
-# llama.cpp's log), which the converter's quantizer needs as much as the runtime does.
-BASE = ("runtime", "runtime.errors", "runtime.cache", "runtime.hardware", "runtime.ggml_lib", "runtime.cpu_variant",
-        "runtime.llama_log")
+# The shared base: the cache layout (and the catalogue's file), atomic writes, the errors, and the machine (its
+# cores, ggml's devices and CPU kernels, llama.cpp's log), which the converter needs as much as the runtime does.
+BASE = ("runtime", "runtime.errors", "runtime.cache", "runtime.atomic", "runtime.hardware", "runtime.ggml_lib",
+        "runtime.cpu_variant", "runtime.llama_log")
 MAY_IMPORT = {"base": {"base"}, "converters": {"base", "converters"}, "core": {"base", "core"}}
 
 
