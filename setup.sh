@@ -8,7 +8,7 @@
 # Flavours (SPECQUANT_FLAVOUR):
 #   cpu-all-variants (default) one CPU kernel library per x86-64 level, the best this CPU runs chosen at
 #                    start (AVX-512, VNNI, AMX where present), as the installers ship: the batched verify
-#                    that speculation rests on runs up to 1.2-1.5x faster than on cpu-avx2 (DESIGN.md §6)
+#                    that speculation rests on runs up to 1.2-1.5x faster than on cpu-avx2 (docs/architecture.md §5)
 #   cpu-avx2         one portable AVX2 library: a slightly quicker build, slower verify on newer CPUs
 set -euo pipefail
 cd "$(dirname "$0")"

@@ -1,4 +1,4 @@
-"""The speculative cost model (DESIGN.md §6) in code, and the online controller it drives.
+"""The speculative cost model (docs/architecture.md §5) in code, and the online controller it drives.
 
 One cycle with draft source s and k proposed tokens costs the draft's k steps plus one parent verify of
 k + 1 tokens, and yields 1 + a1 + a1·a2 + ... + a1···ak tokens, where ai is the chance that position i is

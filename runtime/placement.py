@@ -1,7 +1,7 @@
 """Where each loaded tier runs: `n_gpu_layers` per tier, as a pure function of hardware, models and settings.
 
 Candidates: all on the GPU; the draft on the GPU with as many parent layers as fit; the parent on the GPU
-with the draft on the CPU (the paper's split); CPU only. Each is scored with the cost model of DESIGN.md §6:
+with the draft on the CPU (the paper's split); CPU only. Each is scored with the cost model of docs/architecture.md §5:
 a draft runs k times per cycle, so a small draft on the GPU often beats the paper's split. Decode is
 memory-bound, so a tier's step time is the bytes it reads per token over the bandwidth where they live.
 """
@@ -52,7 +52,7 @@ PLACEMENT_MODES = ("auto", "cpu", "gpu", "remote")
 @dataclass(frozen=True)
 class PlacementSettings:
     mode: str = "auto"  # one of PLACEMENT_MODES
-    cpu_bandwidth: float = 30 * GB  # bytes/s; measured on the 2-core machine (DESIGN.md §6)
+    cpu_bandwidth: float = 30 * GB  # bytes/s; measured on the 2-core machine (docs/architecture.md §5)
     gpu_bandwidth: float = 300 * GB
     k: int = 4
     acceptance: float = 0.8  # assumed when ranking candidates before anything is measured

@@ -1,4 +1,4 @@
-"""Presets: which parent answers each complexity level, and which drafts may help it (DESIGN.md §4).
+"""Presets: which parent answers each complexity level, and which drafts may help it (docs/architecture.md §6.2).
 
 The default, `exact`, answers with F16's own tokens at every level and offers the controller the cheapest
 tier and n-gram lookup as drafts: in exact mode speculation changes only the speed, and the controller

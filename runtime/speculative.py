@@ -1,4 +1,4 @@
-"""The speculative verify loop (DESIGN.md §5) as a generator of `Step`s.
+"""The speculative verify loop (docs/architecture.md §4) as a generator of `Step`s.
 
 The state is the token sequence `seq`. At the top of every cycle after the first, the parent's KV cache
 holds exactly `seq[:-1]`; the draft's holds some prefix of `seq`. One cycle: the controller (cost_model)

@@ -11,7 +11,7 @@ import pytest
 from runtime.cost_model import Estimates, SourceStats
 from tests.controller_sim import SimMachine, SimTier, best_fixed, fixed, simulate
 
-# Verify cost v(n) shapes measured on 2 cores (DESIGN.md §6): an AVX2 build, compute-bound from n = 2, and a
+# Verify cost v(n) shapes measured on 2 cores (docs/architecture.md §5): an AVX2 build, compute-bound from n = 2, and a
 # zen4 build, flat to n = 4.
 AVX2 = {n: 1.0 if n == 1 else 1.5 + 0.17 * (n - 2) for n in range(1, 14)}
 ZEN4 = {n: 1.0 if n == 1 else (1.4 if n <= 4 else 1.4 + 0.14 * (n - 4)) for n in range(1, 14)}

@@ -18,7 +18,7 @@ from runtime.speculative import SpecConfig, generate_steps, take
 
 
 def predicted_speedup(acceptance: float, k: float, c: float, v: dict[int, float]) -> float:
-    """DESIGN.md §6: [(1 - a^(k+1)) / (1 - a)] / (k c + v(k+1)), k rounded to the nearest measured batch."""
+    """docs/architecture.md §5: [(1 - a^(k+1)) / (1 - a)] / (k c + v(k+1)), k rounded to the nearest measured batch."""
     kk = max(1, min(round(k), max(v) - 1))
     return speedup(acceptance, kk, c, v[kk + 1])
 
