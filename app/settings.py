@@ -51,6 +51,9 @@ class AppSettings:
     model: str = ""  # the model last chatted with
     api_server: bool = False  # serve the OpenAI-compatible API on 127.0.0.1 (runtime.server)
     api_port: int = DEFAULT_PORT
+    # -1: a fresh seed for every answer (Regenerate samples anew). 0 to 2^64 - 1: every answer draws the same
+    # numbers (settings file only, for reproducing a run; README "Seeds" says what that repeats).
+    seed: int = -1
 
     def check(self) -> AppSettings:
         """Raise UserError naming the first bad value (the runtime's own checks included)."""
@@ -77,6 +80,7 @@ class AppSettings:
             no_spec=not self.speculation,
             k=self.draft_length or None,
             max_tokens=self.max_tokens,
+            sampling_overrides=(("seed", self.seed),) if self.seed >= 0 else (),
             sampling=None
             if self.model_sampling
             else SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k),

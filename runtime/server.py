@@ -53,6 +53,7 @@ BODY_DEADLINE_S = 30.0  # a body still arriving after this is a stalled or hosti
 STALL_S = 30.0  # a stream's reader that takes no data for this long has gone: its answer is cancelled
 BACKLOG = 1024  # chunks a stream's reader may fall behind before its answer is cancelled
 MAX_CONNECTIONS = 64
+DRAIN = 4  # an oversized body is read (and dropped) up to this many times the cap before the 413
 
 
 @dataclass(frozen=True)
@@ -243,15 +244,23 @@ class Service:
         cap = self.config.max_body
         too_big = ApiError(413, f"the request body is over {cap // 1024} KiB", code="request_too_large")
         declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > cap:
-            raise too_big
+        over = declared is not None and declared.isdigit() and int(declared) > cap
         body = bytearray()
 
         async def read() -> None:
             async for piece in request.stream():
-                body.extend(piece)
-                if len(body) > cap:
+                if over or len(body) + len(piece) > cap:
+                    # Read on (discarding) up to DRAIN bytes before answering 413: a client still sending
+                    # when the connection closes sees a broken pipe, not our answer.
+                    drained = len(body) + len(piece)
+                    async for more in request.stream():
+                        drained += len(more)
+                        if drained > DRAIN * cap:
+                            break
                     raise too_big
+                body.extend(piece)
+            if over:  # declared too big, and sent nothing (or hung up)
+                raise too_big
 
         try:
             await asyncio.wait_for(read(), self.config.body_deadline_s)
