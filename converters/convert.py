@@ -26,6 +26,7 @@ from converters.hf_to_gguf import plan_hf
 from converters.quantize import QUANT_TYPES, check_loads, expected_bytes, quantize
 from converters.verify import hparams_from_shapes, summarize_tier
 from runtime import __version__
+from runtime.atomic import fsync_dir
 from runtime.cache import (
     MANIFEST_SCHEMA,
     TIERS,
@@ -34,7 +35,6 @@ from runtime.cache import (
     check_name,
     disk_error,
     ensure_dir,
-    fsync_dir,
     fsync_file,
     list_models,
     remove_contents,

@@ -32,7 +32,8 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
-    _fsync_dir(path.parent)
+    with contextlib.suppress(OSError):  # best effort: some file systems cannot fsync a folder
+        fsync_dir(path.parent)
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -48,13 +49,12 @@ def _mode(path: Path) -> int:
         return 0o644
 
 
-def _fsync_dir(path: Path) -> None:
-    """Make the rename durable; best effort (some file systems and Windows cannot fsync a folder)."""
+def fsync_dir(path: Path) -> None:
+    """Make a rename in `path` durable (a no-op on Windows, which cannot open a folder); raises OSError."""
     if sys.platform == "win32":
         return
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

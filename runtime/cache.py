@@ -26,6 +26,7 @@ from typing import Any
 import filelock
 import platformdirs
 
+from runtime.atomic import write_text_atomic
 from runtime.errors import Cancelled, UserError
 
 TIERS = ("f16", "q8_0", "q4_k_m")
@@ -152,22 +153,9 @@ class ModelDir:
             raise UserError(f"model {self.name!r} is being converted by another process ({lock_path})") from None
 
 
-def fsync_dir(path: Path) -> None:
-    """Make a rename durable (a no-op where directories cannot be opened)."""
-    if sys.platform == "win32":
-        return
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def atomic_write_text(path: Path, text: str) -> None:
     """Write to a uniquely named sibling, fsync, rename (runtime.atomic): readers see the old file or the new
     one, and two processes writing at once cannot take each other's temporary file."""
-    from runtime.atomic import write_text_atomic
-
     try:
         write_text_atomic(path, text)
     except OSError as e:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import platformdirs
 
+from runtime.atomic import write_text_atomic
 from runtime.errors import UserError
 from runtime.ggml_lib import ABORT_CALLBACK, RPC_ADD_SERVER, RPC_START_SERVER, libggml, libggml_base
 from runtime.placement import PlacementSettings
@@ -381,9 +382,8 @@ def _read_index(cache: Path) -> dict[str, list[int]]:
 
 
 def _write_index(cache: Path, index: dict[str, list[int]]) -> None:
-    tmp = cache / f"{INDEX}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(index))
-    os.replace(tmp, cache / INDEX)  # atomic: a worker killed here leaves the old index or the new one
+    # Atomic: a worker killed here leaves the old index or the new one.
+    write_text_atomic(cache / INDEX, json.dumps(index))
 
 
 @dataclass

@@ -53,8 +53,13 @@ def demo_model(tmp_path_factory: pytest.TempPathFactory) -> ModelDir:
 @pytest.fixture
 def demo_cache(demo_model: ModelDir, isolated_cache: Path) -> Path:
     """The user's cache holds the converted demo model (a copy, so tests cannot disturb each other)."""
-    shutil.copytree(demo_model.path, isolated_cache / demo_model.name)
-    return isolated_cache
+    return copy_of_demo(demo_model, isolated_cache)
+
+
+def copy_of_demo(demo_model: ModelDir, root: Path) -> Path:
+    """`root` as a cache holding a copy of the demo model: what answers write there stays there."""
+    shutil.copytree(demo_model.path, root / demo_model.name)
+    return root
 
 
 @pytest.fixture(scope="session")

@@ -23,6 +23,7 @@ from runtime.engine import ChatOptions, EngineSettings
 from runtime.engine_worker import EngineWorker
 from runtime.sampling import SamplingParams
 from runtime.server import Defaults, ServeConfig, Service, url_of, uvicorn_server
+from tests.conftest import copy_of_demo
 from tests.test_server import DEMO, Served, greedy
 
 EVIL = "evil.example"
@@ -30,11 +31,7 @@ EVIL = "evil.example"
 
 @pytest.fixture(scope="module")
 def hostile_cache(demo_model: ModelDir, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    import shutil
-
-    root = tmp_path_factory.mktemp("hostile") / "cache"
-    shutil.copytree(demo_model.path, root / demo_model.name)
-    return root
+    return copy_of_demo(demo_model, tmp_path_factory.mktemp("hostile") / "cache")
 
 
 @pytest.fixture(scope="module")
@@ -44,9 +41,10 @@ def server(hostile_cache: Path) -> Iterator[Served]:
     assert s.stop() == 0, s.stderr()
 
 
-def raw(s: Served, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None):
-    """(status, decoded JSON body) with exactly the headers given (http.client adds no Host when one is)."""
-    host, port = s.base.removeprefix("http://").split(":")
+def raw(url: str, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None):
+    """(status, headers, body: decoded if JSON) from the server at `url`, with exactly the headers given
+    (http.client adds no Host when one is)."""
+    host, port = url.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=120)
     try:
         conn.request(method, path, body, headers or {})
@@ -80,42 +78,43 @@ def test_a_page_with_another_host_is_refused_even_after_dns_rebinding(server: Se
             ("POST", "/v1/chat/completions", chat),
         ):
             headers = {"Host": host, "Content-Type": "application/json"}
-            status, _, answer = raw(server, method, path, body, headers)
+            status, _, answer = raw(server.base, method, path, body, headers)
             assert status == 421, (host, path, answer)
             assert_error(answer, "host_not_allowed")
     for host in (f"127.0.0.1:{port}", f"localhost:{port}", "localhost", "LOCALHOST"):
-        assert raw(server, "GET", "/v1/models", headers={"Host": host})[0] == 200, host
+        assert raw(server.base, "GET", "/v1/models", headers={"Host": host})[0] == 200, host
 
 
 def test_a_foreign_origin_and_a_form_post_are_refused(server: Served) -> None:
     chat = json.dumps(greedy("hi", 4)).encode()
     origin = {"Host": "127.0.0.1", "Origin": f"http://{EVIL}"}
-    status, headers, body = raw(server, "GET", "/v1/models", headers=origin)
+    status, headers, body = raw(server.base, "GET", "/v1/models", headers=origin)
     assert status == 403 and "access-control-allow-origin" not in headers
     assert_error(body, "origin_not_allowed")
     assert "--cors-origin" in body["error"]["message"]
-    status, _, body = raw(server, "POST", "/v1/chat/completions", chat, origin | {"Content-Type": "application/json"})
+    as_json = origin | {"Content-Type": "application/json"}
+    status, _, body = raw(server.base, "POST", "/v1/chat/completions", chat, as_json)
     assert status == 403
     # What an HTML form can send without a preflight: never application/json.
     for kind in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", None):
         headers = {"Host": "127.0.0.1"} | ({"Content-Type": kind} if kind else {})
-        status, _, body = raw(server, "POST", "/v1/chat/completions", chat, headers)
+        status, _, body = raw(server.base, "POST", "/v1/chat/completions", chat, headers)
         assert status == 415, (kind, body)
         assert_error(body, "unsupported_media_type")
     headers = {"Host": "127.0.0.1", "Content-Type": "application/json; charset=utf-8"}
-    assert raw(server, "POST", "/v1/chat/completions", chat, headers)[0] == 200
+    assert raw(server.base, "POST", "/v1/chat/completions", chat, headers)[0] == 200
 
 
 def test_a_named_origin_is_served_with_cors(hostile_cache: Path) -> None:
     s = Served(hostile_cache, "--cors-origin", "http://ok.example")
     try:
         ok = {"Host": "127.0.0.1", "Origin": "http://ok.example"}
-        status, headers, _ = raw(s, "GET", "/v1/models", headers=ok)
+        status, headers, _ = raw(s.base, "GET", "/v1/models", headers=ok)
         assert status == 200 and headers["access-control-allow-origin"] == "http://ok.example"
         preflight = ok | {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "content-type"}
-        status, headers, _ = raw(s, "OPTIONS", "/v1/chat/completions", headers=preflight)
+        status, headers, _ = raw(s.base, "OPTIONS", "/v1/chat/completions", headers=preflight)
         assert status == 200 and headers["access-control-allow-origin"] == "http://ok.example"
-        assert raw(s, "GET", "/v1/models", headers={"Host": "127.0.0.1", "Origin": f"http://{EVIL}"})[0] == 403
+        assert raw(s.base, "GET", "/v1/models", headers={"Host": "127.0.0.1", "Origin": f"http://{EVIL}"})[0] == 403
     finally:
         assert s.stop() == 0, s.stderr()
 
@@ -186,10 +185,12 @@ def test_a_message_flood_is_refused_and_abandoned_requests_leave_the_queue(serve
 
 
 def test_the_log_shows_the_raw_path_so_no_line_can_be_forged(server: Served) -> None:
-    status, _, _ = raw(server, "GET", "/v1/models%0AGET%20/forged%20200", headers={"Host": "127.0.0.1"})
+    status, _, _ = raw(server.base, "GET", "/v1/models%0AGET%20/forged%20200", headers={"Host": "127.0.0.1"})
     assert status == 404
-    log = server.stderr()
-    assert "/v1/models%0AGET%20/forged%20200 404" in log
+    deadline = time.monotonic() + 10  # the server logs a request once its answer has gone
+    while "/v1/models%0AGET%20/forged%20200 404" not in (log := server.stderr()):
+        assert time.monotonic() < deadline, log
+        time.sleep(0.05)
     assert not any(line.startswith("GET /forged") for line in log.splitlines())
 
 
@@ -233,25 +234,14 @@ def in_process(
         sock.close()
 
 
-def _get(url: str, path: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:
-    host, port = url.removeprefix("http://").split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=60)
-    try:
-        conn.request("GET", path, headers=headers or {})
-        r = conn.getresponse()
-        return r.status, json.loads(r.read())
-    finally:
-        conn.close()
-
-
 def test_health_needs_the_key_beyond_loopback_and_a_stalled_body_gets_408(
     hostile_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Configured for a non-loopback bind (served here on 127.0.0.1): /health says nothing without the key.
     with in_process(hostile_cache, monkeypatch, host="192.0.2.1", api_key="sesame", body_deadline_s=1.0) as url:
-        status, body = _get(url, "/health")
+        status, _, body = raw(url, "GET", "/health")
         assert status == 401 and body["error"]["code"] == "invalid_api_key"
-        assert _get(url, "/health", {"Authorization": "Bearer sesame"})[0] == 200
+        assert raw(url, "GET", "/health", headers={"Authorization": "Bearer sesame"})[0] == 200
         host, port = url.removeprefix("http://").split(":")
         with socket.create_connection((host, int(port)), timeout=30) as c:
             started = time.monotonic()
@@ -259,9 +249,14 @@ def test_health_needs_the_key_beyond_loopback_and_a_stalled_body_gets_408(
                 b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                 b'Authorization: Bearer sesame\r\nContent-Length: 100\r\n\r\n{"mess'
             )
-            reply = c.recv(65536).decode()
-            assert reply.startswith("HTTP/1.1 408"), reply
-            assert "did not arrive within 1 s" in reply
+            reply = b""
+            while b"}}" not in reply:  # the whole error body (headers and body may come apart)
+                piece = c.recv(65536)
+                assert piece, reply
+                reply += piece
+            text = reply.decode()
+            assert text.startswith("HTTP/1.1 408"), text
+            assert "did not arrive within 1 s" in text
             assert time.monotonic() - started < 20
 
 
@@ -281,12 +276,12 @@ def test_a_reader_that_stops_reading_does_not_hold_the_engine(
             # send blocks, and after stall_s the answer is cancelled (5-20 s here, by the demo's speed).
             # 8000 tokens take the demo model over 50 s even at 150 tokens/s.
             deadline = time.monotonic() + 30
-            while not _get(url, "/health")[1]["busy"]:  # the answer has started
+            while not raw(url, "GET", "/health")[2]["busy"]:  # the answer has started
                 assert time.monotonic() < deadline
                 time.sleep(0.05)
             deadline = time.monotonic() + 45
             while True:
-                status, health = _get(url, "/health")
+                status, _, health = raw(url, "GET", "/health")
                 if status == 200 and not health["busy"]:
                     break
                 assert time.monotonic() < deadline, health

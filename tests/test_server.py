@@ -6,7 +6,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -22,7 +21,7 @@ import openai
 import pytest
 
 from runtime.cache import ModelDir
-from tests.conftest import REPO, assert_one_line_error, run_cli
+from tests.conftest import REPO, assert_one_line_error, copy_of_demo, run_cli
 
 DEMO = "smollm2-135m-instruct"
 PROMPTS = ["Name three primary colors.", "What is the capital of France?", "Say hello in Spanish.", "What is 2+2?"]
@@ -90,9 +89,7 @@ class Served:
 @pytest.fixture(scope="module")
 def served_cache(demo_model: ModelDir, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A cache of its own for the servers of this module (their controller estimates stay here)."""
-    root = tmp_path_factory.mktemp("served") / "cache"
-    shutil.copytree(demo_model.path, root / demo_model.name)
-    return root
+    return copy_of_demo(demo_model, tmp_path_factory.mktemp("served") / "cache")
 
 
 @pytest.fixture(scope="module")
