@@ -15,8 +15,8 @@ from PySide6.QtCore import QObject, Signal
 from app.store import Store
 from app.transcript import draft_mask
 from app.worker import ChatRequest, EngineWorker
-from runtime.chat import ChatOptions, Chunk, Message, answer_facts
-from runtime.engine import EngineSettings
+from runtime.engine.chat import ChatOptions, Chunk, Message, answer_facts
+from runtime.engine.engine import EngineSettings
 
 
 @dataclass

@@ -17,9 +17,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from runtime.cache import cache_root, list_models
-from runtime.catalog import Entry, Fit, fit, load_catalog
 from runtime.errors import UserError
+from runtime.models.cache import cache_root, list_models
+from runtime.plan.catalog import Entry, Fit, fit, load_catalog
 
 COLUMNS = ["Model", "Parameters", "Download", "F16 / Q8_0 / Q4_K_M", "RAM", "Licence", "This computer"]
 TOO_BIG = QColor("#b3261e")

@@ -29,9 +29,9 @@ from PySide6.QtWidgets import (
 
 from app.discover import DiscoverTab
 from app.worker import ConvertJob, ConvertWorker, start_thread
-from runtime.cache import DEMO_NAME, TIERS, CachedModel, cache_root, delete_model, list_models, size_text
-from runtime.catalog import eta_text
 from runtime.errors import UserError
+from runtime.models.cache import DEMO_NAME, TIERS, CachedModel, cache_root, delete_model, list_models, size_text
+from runtime.plan.catalog import eta_text
 
 if TYPE_CHECKING:
     from converters.convert import Progress

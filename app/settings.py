@@ -14,12 +14,12 @@ from typing import Any
 
 from PySide6.QtCore import QSettings
 
-from runtime.api_schema import DEFAULT_PORT
-from runtime.engine import ChatOptions, EngineSettings
+from runtime.api.schema import DEFAULT_PORT
+from runtime.decode.sampling import LLAMA_DEFAULTS, SamplingParams
+from runtime.engine.engine import ChatOptions, EngineSettings
 from runtime.errors import UserError
-from runtime.placement import PlacementSettings
-from runtime.rpc import parse_endpoints
-from runtime.sampling import LLAMA_DEFAULTS, SamplingParams
+from runtime.machine.rpc import parse_endpoints
+from runtime.plan.placement import PlacementSettings
 
 ORGANIZATION = "SpecQuant"
 APPLICATION = "SpecQuant"
@@ -41,15 +41,15 @@ class AppSettings:
     top_k: int = LLAMA_DEFAULTS.top_k
     max_tokens: int = ChatOptions.max_tokens
     n_ctx: int = EngineSettings.n_ctx
-    placement: str = PlacementSettings.mode  # one of runtime.placement.PLACEMENT_MODES
+    placement: str = PlacementSettings.mode  # one of runtime.plan.placement.PLACEMENT_MODES
     max_memory_gb: float = 0.0  # memory the model may use; 0: what is available, less a margin
-    workers: str = ""  # HOST:PORT[,HOST:PORT…] of `specquant worker`s that may run the parent (runtime.rpc)
+    workers: str = ""  # HOST:PORT[,HOST:PORT…] of `specquant worker`s that may run the parent (runtime.machine.rpc)
     theme: str = "system"
     highlight_draft: bool = False
     speed_chart: bool = True  # the status bar's live speed sparkline (View menu)
     zoom: int = 0  # points added to the system font size (Ctrl+ / Ctrl-)
     model: str = ""  # the model last chatted with
-    api_server: bool = False  # serve the OpenAI-compatible API on 127.0.0.1 (runtime.server)
+    api_server: bool = False  # serve the OpenAI-compatible API on 127.0.0.1 (runtime.api.server)
     api_port: int = DEFAULT_PORT
     # -1: a fresh seed for every answer (Regenerate samples anew). 0 to 2^64 - 1: every answer draws the same
     # numbers (settings file only, for reproducing a run; README "Seeds" says what that repeats).

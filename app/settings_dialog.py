@@ -19,9 +19,9 @@ from PySide6.QtWidgets import (
 
 from app.settings import THEMES, AppSettings
 from runtime.errors import UserError
-from runtime.placement import PLACEMENT_MODES
-from runtime.policy import PRESET_NAMES
-from runtime.router import LEVELS as ROUTER_LEVELS
+from runtime.plan.placement import PLACEMENT_MODES
+from runtime.plan.policy import PRESET_NAMES
+from runtime.plan.router import LEVELS as ROUTER_LEVELS
 
 # Words for the runtime's own choices; the choices themselves come from the runtime (one source).
 PRESET_WORDS = {

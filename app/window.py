@@ -35,11 +35,11 @@ from app.theme import apply_look
 from app.transcript import TranscriptView
 from app.widgets import ErrorBanner, InputBox
 from app.worker import EngineWorker
-from runtime import engine_worker
-from runtime.cache import DEMO_NAME, cache_root, list_models
-from runtime.chat import Chunk
+from runtime.engine.chat import Chunk
+from runtime.engine.thread import EngineThread
 from runtime.errors import UserError
-from runtime.policy import more_precise
+from runtime.models.cache import DEMO_NAME, cache_root, list_models
+from runtime.plan.policy import more_precise
 
 API_QUEUE = 32  # API requests that may wait for the engine (the window's own never wait on this bound)
 
@@ -62,10 +62,10 @@ class MainWindow(QMainWindow):
         self._build_menus()
 
         # The engine thread, shared with the local API server; its bound is for API clients only.
-        self.runner = engine_worker.EngineWorker(max_queue=API_QUEUE)
+        self.runner = EngineThread(max_queue=API_QUEUE)
         self.worker = EngineWorker(self.runner)
         self.chat = ChatController(self.store, self.worker)
-        self.api: Any = None  # runtime.server.BackgroundServer while the local API server runs
+        self.api: Any = None  # runtime.api.server.BackgroundServer while the local API server runs
         self.chat.status.connect(self._on_status)
         self.chat.chunks_taken.connect(self._on_chunks)
         self.chat.finished.connect(self._on_finished)
@@ -495,7 +495,7 @@ class MainWindow(QMainWindow):
             self.api.stop()
             self.api = None
         if want is not None and self.api is None:
-            from runtime.server import BackgroundServer, Defaults, ServeConfig, Service
+            from runtime.api.server import BackgroundServer, Defaults, ServeConfig, Service
 
             def defaults() -> Defaults:  # read on the server's thread: the window's current choices
                 s = self.settings

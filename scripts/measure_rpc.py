@@ -81,12 +81,12 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     args = p.parse_args()
     sys.path.insert(0, str(REPO))
-    from runtime.chat import ChatOptions
-    from runtime.engine import EngineSettings
-    from runtime.engine_process import EngineProcess
-    from runtime.hardware import inventory
-    from runtime.placement import PlacementSettings
-    from runtime.sampling import SamplingParams
+    from runtime.decode.sampling import SamplingParams
+    from runtime.engine.chat import ChatOptions
+    from runtime.engine.engine import EngineSettings
+    from runtime.engine.process import EngineProcess
+    from runtime.machine.hardware import inventory
+    from runtime.plan.placement import PlacementSettings
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

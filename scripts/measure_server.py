@@ -33,7 +33,7 @@ PROMPT = "Write a Python function that checks whether a string is a palindrome, 
 
 
 def cpu_model() -> str:
-    from runtime.hardware import inventory
+    from runtime.machine.hardware import inventory
 
     return inventory().cpu
 
@@ -67,8 +67,8 @@ def start_server(args: argparse.Namespace, *extra: str) -> tuple[subprocess.Pope
 
 
 def overhead(args: argparse.Namespace) -> None:
-    from runtime.engine import ChatOptions, Engine, EngineSettings
-    from runtime.sampling import SamplingParams
+    from runtime.decode.sampling import SamplingParams
+    from runtime.engine.engine import ChatOptions, Engine, EngineSettings
 
     proc, base = start_server(args, "--temp", "0", "--max-tokens", str(args.max_tokens))
     client = openai.OpenAI(base_url=base, api_key="-", max_retries=0, timeout=600)
@@ -143,7 +143,7 @@ def overhead(args: argparse.Namespace) -> None:
 
 def rss_mb(pid: int) -> dict[str, float]:
     """Resident memory of the server's process tree: anonymous (what a leak grows) and in all."""
-    from runtime.resources import resident
+    from runtime.machine.resources import resident
 
     r = resident(pid)
     return {"anon": r.anon_bytes / 1e6, "total": r.total_bytes / 1e6}

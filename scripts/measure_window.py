@@ -40,7 +40,7 @@ def main() -> None:
     from app.settings import AppSettings, save_settings
     from app.store import Store
     from app.window import MainWindow
-    from runtime.engine_worker import Failure, Job
+    from runtime.engine.thread import Failure, Job
 
     app = QApplication([])
     folder = Path(tempfile.mkdtemp())

@@ -62,7 +62,7 @@ def main() -> None:
     if args.scale != 1:
         os.environ["QT_SCALE_FACTOR"] = str(args.scale)  # read when the QApplication is made
     folder = Path(tempfile.mkdtemp(prefix="specquant-shots-"))
-    from runtime.cache import DEMO_NAME, cache_root
+    from runtime.models.cache import DEMO_NAME, cache_root
 
     if not (cache_root() / DEMO_NAME).is_dir():
         from converters.convert import convert

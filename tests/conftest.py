@@ -12,7 +12,7 @@ import pytest
 
 from converters.convert import convert
 from converters.sources import demo_gguf as find_demo_gguf
-from runtime.cache import DEMO_NAME, ModelDir
+from runtime.models.cache import DEMO_NAME, ModelDir
 from tests.micro_model import MicroSpec, write_micro_gguf
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,7 +40,7 @@ def demo_model(tmp_path_factory: pytest.TempPathFactory) -> ModelDir:
     convert("demo", root=root)
     # The machine's costs, measured once here as the first answer on a machine would: every copy starts
     # from the same probe (tests never read estimates that another test's answers wrote).
-    from runtime.engine import Engine
+    from runtime.engine.engine import Engine
 
     engine = Engine(DEMO_NAME, root=root)
     try:

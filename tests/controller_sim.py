@@ -1,7 +1,7 @@
 """A simulated machine for the controller: per-cycle timings and acceptances drawn from a fixed table.
 
 It stands in for llama.cpp only where the controller's *choices* are under test (no model can give a known
-acceptance and cost); the loop around it follows runtime.speculative's bookkeeping: the first cycle is the
+acceptance and cost); the loop around it follows runtime.decode.speculative's bookkeeping: the first cycle is the
 prefill, a tier draft falls behind while it is not used and catches up (one batch) before proposing.
 """
 
@@ -11,7 +11,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from runtime.cost_model import NGRAM, Controller, CostShape, CycleFacts, Decision, Estimates, Offer, ngram_key
+from runtime.decode.cost_model import NGRAM, Controller, CostShape, CycleFacts, Decision, Estimates, Offer, ngram_key
 
 STEP = 0.1  # seconds of one plain parent step
 

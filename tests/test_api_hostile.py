@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from runtime.api_schema import MAX_CONTENT_CHARS, MAX_MESSAGES
-from runtime.cache import ModelDir
-from runtime.engine import ChatOptions, EngineSettings
-from runtime.engine_worker import EngineWorker
-from runtime.sampling import SamplingParams
-from runtime.server import Defaults, ServeConfig, Service, url_of, uvicorn_server
+from runtime.api.schema import MAX_CONTENT_CHARS, MAX_MESSAGES
+from runtime.api.server import Defaults, ServeConfig, Service, url_of, uvicorn_server
+from runtime.decode.sampling import SamplingParams
+from runtime.engine.engine import ChatOptions, EngineSettings
+from runtime.engine.thread import EngineThread
+from runtime.models.cache import ModelDir
 from tests.conftest import copy_of_demo
 from tests.test_server import DEMO, Served, greedy
 
@@ -207,7 +207,7 @@ def in_process(
 ) -> Iterator[str]:
     """The real app on a loopback socket in this process (ServeConfig as given), with its own engine thread."""
     monkeypatch.setenv("SPECQUANT_CACHE_DIR", str(cache))
-    runner = EngineWorker(max_queue=4)
+    runner = EngineThread(max_queue=4)
     options = ChatOptions(sampling=SamplingParams())
     defaults = Defaults(DEMO, EngineSettings(n_ctx=n_ctx, n_threads=2), options)
     service = Service(runner, lambda: defaults, ServeConfig(**config))

@@ -17,8 +17,8 @@ from app.settings import AppSettings, load_settings, save_settings
 from app.store import Store
 from app.transcript import DRAFT_TINT
 from app.window import MainWindow
-from runtime.cache import DEMO_NAME, ModelDir
-from runtime.router import route
+from runtime.models.cache import DEMO_NAME, ModelDir
+from runtime.plan.router import route
 from tests.conftest import REPO
 
 LOW = "What is AI?"
@@ -363,8 +363,8 @@ def test_dark_theme_and_zoom_apply_and_persist(qtbot, demo_cache: Path, tmp_path
 
 
 def test_a_memory_budget_in_the_settings_lowers_the_precision_and_says_why(qtbot, window: MainWindow) -> None:
-    from runtime.engine import Engine
-    from runtime.placement import _ram_need
+    from runtime.engine.engine import Engine
+    from runtime.plan.placement import _ram_need
 
     engine = Engine(DEMO_NAME)
     q4_gb = _ram_need(engine.facts("q4_k_m"), 0) / 1e9

@@ -11,7 +11,7 @@ from PySide6.QtCore import Qt
 
 from app.discover import PARTLY, TOO_BIG
 from app.models_dialog import ModelsDialog
-from runtime import catalog
+from runtime.plan import catalog
 from tests.hf_export import export_to_hf
 from tests.test_catalog import GOOD, FakeHub, go_offline, serve_hub
 

@@ -16,8 +16,8 @@ from PySide6.QtWidgets import QApplication
 from app.settings import load_settings
 from app.speed_chart import MAX_POINTS, REPAINT_MS, SpeedChart
 from app.worker import DELIVER_MS, GUI_SHARE, EngineWorker, Pace
-from runtime.chat import SAME_TIME, Chunk, Stats, answer_facts, speedup_text, stats_line
-from runtime.engine import ESTIMATES_FILE, ChatOptions, Engine
+from runtime.engine.chat import SAME_TIME, Chunk, Stats, answer_facts, speedup_text, stats_line
+from runtime.engine.engine import ESTIMATES_FILE, ChatOptions, Engine
 from tests.test_app import ask, open_window
 
 PROMPT = "Name three primary colors."

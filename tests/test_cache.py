@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.cache import ModelDir, cache_root, check_name, list_models
 from runtime.errors import UserError
+from runtime.models.cache import ModelDir, cache_root, check_name, list_models
 from tests.conftest import assert_one_line_error, run_cli
 
 

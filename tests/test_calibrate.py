@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from runtime.cache import DEMO_NAME, ModelDir
-from runtime.calibrate import FILE, calibrate, load_or_calibrate, pick
-from runtime.engine import ChatOptions, Engine
-from runtime.policy import LOSSY_FLOORS, STRICT_FLOORS, choose
+from runtime.engine.calibrate import FILE, calibrate, load_or_calibrate, pick
+from runtime.engine.engine import ChatOptions, Engine
+from runtime.models.cache import DEMO_NAME, ModelDir
+from runtime.plan.policy import LOSSY_FLOORS, STRICT_FLOORS, choose
 
 
 def m(parent, draft, tps):

@@ -21,9 +21,9 @@ from converters import sources
 from converters.convert import convert
 from converters.hf_to_gguf import ARCHITECTURES
 from converters.quantize import QUANT_TYPES, expected_bytes
-from runtime import catalog
-from runtime.cache import list_models
 from runtime.errors import Cancelled, UserError
+from runtime.models.cache import list_models
+from runtime.plan import catalog
 from tests.hf_export import export_to_hf
 
 GOOD = {

@@ -11,8 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from runtime.cache import DEMO_NAME, ModelDir
-from runtime.cost_model import (
+from runtime.decode.cost_model import (
     EXPLORE_SHARE,
     Controller,
     CostShape,
@@ -26,11 +25,12 @@ from runtime.cost_model import (
     speedup,
     upper_bound,
 )
-from runtime.engine import ChatOptions, Engine, EngineSettings
-from runtime.llama_backend import LlamaBackend, LoadOptions
-from runtime.ngram import NgramIndex
-from runtime.sampling import SamplingParams, warp
-from runtime.speculative import NGRAM, SpecConfig, generate_steps
+from runtime.decode.llama_backend import LlamaBackend, LoadOptions
+from runtime.decode.ngram import NgramIndex
+from runtime.decode.sampling import SamplingParams, warp
+from runtime.decode.speculative import NGRAM, SpecConfig, generate_steps
+from runtime.engine.engine import ChatOptions, Engine, EngineSettings
+from runtime.models.cache import DEMO_NAME, ModelDir
 from tests.micro_model import MicroSpec, write_micro_gguf
 from tests.test_speculative import (
     N_SAMPLES,
@@ -269,7 +269,7 @@ def test_sampled_ngram_drafts_match_the_parent_distribution(lookup_prompt) -> No
 
 def test_accepting_every_ngram_proposal_fails_the_same_test(lookup_prompt, monkeypatch) -> None:
     """The test has teeth: a loop that trusted the lookup instead of verifying it is caught."""
-    import runtime.speculative as spec_module
+    import runtime.decode.speculative as spec_module
 
     parent, prompt = lookup_prompt
     monkeypatch.setattr(spec_module, "verify_sampled", lambda p, q, token, rng: (True, token))

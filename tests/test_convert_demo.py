@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from converters.convert import Progress, convert
-from runtime.cache import DEMO_NAME, TIERS, ModelDir, sha256_file
+from runtime.decode.llama_backend import LlamaBackend, LoadOptions
 from runtime.errors import Cancelled
-from runtime.llama_backend import LlamaBackend, LoadOptions
+from runtime.models.cache import DEMO_NAME, TIERS, ModelDir, sha256_file
 from tests.conftest import REPO, run_cli
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import llama_cpp
 import pytest
 
-from runtime import cpu_variant, hardware
 from runtime.errors import UserError
+from runtime.machine import cpu_variant, hardware
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler to build test variants")
 

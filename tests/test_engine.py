@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from runtime.cache import DEMO_NAME, ModelDir
-from runtime.engine import ChatOptions, Engine, EngineSettings
+from runtime.decode.text_stream import split_stop
+from runtime.engine.engine import ChatOptions, Engine, EngineSettings
 from runtime.errors import Cancelled, UserError
-from runtime.text_stream import split_stop
+from runtime.models.cache import DEMO_NAME, ModelDir
 
 LOW = "What is AI?"
 HIGH = "Analyze the impact of climate change on global agriculture and suggest mitigation strategies."

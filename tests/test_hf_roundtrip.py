@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from converters.convert import convert
-from runtime.cache import ModelDir
-from runtime.llama_backend import LlamaBackend, LoadOptions
-from runtime.sampling import recommended
+from runtime.decode.llama_backend import LlamaBackend, LoadOptions
+from runtime.decode.sampling import recommended
+from runtime.models.cache import ModelDir
 from tests.hf_export import export_to_hf, llama_to_qwen
 from tests.numpy_reference import hf_llama_logits
 

@@ -15,8 +15,8 @@ import pytest
 
 from converters.convert import Progress, convert
 from runtime import cli
-from runtime.cache import ModelDir, check_name, delete_model, fsync_file, list_models
 from runtime.errors import UserError
+from runtime.models.cache import ModelDir, check_name, delete_model, fsync_file, list_models
 from tests.conftest import assert_one_line_error, run_cli
 
 # A one-layer llama config: small enough that every case below is a few kilobytes.

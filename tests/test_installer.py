@@ -24,8 +24,8 @@ import pytest
 from converters import sources
 from installer import bundle, flavour, lean, linux, macos, windows
 from installer.metadata import Meta, read_meta
-from runtime import cpu_variant
 from runtime.errors import UserError
+from runtime.machine import cpu_variant
 from tests.conftest import REPO, assert_one_line_error
 
 META = Meta("SpecQuant", "1.2.3", "Desktop LLM runtime", with_demo=True)

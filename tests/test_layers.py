@@ -1,4 +1,5 @@
-"""Imports flow one way: surfaces → runtime's core and the converters → the shared base. Checked by walking
+"""Imports flow one way, folder by folder: surfaces → engine → plan → decode → models and machine → the shared
+base, with the converters beside decode. Checked by walking
 every import statement (those inside functions too; `if TYPE_CHECKING:` blocks are for type checkers only)."""
 
 from __future__ import annotations
@@ -10,23 +11,39 @@ from pathlib import Path
 from tests.conftest import REPO
 
 PACKAGES = ("app", "installer", "runtime", "converters")
-# What people and programs use: they may import anything.
-SURFACES = (
-    "app", "installer", "runtime.cli", "runtime.bench", "runtime.server", "runtime.api_schema", "runtime.api_guard"
-)
-# The shared base: the cache layout (and the catalogue's file), atomic writes, the errors, and the machine (its
-# cores, ggml's devices and CPU kernels, llama.cpp's log), which the converter needs as much as the runtime does.
-BASE = ("runtime", "runtime.errors", "runtime.cache", "runtime.atomic", "runtime.hardware", "runtime.ggml_lib",
-        "runtime.cpu_variant", "runtime.llama_log")
-MAY_IMPORT = {"base": {"base"}, "converters": {"base", "converters"}, "core": {"base", "core"}}
+# Each folder is one layer and may import only the layers listed for it (and itself); a new folder must be
+# placed here. runtime/'s own top-level modules (errors, atomic) are the shared base, runtime/cli.py is the
+# command line. The order follows one answer downwards: surfaces → engine → plan → decode → models, machine.
+FOLDERS = {
+    "app": "surface", "installer": "surface", "runtime.cli": "surface", "runtime.api": "surface",
+    "runtime.bench": "surface",
+    "runtime.engine": "engine",
+    "runtime.plan": "plan",
+    "converters": "converters",
+    "runtime.decode": "decode",
+    "runtime.models": "models",
+    "runtime.machine": "machine",
+    "runtime": "base",
+}
+BELOW = {
+    "base": set(),
+    "machine": {"base"},
+    "models": {"base"},
+    "decode": {"base", "machine", "models"},
+    "converters": {"base", "machine", "models"},
+    "plan": {"base", "machine", "models", "decode"},
+    "engine": {"base", "machine", "models", "decode", "plan"},
+}
+MAY_IMPORT = {name: below | {name} for name, below in BELOW.items()}
 
 
 def layer(module: str) -> str:
-    if any(module == s or module.startswith(s + ".") for s in SURFACES):
-        return "surface"
-    if module in BASE:
-        return "base"
-    return "converters" if module.split(".")[0] == "converters" else "core"
+    """The layer of the innermost listed folder holding `module` (runtime.plan.router: plan)."""
+    parts = module.split(".")
+    for n in range(len(parts), 0, -1):
+        if ".".join(parts[:n]) in FOLDERS:
+            return FOLDERS[".".join(parts[:n])]
+    raise AssertionError(f"{module} is in no folder of tests/test_layers.py's FOLDERS")
 
 
 def modules() -> dict[str, Path]:
@@ -55,7 +72,7 @@ def imports(path: Path, known: set[str]) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
         for name in names:
-            # the longest known module the name starts with: `from runtime import router` is runtime.router
+            # the longest known module the name starts with: `from runtime import router` is runtime.plan.router
             while name and name not in known:
                 name = name.rpartition(".")[0]
             if name:
@@ -99,4 +116,25 @@ def test_the_walker_sees_imports_inside_functions() -> None:
     """The check itself can fail: a function-level import is an import."""
     g = graph()
     assert "converters.convert" in g["runtime.cli"]  # cmd_convert imports it inside the function
-    assert layer("runtime.cli") == "surface" and layer("runtime.engine") == "core"
+    assert layer("runtime.cli") == "surface" and layer("runtime.engine.engine") == "engine"
+
+
+def test_every_folder_has_a_layer() -> None:
+    """A new package or top-level module must be placed in a layer, not fall into one by accident."""
+    found = modules()
+    runtime_top = {m for m, p in found.items() if m.startswith("runtime.") and p.parent.name == "runtime"
+                   and p.name != "__init__.py"}
+    assert runtime_top - {"runtime.cli"} <= {"runtime.errors", "runtime.atomic"}, "runtime/'s top level is the base"
+    packages = {m for m, p in found.items() if p.name == "__init__.py" and m.count(".") == 1}
+    unplaced = sorted(packages - set(FOLDERS))
+    assert not unplaced, f"place these folders in FOLDERS: {unplaced}"
+
+
+def test_folders_import_one_way() -> None:
+    """Between folders there is no cycle, surfaces included (the CLI imports the API, never back)."""
+    g = graph()
+    folders = sorted(FOLDERS, key=len, reverse=True)
+    folder = {m: next(f for f in folders if m == f or m.startswith(f + ".")) for m in g}
+    edges = {(folder[m], folder[d]) for m, deps in g.items() for d in deps if folder[m] != folder[d]}
+    back = sorted(f"{a} → {b}" for a, b in edges if (b, a) in edges)
+    assert not back, "\n".join(back)

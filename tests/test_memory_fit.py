@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from runtime.cache import DEMO_NAME, ModelDir
-from runtime.engine import Engine, EngineSettings
+from runtime.engine.engine import Engine, EngineSettings
 from runtime.errors import UserError
-from runtime.hardware import Inventory
-from runtime.placement import PRECISION_ORDER, PlacementSettings, _ram_need, plan_precision, tier_facts, will_fit
+from runtime.machine.hardware import Inventory
+from runtime.models.cache import DEMO_NAME, ModelDir
+from runtime.plan.placement import PRECISION_ORDER, PlacementSettings, _ram_need, plan_precision, tier_facts, will_fit
 from tests.conftest import assert_one_line_error, run_cli
 
 GB = 10**9

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from runtime.errors import UserError
-from runtime.hardware import Gpu, Inventory
-from runtime.placement import PlacementSettings, plan, tier_facts
+from runtime.machine.hardware import Gpu, Inventory
+from runtime.plan.placement import PlacementSettings, plan, tier_facts
 
 GB = 10**9
 QWEN = {"n_layer": 28, "n_embd": 1536, "n_head": 12, "n_head_kv": 2, "head_dim": 128, "n_vocab": 151936}

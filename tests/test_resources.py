@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.resources import PeakMemory, Rapl, cpu_seconds, resident
+from runtime.machine.resources import PeakMemory, Rapl, cpu_seconds, resident
 
 MB = 1_000_000
 

@@ -20,10 +20,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from runtime import rpc
 from runtime.errors import UserError
-from runtime.hardware import Gpu, Inventory
-from runtime.placement import PlacementSettings, plan, tier_facts
+from runtime.machine import rpc
+from runtime.machine.hardware import Gpu, Inventory
+from runtime.plan.placement import PlacementSettings, plan, tier_facts
 from tests.conftest import REPO, run_cli
 from tests.test_cli_runtime import assert_one_line_error
 

@@ -7,8 +7,8 @@ import ctypes
 import numpy as np
 import pytest
 
+from runtime.decode.sampling import SamplingParams, accept_probability, residual, sample, verify_sampled, warp
 from runtime.errors import UserError
-from runtime.sampling import SamplingParams, accept_probability, residual, sample, verify_sampled, warp
 
 
 def output_distribution(p: np.ndarray, q: np.ndarray) -> np.ndarray:

@@ -20,7 +20,7 @@ from typing import Any
 import openai
 import pytest
 
-from runtime.cache import ModelDir
+from runtime.models.cache import ModelDir
 from tests.conftest import REPO, assert_one_line_error, copy_of_demo, run_cli
 
 DEMO = "smollm2-135m-instruct"
@@ -313,8 +313,8 @@ def test_a_taken_port_is_one_line(demo_cache: Path) -> None:
 
 # --- the request schema alone (no server) -----------------------------------------------------------------
 def parse(**body: Any):
-    from runtime.api_schema import parse_chat
-    from runtime.engine import ChatOptions
+    from runtime.api.schema import parse_chat
+    from runtime.engine.engine import ChatOptions
 
     return parse_chat({"messages": [{"role": "user", "content": "hi"}]} | body, ChatOptions(), n_ctx=4096)
 
@@ -352,7 +352,7 @@ def test_the_schema_reads_text_parts_roles_stops_and_our_options() -> None:
     ],
 )
 def test_the_schema_refuses_what_it_cannot_honour(body: dict[str, Any], param: str) -> None:
-    from runtime.api_schema import ApiError
+    from runtime.api.schema import ApiError
 
     with pytest.raises(ApiError) as e:
         parse(**body)

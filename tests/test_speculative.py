@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from runtime.cache import ModelDir
-from runtime.llama_backend import LlamaBackend, LoadOptions
-from runtime.sampling import SamplingParams, warp
-from runtime.speculative import SpecConfig, generate_steps
+from runtime.decode.llama_backend import LlamaBackend, LoadOptions
+from runtime.decode.sampling import SamplingParams, warp
+from runtime.decode.speculative import SpecConfig, generate_steps
+from runtime.models.cache import ModelDir
 
 PROMPT = "<|im_start|>user\nWrite a short story about a robot who learns to paint.<|im_end|>\n<|im_start|>assistant\n"
 NEAR_TIE = 0.1
@@ -222,7 +222,7 @@ def test_sampled_speculation_matches_the_parent_distribution(sampled_pair) -> No
 
 def test_a_greedy_draft_in_sampled_mode_fails_the_same_test(sampled_pair, monkeypatch) -> None:
     """The test has teeth: drafting by argmax instead of sampling q biases the output, and is caught."""
-    import runtime.speculative as spec_module
+    import runtime.decode.speculative as spec_module
 
     parent, draft, prompt = sampled_pair
     monkeypatch.setattr(spec_module, "sample", lambda probs, rng: int(np.argmax(probs)))

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from runtime.chat import answer_facts, speedup_text
-from runtime.engine import ChatOptions, Engine
-from runtime.sampling import SamplingParams
+from runtime.decode.sampling import SamplingParams
+from runtime.engine.chat import answer_facts, speedup_text
+from runtime.engine.engine import ChatOptions, Engine
 
 PROMPT = [{"role": "user", "content": "Write a short story about a lighthouse keeper and a storm."}]
 

@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from runtime.cache import DEMO_NAME, ModelDir
-from runtime.chat import Chunk
-from runtime.engine import ESTIMATES_FILE, ChatOptions, Engine, EngineSettings
-from runtime.engine_worker import EngineWorker, Failure, Job, Status
+from runtime.engine.chat import Chunk
+from runtime.engine.engine import ESTIMATES_FILE, ChatOptions, Engine, EngineSettings
+from runtime.engine.thread import EngineThread, Failure, Job, Status
 from runtime.errors import UserError
+from runtime.models.cache import DEMO_NAME, ModelDir
 from tests.conftest import REPO
 
 QUESTION = [{"role": "user", "content": "Name three primary colors."}]
@@ -267,7 +267,7 @@ def test_estimates_that_cannot_be_saved_never_fail_the_answer(
 _WRITER = """
 import sys
 from pathlib import Path
-from runtime.cache import atomic_write_text
+from runtime.models.cache import atomic_write_text
 target, tag = Path(sys.argv[1]), sys.argv[2]
 for i in range(300):
     atomic_write_text(target, '{"writer": "%s", "i": %d, "pad": "%s"}' % (tag, i, "x" * 4000))
@@ -311,7 +311,7 @@ def _job(sink: Any, messages: list[dict[str, str]] = QUESTION, model: str | None
 
 
 def test_a_job_that_raises_does_not_stop_the_engine_thread(demo_cache: Path) -> None:
-    worker = EngineWorker()
+    worker = EngineThread()
     try:
         def broken(event: Any) -> None:  # a receiver with a bug: raises on everything, the Failure included
             raise RuntimeError("receiver bug")
@@ -338,7 +338,7 @@ def test_a_job_that_raises_does_not_stop_the_engine_thread(demo_cache: Path) -> 
 
 
 def test_release_and_close_give_up_after_their_timeout(demo_cache: Path) -> None:
-    worker = EngineWorker()
+    worker = EngineThread()
     stuck, free = threading.Event(), threading.Event()
 
     def hangs(event: Any) -> None:  # the engine thread is held (a load that cannot be interrupted)

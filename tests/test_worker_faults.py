@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from runtime import rpc
-from runtime.cache import DEMO_NAME
-from runtime.chat import ChatOptions
-from runtime.engine import EngineSettings
-from runtime.engine_process import EngineProcess
+from runtime.decode.sampling import SamplingParams
+from runtime.engine.chat import ChatOptions
+from runtime.engine.engine import EngineSettings
+from runtime.engine.process import EngineProcess
 from runtime.errors import UserError
-from runtime.sampling import SamplingParams
+from runtime.machine import rpc
+from runtime.models.cache import DEMO_NAME
 from tests.conftest import assert_one_line_error, run_cli
 from tests.test_rpc import PROMPT, Worker, chat_json
 
@@ -30,7 +30,7 @@ GREEDY = ChatOptions(max_tokens=400, sampling=SamplingParams(), level="high")
 
 @pytest.fixture
 def child(demo_cache: Path) -> Iterator[EngineProcess]:
-    """The answering child as `--rpc` runs it (runtime.engine_process), here without a worker: the faults
+    """The answering child as `--rpc` runs it (runtime.engine.process), here without a worker: the faults
     below are the child's own, and a worker's upload would only add time."""
     engine = EngineProcess(DEMO_NAME, EngineSettings(n_ctx=512, n_threads=2))
     yield engine

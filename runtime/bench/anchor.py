@@ -19,9 +19,9 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from runtime.cache import default_wheel_dir
 from runtime.errors import UserError
-from runtime.resources import PeakMemory
+from runtime.machine.resources import PeakMemory
+from runtime.models.cache import default_wheel_dir
 
 TOOL = "llama-speculative-simple"
 ANCHOR = "llama.cpp"  # the configuration's name: llama.cpp[:kN], N its --spec-draft-n-max
@@ -34,7 +34,7 @@ _STAT = re.compile(r"\b(n_drafted|n_accept|n_predict)\s*=\s*(\d+)")  # after the
 
 def installed_flavour() -> str:
     """The flavour of the llama-cpp-python in use: one CPU library per level means the portable build."""
-    from runtime.hardware import variant_folder
+    from runtime.machine.hardware import variant_folder
 
     return "cpu-all-variants" if variant_folder() is not None else "cpu-avx2"
 
@@ -54,7 +54,7 @@ def missing_reason() -> str:
 def pinned_tool(tool: Path, variant: str, into: Path) -> Path:
     """The tool in a folder of its own whose only CPU kernel library is `variant`'s, so that it runs the same
     kernels as our loop. Its ggml would otherwise load the best-scoring variant by CPUID alone, which can die
-    with SIGILL (runtime.cpu_variant). A copy of the binary (its libraries are found beside its real path)
+    with SIGILL (runtime.machine.cpu_variant). A copy of the binary (its libraries are found beside its real path)
     and links to everything else; a build with one CPU backend built in is returned as it is."""
     variants = [p for p in tool.parent.iterdir() if p.name.startswith("libggml-cpu-")]
     if not variants:
@@ -73,7 +73,7 @@ class LlamaCppRunner:
     """Runs the tool once per prompt; its process is separate, so its peak memory is measured too."""
 
     def __init__(self, engine: Any, n_max: int, tool: Path) -> None:
-        from runtime.hardware import ensure_backends
+        from runtime.machine.hardware import ensure_backends
 
         self.engine = engine
         self.n_max = n_max

@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from runtime.bench.anchor import ANCHOR, ANCHOR_PAIR
-from runtime.cost_model import NGRAM
-from runtime.engine import ChatOptions
+from runtime.decode.cost_model import NGRAM
+from runtime.decode.sampling import SamplingParams
+from runtime.engine.engine import ChatOptions
 from runtime.errors import UserError
-from runtime.policy import PRESET_NAMES
-from runtime.sampling import SamplingParams
+from runtime.plan.policy import PRESET_NAMES
 
 GREEDY = SamplingParams()  # the fidelity tables compare greedy texts
 STOCK = "llama-cpp-python"

@@ -16,8 +16,8 @@ def _child(out: Any, root: str, model: str, settings: Any, config: str, prompt: 
     try:
         from runtime.bench.configs import parse_config
         from runtime.bench.runners import run_engine
-        from runtime.engine import Engine
-        from runtime.resources import PeakMemory
+        from runtime.engine.engine import Engine
+        from runtime.machine.resources import PeakMemory
 
         with PeakMemory() as peak:
             engine = Engine(model, settings, root=Path(root))

@@ -22,10 +22,10 @@ from runtime.bench.runners import StockRunner, agreement, batch_costs, run_engin
 from runtime.bench.stats import bootstrap, cost_cap
 from runtime.bench.sweep import format_sweep, predicted_speedup, sweep
 from runtime.bench.workloads import load_prompts, score
-from runtime.cost_model import NGRAM
-from runtime.engine import Engine
+from runtime.decode.cost_model import NGRAM
+from runtime.engine.engine import Engine
 from runtime.errors import UserError
-from runtime.resources import Rapl, cpu_seconds
+from runtime.machine.resources import Rapl, cpu_seconds
 
 
 def _versions() -> dict[str, str]:
@@ -221,7 +221,7 @@ def bench(
             peaks[cfg.name] = measure_memory(
                 engine.model.root, engine.model.name, engine.settings, cfg.name, prompts[0]["prompt"], max_tokens
             )
-    from runtime.hardware import inventory
+    from runtime.machine.hardware import inventory
 
     return {
         "machine": inventory().as_dict() | {"platform": platform.platform()},

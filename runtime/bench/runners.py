@@ -7,10 +7,10 @@ import time
 from typing import Any
 
 from runtime.bench.configs import GREEDY, BenchConfig
-from runtime.engine import Engine
-from runtime.llama_backend import LlamaBackend
-from runtime.sampling import SamplingParams
-from runtime.speculative import Step, take
+from runtime.decode.llama_backend import LlamaBackend
+from runtime.decode.sampling import SamplingParams
+from runtime.decode.speculative import Step, take
+from runtime.engine.engine import Engine
 
 
 class StockRunner:
@@ -20,8 +20,8 @@ class StockRunner:
         import llama_cpp
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
-        from runtime.hardware import ensure_backends
-        from runtime.llama_log import route_llama_log
+        from runtime.machine.hardware import ensure_backends
+        from runtime.machine.llama_log import route_llama_log
 
         route_llama_log()
         ensure_backends()

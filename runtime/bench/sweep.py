@@ -10,11 +10,11 @@ from typing import Any
 
 from runtime.bench.report import num_text
 from runtime.bench.runners import batch_costs
-from runtime.cost_model import speedup
-from runtime.engine import Engine
-from runtime.llama_backend import LlamaBackend, LoadOptions
-from runtime.sampling import SamplingParams
-from runtime.speculative import SpecConfig, generate_steps, take
+from runtime.decode.cost_model import speedup
+from runtime.decode.llama_backend import LlamaBackend, LoadOptions
+from runtime.decode.sampling import SamplingParams
+from runtime.decode.speculative import SpecConfig, generate_steps, take
+from runtime.engine.engine import Engine
 
 
 def predicted_speedup(acceptance: float, k: float, c: float, v: dict[int, float]) -> float:

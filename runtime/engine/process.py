@@ -1,4 +1,4 @@
-"""An Engine in a child process, for answers whose layers run on a worker (runtime.rpc).
+"""An Engine in a child process, for answers whose layers run on a worker (runtime.machine.rpc).
 
 ggml's RPC client aborts its whole process when a worker dies or stops answering mid-answer. In a child that
 abort ends only the child: the caller (`chat`, `serve`, the window) gets one line naming the worker, stays
@@ -23,10 +23,10 @@ from dataclasses import replace
 from multiprocessing.connection import Connection
 from typing import Any
 
-from runtime import rpc
-from runtime.chat import Answer, ChatOptions, Chunk, Message, collect
-from runtime.engine import Engine, EngineSettings
+from runtime.engine.chat import Answer, ChatOptions, Chunk, Message, collect
+from runtime.engine.engine import Engine, EngineSettings
 from runtime.errors import Cancelled, ModelError, SpecQuantError, UserError, readable
+from runtime.machine import rpc
 
 FIRST_TOKEN_TIMEOUT_S = 600.0
 START_TIMEOUT_S = 120.0

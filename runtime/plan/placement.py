@@ -11,9 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from runtime.cost_model import speedup
+from runtime.decode.cost_model import speedup
 from runtime.errors import UserError
-from runtime.hardware import Inventory
+from runtime.machine.hardware import Inventory
+from runtime.machine.rpc import WorkerFacts, local_clear_speed
 
 GB = 1e9
 
@@ -45,7 +46,7 @@ def tier_facts(tier: str, file_bytes: int, hparams: dict[str, Any], n_ctx: int, 
     return TierFacts(tier, file_bytes, n_layer, kv, compute)
 
 
-# remote: the parent's layers on a worker (--rpc, runtime.rpc), the draft here.
+# remote: the parent's layers on a worker (--rpc, runtime.machine.rpc), the draft here.
 PLACEMENT_MODES = ("auto", "cpu", "gpu", "remote")
 
 
@@ -59,7 +60,7 @@ class PlacementSettings:
     batch_cost: float = 1.3  # v(k+1): a (k+1)-token verify costs about 1.3 single steps on a CPU
     margin_bytes: int = 512 * 1024 * 1024
     max_memory_bytes: int | None = None  # the user's budget (--max-memory): taken as it is, no margin off it
-    # A worker's device (runtime.rpc): its speed is assumed a CPU's like this one's until the controller has
+    # A worker's device (runtime.machine.rpc): its speed is assumed a CPU's like this one's until the controller has
     # measured it; each graph it computes costs one network round trip (the probe's median).
     rpc_bandwidth: float = 30 * GB
     rpc_rtt_s: float = 0.0
@@ -347,3 +348,14 @@ def will_fit(
     pair = chosen.parent.tier.upper() + (f" ← {chosen.draft.tier.upper()}" if chosen.draft else "")
     why = f" ({chosen.precision_note})" if chosen.precision_note else ""
     return True, f"this machine will answer with {pair}, {chosen.ram_bytes / GB:.1f} GB of RAM{why}"
+
+
+def measured_placement(settings: PlacementSettings, workers: list[WorkerFacts]) -> PlacementSettings:
+    """The placement's settings with the workers' measured network round trip (the slowest worker's) and
+    speed: this machine's CPU bandwidth scaled by how fast the slowest worker clears memory beside here."""
+    rtt = max(w.rtt_s for w in workers)
+    speeds = [w.clear_bps for w in workers if w.clear_bps > 0]
+    if not speeds:
+        return replace(settings, rpc_rtt_s=rtt)
+    ratio = min(speeds) / local_clear_speed()
+    return replace(settings, rpc_rtt_s=rtt, rpc_bandwidth=settings.cpu_bandwidth * ratio)

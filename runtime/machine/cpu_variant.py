@@ -259,8 +259,8 @@ def _probe_child(library: str, model: str, n_threads: int, conn) -> None:  # con
 
     import llama_cpp
 
-    from runtime.ggml_lib import libggml
-    from runtime.llama_log import route_llama_log
+    from runtime.machine.ggml_lib import libggml
+    from runtime.machine.llama_log import route_llama_log
 
     errors = route_llama_log()
     logging.getLogger("llama.cpp").setLevel(logging.CRITICAL + 1)

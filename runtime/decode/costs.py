@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from runtime.cache import atomic_write_text
-from runtime.cost_model import K_MAX, NGRAM, NGRAM_PRIOR_BY_MATCH, CostShape, cap, interpolate, isotonic
-from runtime.llama_backend import LlamaBackend
+from runtime.decode.cost_model import K_MAX, NGRAM, NGRAM_PRIOR_BY_MATCH, CostShape, cap, interpolate, isotonic
+from runtime.decode.llama_backend import LlamaBackend
+from runtime.models.cache import atomic_write_text
 
 log = logging.getLogger("specquant.costs")
 FILE = "costs.json"

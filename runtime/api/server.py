@@ -1,13 +1,13 @@
 """`specquant serve`: an OpenAI-compatible API over the Engine (Starlette, uvicorn, sse-starlette).
 
-Every request becomes a `Job` for the one engine thread (`runtime.engine_worker`), which the window shares
+Every request becomes a `Job` for the one engine thread (`runtime.engine.thread`), which the window shares
 when it serves: clients get the router, the speculative loop and the placement, and see them in each
 response's `specquant` object. A client that goes away cancels its job within one verify cycle. Requests
 are logged by method, raw path, status and time, never by content.
 
 What a web page or a broken client cannot do (README, "Safe with browsers and broken clients"): web pages
-are kept out by runtime.api_guard; a body must arrive within BODY_DEADLINE_S and hold at most
-MAX_BODY bytes (and runtime.api_schema's message caps); a stream whose reader stops reading is cancelled
+are kept out by runtime.api.guard; a body must arrive within BODY_DEADLINE_S and hold at most
+MAX_BODY bytes (and runtime.api.schema's message caps); a stream whose reader stops reading is cancelled
 after STALL_S, or once it falls BACKLOG chunks behind; at most MAX_CONNECTIONS connections are served at
 once (uvicorn answers 503 beyond); and a cancelled request leaves the engine's queue at once.
 """
@@ -37,14 +37,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from runtime import api_schema
-from runtime.api_guard import BrowserGuard
-from runtime.api_schema import DEFAULT_PORT, ApiError
-from runtime.cache import ModelDir, cache_root, check_name, list_models
-from runtime.engine import ChatOptions, Chunk, EngineSettings
-from runtime.engine_worker import EngineWorker, Failure, Job, QueueFull
+from runtime.api import schema as api_schema
+from runtime.api.guard import BrowserGuard
+from runtime.api.schema import DEFAULT_PORT, ApiError
+from runtime.engine.engine import ChatOptions, Chunk, EngineSettings
+from runtime.engine.thread import EngineThread, Failure, Job, QueueFull
 from runtime.errors import UserError, readable
-from runtime.rpc import is_loopback
+from runtime.machine.rpc import is_loopback
+from runtime.models.cache import ModelDir, cache_root, check_name, list_models
 
 log = logging.getLogger("specquant.server")
 SHUTDOWN_GRACE_S = 3.0  # below uvicorn's timeout_graceful_shutdown (5 s)
@@ -110,7 +110,7 @@ def url_of(sock: socket.socket) -> str:
 class Service:
     """The API's state: the engine thread, the defaults, and the jobs it has in flight."""
 
-    def __init__(self, runner: EngineWorker, defaults: Callable[[], Defaults], config: ServeConfig) -> None:
+    def __init__(self, runner: EngineThread, defaults: Callable[[], Defaults], config: ServeConfig) -> None:
         self.runner = runner
         self.defaults = defaults
         self.config = config

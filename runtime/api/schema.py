@@ -14,12 +14,12 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
-from runtime.cache import TIERS
-from runtime.chat import ChatOptions, Chunk, Message, answer_facts
+from runtime.decode.sampling import SEED_MAX
+from runtime.engine.chat import ChatOptions, Chunk, Message, answer_facts
 from runtime.errors import UserError
-from runtime.policy import DRAFT_CHOICES, PRESET_NAMES
-from runtime.router import LEVELS
-from runtime.sampling import SEED_MAX
+from runtime.models.cache import TIERS
+from runtime.plan.policy import DRAFT_CHOICES, PRESET_NAMES
+from runtime.plan.router import LEVELS
 
 DEFAULT_PORT = 8088  # `specquant serve` and the window's local API server
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}

@@ -15,14 +15,14 @@ import time
 from dataclasses import replace
 from typing import Any, Protocol
 
-from runtime.cache import ModelDir, atomic_write_text
-from runtime.chat import Answer, ChatOptions, Message, Stats
-from runtime.policy import LOSSY_FLOORS, PRECISION, STRICT_FLOORS
-from runtime.sampling import SamplingParams
+from runtime.decode.sampling import SamplingParams
+from runtime.engine.chat import Answer, ChatOptions, Message, Stats
+from runtime.models.cache import ModelDir, atomic_write_text
+from runtime.plan.policy import LOSSY_FLOORS, PRECISION, STRICT_FLOORS
 
 
 class Engine(Protocol):
-    """What calibrating needs of runtime.engine.Engine (which calls this module, so it is not imported)."""
+    """What calibrating needs of runtime.engine.engine.Engine (which calls this module, so it is not imported)."""
 
     model: ModelDir
 

@@ -17,21 +17,22 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from runtime import router, rpc
-from runtime.cache import DEMO_NAME, ModelDir, atomic_write_text, cache_root, check_name, list_models
-from runtime.chat import Answer, ChatOptions, Chunk, Message, Stats, collect
-from runtime.cost_model import NGRAM, Controller, Estimates, Offer
-from runtime.costs import MachineCosts, load_or_measure
+from runtime.decode.cost_model import NGRAM, Controller, Estimates, Offer
+from runtime.decode.costs import MachineCosts, load_or_measure
+from runtime.decode.llama_backend import LlamaBackend, LoadOptions
+from runtime.decode.sampling import SamplingParams, recommended
+from runtime.decode.speculative import SpecConfig, Step, generate_steps, take
+from runtime.decode.text_stream import TextStream
+from runtime.engine.chat import Answer, ChatOptions, Chunk, Message, Stats, collect
+from runtime.engine.plain_estimate import PlainEstimate
 from runtime.errors import Cancelled, ModelError, UserError, readable
-from runtime.hardware import Inventory, inventory
-from runtime.llama_backend import LlamaBackend, LoadOptions
-from runtime.placement import PlacementSettings, Plan, TierFacts, plan_precision, tier_facts
-from runtime.plain_estimate import PlainEstimate
-from runtime.policy import Choice, choose
-from runtime.router import Route, RouterSettings
-from runtime.sampling import SamplingParams, recommended
-from runtime.speculative import SpecConfig, Step, generate_steps, take
-from runtime.text_stream import TextStream
+from runtime.machine import rpc
+from runtime.machine.hardware import Inventory, inventory
+from runtime.models.cache import DEMO_NAME, ModelDir, atomic_write_text, cache_root, check_name, list_models
+from runtime.plan import router
+from runtime.plan.placement import PlacementSettings, Plan, TierFacts, measured_placement, plan_precision, tier_facts
+from runtime.plan.policy import Choice, choose
+from runtime.plan.router import Route, RouterSettings
 
 __all__ = ["Answer", "ChatOptions", "Chunk", "Engine", "EngineSettings", "Message", "Stats", "resolve_model"]
 log = logging.getLogger("specquant.engine")
@@ -64,7 +65,7 @@ class EngineSettings:
     placement: PlacementSettings = field(default_factory=PlacementSettings)
     router: RouterSettings = field(default_factory=RouterSettings)
     spec: SpecConfig = field(default_factory=SpecConfig)
-    rpc: tuple[str, ...] = ()  # workers' HOST:PORT (runtime.rpc): their devices may run the parent's layers
+    rpc: tuple[str, ...] = ()  # workers' HOST:PORT (runtime.machine.rpc): their devices may run the parent's layers
 
 
 def resolve_model(name: str | None, root: Path | None = None) -> ModelDir:
@@ -109,7 +110,7 @@ class Engine:
         self.hardware = hardware or inventory()
         self._placement = self.settings.placement
         if self.workers:  # planned with the probe's round trip and speed (the settings stay as given)
-            self._placement = rpc.measured_placement(self._placement, self.workers)
+            self._placement = measured_placement(self._placement, self.workers)
         self._backends: dict[str, LlamaBackend] = {}
         self._tokenizer: LlamaBackend | None = None
         self._calibration: dict[str, Any] | None = None
@@ -165,7 +166,7 @@ class Engine:
         import llama_cpp
 
         from runtime import __version__
-        from runtime.hardware import ensure_backends
+        from runtime.machine.hardware import ensure_backends
 
         hw = self.hardware
         return {
@@ -198,7 +199,7 @@ class Engine:
         return est
 
     def costs(self, parent: str, drafts: Sequence[str] = (), refresh: bool = False) -> tuple[MachineCosts, bool]:
-        """This machine's costs for `parent` and its `drafts` (runtime.costs): cached in the model's folder,
+        """This machine's costs for `parent` and its `drafts` (runtime.decode.costs): cached in the model's folder,
         else measured now (a few seconds, once per machine, kernels and tiers); and whether they were cached.
         Every Estimates of this parent starts from them."""
         refresh = refresh or parent in self._stale
@@ -244,7 +245,7 @@ class Engine:
 
     def calibration(self) -> dict[str, Any]:
         if self._calibration is None:
-            from runtime.calibrate import load_or_calibrate
+            from runtime.engine.calibrate import load_or_calibrate
 
             self._calibration = load_or_calibrate(self)
         return self._calibration

@@ -10,7 +10,7 @@ cannot drift from what a conversion and a chat would really need:
   (`converters.quantize.expected_bytes`: 8.5 bits for Q8_0 = 1.0625 bytes/param, 4.9 bits for Q4_K_M =
   0.6125 bytes/param, embeddings included); tests/test_catalog.py pins these to the converter's table, which
   this module may not import (runtime's core sits below the converters);
-- RAM per tier: `runtime.placement.plan` (file, KV cache at n_ctx, compute buffer, the Q4_K_M repack and the
+- RAM per tier: `runtime.plan.placement.plan` (file, KV cache at n_ctx, compute buffer, the Q4_K_M repack and the
   margin), so a tier "fits" here exactly when a chat would place it.
 """
 
@@ -24,8 +24,11 @@ from typing import Any
 
 import psutil
 
+from runtime.errors import UserError
+from runtime.machine.hardware import Inventory, physical_cores
+
 # The catalogue's file, its pins and a download's disk check live in the base: the converter needs them too.
-from runtime.cache import (  # noqa: F401
+from runtime.models.cache import (  # noqa: F401
     DOWNLOAD_MARGIN,
     TIERS,
     catalog_path,
@@ -33,9 +36,7 @@ from runtime.cache import (  # noqa: F401
     pinned_revision,
     size_text,
 )
-from runtime.errors import UserError
-from runtime.hardware import Inventory, physical_cores
-from runtime.placement import GB, NotEnoughMemory, PlacementSettings, plan, tier_facts
+from runtime.plan.placement import GB, NotEnoughMemory, PlacementSettings, plan, tier_facts
 
 CATALOG_SCHEMA = 1
 # config.json's `architectures` names the converter reads (converters/hf_to_gguf.py ARCHITECTURES).
@@ -188,7 +189,7 @@ def _gb(n: float) -> str:
 
 
 def fit(entry: Entry, ram_bytes: int | None = None, n_ctx: int = DEFAULT_N_CTX) -> Fit:
-    """Each tier is placed on the CPU by `runtime.placement.plan` against this machine's RAM (or `ram_bytes`);
+    """Each tier is placed on the CPU by `runtime.plan.placement.plan` against this machine's RAM (or `ram_bytes`);
     a tier fits when the plan finds room for it, exactly as a chat would."""
     ram = machine_ram() if ram_bytes is None else ram_bytes
     settings = PlacementSettings(mode="cpu")

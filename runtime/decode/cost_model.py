@@ -6,7 +6,7 @@ accepted once position i - 1 was. Plain decoding is the case k = 0. Each cycle t
 source and k with the most predicted tokens per second.
 
 Where the terms come from:
-- Times: the machine's probe (`runtime.costs`: a plain step, the verify curve v(n), each draft's cost c)
+- Times: the machine's probe (`runtime.decode.costs`: a plain step, the verify curve v(n), each draft's cost c)
   is the prior, in units of the parent's step; this process's own measurements refine it. The verify cost
   is one curve over every batch size seen (monotone, interpolated), so a few noisy samples at one size
   cannot switch a source off. Timings are not carried from one process to the next: the probe is.
@@ -132,7 +132,7 @@ def interpolate(curve: Sequence[tuple[int, float]], n: int) -> float:
 
 @dataclass(frozen=True)
 class CostShape:
-    """The machine's costs as the probe measured them (`runtime.costs`), in units of one parent step."""
+    """The machine's costs as the probe measured them (`runtime.decode.costs`), in units of one parent step."""
 
     step_s: float  # one plain parent step, seconds
     v: Mapping[int, float]  # batch size -> verify seconds over one step (v[1] = 1)

@@ -43,7 +43,7 @@ def libggml() -> ctypes.CDLL | None:
     lib.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, size_p, size_p]
     lib.ggml_backend_dev_name.argtypes = [ctypes.c_void_p]
     lib.ggml_backend_dev_name.restype = ctypes.c_char_p
-    # The RPC backend (runtime.rpc): found by name, its entry points by address, as llama.cpp's own tools do,
+    # The RPC backend (runtime.machine.rpc): found by name, its entry points by address, as llama.cpp's own tools do,
     # because a GGML_BACKEND_DL build keeps it in a library loaded at run time.
     lib.ggml_backend_reg_by_name.argtypes = [ctypes.c_char_p]
     lib.ggml_backend_reg_by_name.restype = ctypes.c_void_p

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import psutil
 
-from runtime import cpu_variant
-from runtime.cpu_variant import CpuKernels
 from runtime.errors import UserError
-from runtime.ggml_lib import libggml
+from runtime.machine import cpu_variant
+from runtime.machine.cpu_variant import CpuKernels
+from runtime.machine.ggml_lib import libggml
 
 _GPU_TYPES = {1: "gpu", 2: "igpu"}  # enum ggml_backend_dev_type: CPU 0, GPU 1, IGPU 2, ACCEL 3, META 4
 
@@ -31,7 +31,7 @@ def physical_cores() -> int:
 @dataclass(frozen=True)
 class Gpu:
     name: str
-    kind: str  # "gpu" (dedicated memory), "igpu" (shares host memory) or "rpc" (a worker's, runtime.rpc)
+    kind: str  # "gpu" (dedicated memory), "igpu" (shares host memory) or "rpc" (a worker's, runtime.machine.rpc)
     free_bytes: int
     total_bytes: int
 
@@ -109,13 +109,13 @@ def ensure_backends() -> CpuKernels:
     A build with GGML_BACKEND_DL (the portable `cpu-all-variants` flavour and the installers) keeps its CPU
     kernels in separate libraries, one per micro-architecture, that ggml looks for only in its compile-time
     folder, the executable's folder and the current one; inside a Python package or a bundle they sit
-    elsewhere. The variant to load is proven first (runtime.cpu_variant): CPUID alone can pick one that dies
+    elsewhere. The variant to load is proven first (runtime.machine.cpu_variant): CPUID alone can pick one that dies
     with SIGILL. Builds with one CPU backend built in have nothing to choose.
     """
     global _kernels
     if _kernels is not None:
         return _kernels
-    from runtime.llama_log import route_llama_log
+    from runtime.machine.llama_log import route_llama_log
 
     route_llama_log()  # ggml's "load_backend: loaded ..." lines go to the log, not to the user's terminal
     lib = libggml()
@@ -152,7 +152,7 @@ def gpus() -> tuple[Gpu, ...]:
         free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
         lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
         name = (lib.ggml_backend_dev_description(dev) or b"GPU").decode(errors="replace")
-        if (lib.ggml_backend_dev_name(dev) or b"").startswith(b"RPC"):  # a worker's device (runtime.rpc)
+        if (lib.ggml_backend_dev_name(dev) or b"").startswith(b"RPC"):  # a worker's device (runtime.machine.rpc)
             kind, name = "rpc", f"worker {name}"  # its description is the worker's host:port
         found.append(Gpu(name, kind, free.value, total.value))
     return tuple(found)

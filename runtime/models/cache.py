@@ -268,20 +268,20 @@ def fsync_file(path: Path) -> None:
         os.close(fd)
 
 
-# --- the model catalogue's file and downloads: what the converter needs of them without runtime.catalog ---
+# --- the model catalogue's file and downloads: what the converter needs of them without runtime.plan.catalog ---
 DOWNLOAD_MARGIN = 64 * 1024 * 1024  # what a download leaves free at least (the converter keeps the same margin)
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
 def catalog_path() -> Path:
     """assets/catalog.json next to the packages, or inside a PyInstaller bundle (which carries assets/)."""
-    base = Path(getattr(sys, "_MEIPASS", Path(__file__).resolve().parents[1]))
+    base = Path(getattr(sys, "_MEIPASS", Path(__file__).resolve().parents[2]))
     return base / "assets" / "catalog.json"
 
 
 def pinned_revision(repo: str, path: Path | None = None) -> str | None:
     """The commit the catalogue pins `repo` to, or None for a repo it does not list (the Hub's main then).
-    A damaged catalogue pins nothing here: Discover reports it (runtime.catalog), and a repo id typed by hand
+    A damaged catalogue pins nothing here: Discover reports it (runtime.plan.catalog), and a repo id typed by hand
     still downloads."""
     try:
         data = json.loads((path or catalog_path()).read_text(encoding="utf-8"))

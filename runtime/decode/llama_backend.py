@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from runtime.errors import Cancelled, SpecQuantError, UserError
-from runtime.hardware import ensure_backends, physical_cores
-from runtime.llama_log import route_llama_log
+from runtime.machine.hardware import ensure_backends, physical_cores
+from runtime.machine.llama_log import route_llama_log
 
 
 @dataclass(frozen=True)

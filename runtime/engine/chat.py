@@ -9,12 +9,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from runtime import router
+from runtime.decode.sampling import LLAMA_DEFAULTS, SamplingParams
 from runtime.errors import UserError
-from runtime.placement import Plan
-from runtime.policy import PRESET_NAMES, Choice
-from runtime.router import Route
-from runtime.sampling import LLAMA_DEFAULTS, SamplingParams
+from runtime.plan import router
+from runtime.plan.placement import Plan
+from runtime.plan.policy import PRESET_NAMES, Choice
+from runtime.plan.router import Route
 
 Message = dict[str, str]
 
@@ -71,12 +71,12 @@ class Stats:
     cycles: int = 0
     stop_reason: str | None = None  # eos | max_tokens | stop | length | cancelled
     # What plain decoding at the same precision would pay per token after the first: the machine's measured
-    # step, scaled to this answer's own speed, plus the loop's per-token work (runtime.plain_estimate). None
+    # step, scaled to this answer's own speed, plus the loop's per-token work (runtime.engine.plain_estimate). None
     # while no plain step was ever timed: then no speed-up is claimed.
     plain_step_s: float | None = None
     spec_off: str | None = None  # on the last Chunk of an answer nothing was drafted for: why
     speedup_note: str | None = None  # why no speed-up is claimed although a plain step is known
-    machine_cap: float | None = None  # the cost model's cap for the draft on this machine (runtime.costs)
+    machine_cap: float | None = None  # the cost model's cap for the draft on this machine (runtime.decode.costs)
 
     @property
     def tok_per_s(self) -> float:

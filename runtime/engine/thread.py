@@ -23,10 +23,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.engine import ChatOptions, Engine, EngineSettings, Message
-from runtime.engine_process import EngineProcess, open_engine
+from runtime.engine.engine import ChatOptions, Engine, EngineSettings, Message
+from runtime.engine.process import EngineProcess, open_engine
 from runtime.errors import Cancelled, ModelError, SpecQuantError, UserError, readable
-from runtime.rpc import WorkerError
+from runtime.machine.rpc import WorkerError
 
 log = logging.getLogger("specquant.worker")
 
@@ -44,7 +44,7 @@ class Status:
 @dataclass(frozen=True)
 class Failure:
     """The job ended without a last Chunk. `kind`: cancelled (reason ""), user (bad input), model (a model
-    missing or damaged: see the model manager), worker (a worker down or lost: runtime.rpc) or internal."""
+    missing or damaged: see the model manager), worker (a worker down or lost: runtime.machine.rpc) or internal."""
 
     reason: str
     kind: str
@@ -56,7 +56,7 @@ class Job:
     settings: EngineSettings
     messages: list[Message]
     options: ChatOptions
-    sink: Callable[[Any], None]  # receives Status, runtime.engine.Chunk (the last has done=True) or Failure
+    sink: Callable[[Any], None]  # receives Status, runtime.engine.engine.Chunk (the last has done=True) or Failure
     cancel: threading.Event = field(default_factory=threading.Event)
     id: int = field(default_factory=itertools.count(1).__next__)
 
@@ -69,7 +69,7 @@ class QueueFull(SpecQuantError):
         self.retry_after_s = retry_after_s
 
 
-class EngineWorker:
+class EngineThread:
     """A thread with one Engine and a FIFO of jobs. `max_queue`: waiting jobs allowed (None: no bound)."""
 
     def __init__(self, max_queue: int | None = None, name: str = "specquant-engine") -> None:

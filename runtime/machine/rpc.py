@@ -23,15 +23,14 @@ import struct
 import sys
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import platformdirs
 
 from runtime.atomic import write_text_atomic
 from runtime.errors import UserError
-from runtime.ggml_lib import ABORT_CALLBACK, RPC_ADD_SERVER, RPC_START_SERVER, libggml, libggml_base
-from runtime.placement import PlacementSettings
+from runtime.machine.ggml_lib import ABORT_CALLBACK, RPC_ADD_SERVER, RPC_START_SERVER, libggml, libggml_base
 
 # ggml-rpc.h of the llama.cpp that llama-cpp-python 0.3.36 vendors; a worker must speak the same major version.
 PROTO_MAJOR, PROTO_MINOR = 7, 0
@@ -42,7 +41,7 @@ DEFAULT_PORT = 50052
 PROBE_TIMEOUT_S = 5.0
 # The speed probe: the worker clears a buffer this large on its first device, a few times. Clearing memory is
 # bound by the same memory bandwidth as a decode step, so its speed beside the same clear here scales the
-# placement's bandwidth for the worker's device (runtime.placement, rpc_bandwidth).
+# placement's bandwidth for the worker's device (runtime.plan.placement, rpc_bandwidth).
 SPEED_PROBE_BYTES = 256 * 1024 * 1024
 # A worker that sends nothing for this long during an answer is given up on (a remote machine switched off
 # leaves no connection reset behind); a long prompt on a slow worker may take this long for its first cycle.
@@ -245,7 +244,7 @@ _lock = threading.Lock()
 
 
 def _rpc_reg() -> int:
-    from runtime.hardware import ensure_backends  # loads ggml's backend libraries (RPC among them) first
+    from runtime.machine.hardware import ensure_backends  # loads ggml's backend libraries (RPC among them) first
 
     ensure_backends()
     lib = libggml()
@@ -261,7 +260,7 @@ _report_aborts = True
 
 
 def quiet_aborts() -> None:
-    """In a child process whose parent reports the fault itself (runtime.engine_process): exit silently."""
+    """In a child process whose parent reports the fault itself (runtime.engine.process): exit silently."""
     global _report_aborts
     _report_aborts = False
 
@@ -306,17 +305,6 @@ def connect(endpoints: tuple[str, ...]) -> list[WorkerFacts]:
                 lib.ggml_backend_register(reg)
                 _registered[f.endpoint] = f
     return facts
-
-
-def measured_placement(settings: PlacementSettings, workers: list[WorkerFacts]) -> PlacementSettings:
-    """The placement's settings with the workers' measured network round trip (the slowest worker's) and
-    speed: this machine's CPU bandwidth scaled by how fast the slowest worker clears memory beside here."""
-    rtt = max(w.rtt_s for w in workers)
-    speeds = [w.clear_bps for w in workers if w.clear_bps > 0]
-    if not speeds:
-        return replace(settings, rpc_rtt_s=rtt)
-    ratio = min(speeds) / local_clear_speed()
-    return replace(settings, rpc_rtt_s=rtt, rpc_bandwidth=settings.cpu_bandwidth * ratio)
 
 
 def registered() -> dict[str, WorkerFacts]:

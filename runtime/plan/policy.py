@@ -2,8 +2,8 @@
 
 The default, `exact`, answers with F16's own tokens at every level and offers the controller the cheapest
 tier and n-gram lookup as drafts: in exact mode speculation changes only the speed, and the controller
-(runtime/cost_model.py) uses a draft only in the cycles where it pays. `paper` is the paper's fixed table.
-`auto` reads a calibration (runtime/calibrate.py) measured once per model and machine. A user can always
+(runtime/decode/cost_model.py) uses a draft only in the cycles where it pays. `paper` is the paper's fixed table.
+`auto` reads a calibration (runtime/engine/calibrate.py) measured once per model and machine. A user can always
 pin a level, a parent/draft pair, n-gram drafts only, or no speculation.
 """
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.cache import TIERS
-from runtime.cost_model import NGRAM  # `--draft ngram`: prompt lookup only, no draft tier
+from runtime.decode.cost_model import NGRAM  # `--draft ngram`: prompt lookup only, no draft tier
 from runtime.errors import UserError
+from runtime.models.cache import TIERS
 
 PRESETS: dict[str, dict[str, tuple[str, str | None]]] = {
     "exact": {"low": ("f16", "q4_k_m"), "medium": ("f16", "q4_k_m"), "high": ("f16", "q4_k_m")},

@@ -19,10 +19,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from runtime.cost_model import K_MAX, NGRAM, Controller, CycleFacts, Offer, ngram_key
-from runtime.llama_backend import LlamaBackend
-from runtime.ngram import NgramIndex
-from runtime.sampling import SamplingParams, apply_penalties, one_hot, sample, verify_sampled, warp
+from runtime.decode.cost_model import K_MAX, NGRAM, Controller, CycleFacts, Offer, ngram_key
+from runtime.decode.llama_backend import LlamaBackend
+from runtime.decode.ngram import NgramIndex
+from runtime.decode.sampling import SamplingParams, apply_penalties, one_hot, sample, verify_sampled, warp
 
 
 @dataclass(frozen=True)
