@@ -4,7 +4,7 @@ then a Linux .tar.gz (and AppImage), a Windows Inno Setup script (and setup .exe
 
     python build_installer.py [--out DIR] [--with-demo-model] [--name NAME]
 
-The parts live in the `installer` package; the README's "Building installers" explains the options.
+The parts live in the `installer` package; docs/installers.md, "Building installers", explains the options.
 """
 
 import sys

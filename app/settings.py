@@ -52,7 +52,7 @@ class AppSettings:
     api_server: bool = False  # serve the OpenAI-compatible API on 127.0.0.1 (runtime.api.server)
     api_port: int = DEFAULT_PORT
     # -1: a fresh seed for every answer (Regenerate samples anew). 0 to 2^64 - 1: every answer draws the same
-    # numbers (settings file only, for reproducing a run; README "Seeds" says what that repeats).
+    # numbers (settings file only, for reproducing a run; docs/cli.md, "Seeds", says what that repeats).
     seed: int = -1
 
     def check(self) -> AppSettings:

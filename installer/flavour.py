@@ -22,7 +22,7 @@ from runtime.models.cache import default_wheel_dir
 __all__ = ["default_wheel_dir"]  # setup.sh's layout lives in runtime.models.cache; the installer's callers use it here
 
 LLAMA_VERSION = "0.3.36"
-# GGML_RPC: `specquant worker` serves this machine's backend, and --rpc reaches other machines' (README).
+# GGML_RPC: `specquant worker` serves this machine's backend, --rpc reaches others' (docs/second-computer.md).
 PORTABLE = "-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DGGML_RPC=ON -DLLAVA_BUILD=OFF"
 # The same portable CPU kernels plus one GPU backend, itself a loadable library: a machine without the
 # GPU runtime just skips it and runs on the CPU.

@@ -113,7 +113,7 @@ LABELLED = Path(__file__).parent / "data" / "router_labels.jsonl"
 
 
 def test_agrees_with_the_labelled_prompts() -> None:
-    """66 prompts in the paper's style (22 per level), labelled by hand; the README reports the figure."""
+    """66 prompts in the paper's style (22 per level), labelled by hand; docs/cli.md reports the figure."""
     rows = [json.loads(line) for line in LABELLED.read_text(encoding="utf-8").splitlines()]
     assert len(rows) >= 60 and {r["level"] for r in rows} == {"low", "medium", "high"}
     got = {r["prompt"]: route(r["prompt"]).level for r in rows}

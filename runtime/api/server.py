@@ -5,7 +5,7 @@ when it serves: clients get the router, the speculative loop and the placement, 
 response's `specquant` object. A client that goes away cancels its job within one verify cycle. Requests
 are logged by method, raw path, status and time, never by content.
 
-What a web page or a broken client cannot do (README, "Safe with browsers and broken clients"): web pages
+What a web page or a broken client cannot do (docs/api.md, "Security"): web pages
 are kept out by runtime.api.guard; a body must arrive within BODY_DEADLINE_S and hold at most
 MAX_BODY bytes (and runtime.api.schema's message caps); a stream whose reader stops reading is cancelled
 after STALL_S, or once it falls BACKLOG chunks behind; at most MAX_CONNECTIONS connections are served at

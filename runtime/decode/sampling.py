@@ -28,7 +28,7 @@ class SamplingParams:
     repeat_penalty: float = 1.0
     penalty_last_n: int = 64
     # None: a fresh seed for every answer (Regenerate samples anew). A fixed one reproduces the random draws;
-    # the text itself only where the drafts are the same too (README, "Seeds").
+    # the text itself only where the drafts are the same too (docs/cli.md, "Seeds").
     seed: int | None = None
 
     def __post_init__(self) -> None:

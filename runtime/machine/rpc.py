@@ -1,4 +1,4 @@
-"""llama.cpp's RPC backend: another computer's CPU or GPU as a device of this one (README, "A second computer").
+"""llama.cpp's RPC backend: another computer's CPU or GPU as a device of this one (docs/second-computer.md).
 
 Three parts, none of them a protocol of our own:
 - endpoints as the user writes them (`--rpc HOST:PORT[,HOST:PORT…]`);
