@@ -1,21 +1,22 @@
 """Quantize an F16 GGUF with llama.cpp's own quantizer, in a spawned child process.
 
-A child, because Cancel must be able to stop a quantization that llama.cpp runs as one C call: we kill it.
-Spawned, never forked: OpenMP and Qt are not fork-safe. Progress is the output's size against the size
-the tier is expected to reach. The same child then loads the result in llama.cpp as a check.
+A child (runtime.child), because Cancel must be able to stop a quantization that llama.cpp runs as one C
+call: we kill it. Progress is the output's size against the size the tier is expected to reach. The same
+child then loads the result in llama.cpp as a check.
 """
 
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import os
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from pathlib import Path
 
+from runtime import child
 from runtime.errors import Cancelled, SpecQuantError
 from runtime.machine.hardware import physical_cores
 from runtime.models.cache import fsync_file
@@ -48,7 +49,7 @@ def _watch_parent(ppid: int) -> None:
     os._exit(1)
 
 
-def _child_main(task: str, src: str, dst: str, ftype: int, nthread: int, ppid: int, conn) -> None:
+def _child_main(task: str, src: str, dst: str, ftype: int, nthread: int, ppid: int, conn: Connection) -> None:
     threading.Thread(target=_watch_parent, args=(ppid,), daemon=True).start()
     import logging
 
@@ -97,40 +98,29 @@ def run_llama_child(
     from runtime.machine.hardware import ensure_backends
 
     ensure_backends()  # choose the CPU kernels here, once: the child then reads the cached verdict
-    ctx = multiprocessing.get_context("spawn")
-    parent_conn, child_conn = ctx.Pipe(duplex=False)
-    # Not a daemon: a daemonic process may not start the CPU-variant probe if the verdict could not be
-    # cached. The child dies with its parent all the same (_watch_parent), and is killed on cancel.
-    proc = ctx.Process(
-        target=_child_main,
-        args=(task, str(src), str(dst), ftype, physical_cores(), os.getpid(), child_conn),
-        daemon=False,
-    )
-    proc.start()
-    child_conn.close()
+
+    def poll() -> None:
+        if cancelled is not None and cancelled():
+            raise Cancelled("cancelled")
+        if on_bytes is not None and task == "quantize":
+            with contextlib.suppress(OSError):
+                on_bytes(min(dst.stat().st_size, expected), expected)
+
     ok = False
     try:
-        while proc.is_alive():
-            if cancelled is not None and cancelled():
-                raise Cancelled("cancelled")
-            if on_bytes is not None and task == "quantize":
-                with contextlib.suppress(OSError):
-                    on_bytes(min(dst.stat().st_size, expected), expected)
-            proc.join(0.1)
-        try:
-            message = parent_conn.recv() if parent_conn.poll() else None
-        except EOFError:
-            message = None
-        if message is None:
-            message = f"the llama.cpp child process exited with code {proc.exitcode}"
+        # Not a daemon: a daemonic process may not start the CPU-variant probe if the verdict could not be
+        # cached. The child dies with its parent all the same (_watch_parent), and is killed on cancel.
+        message = child.run(
+            _child_main,
+            (task, str(src), str(dst), ftype, physical_cores(), os.getpid()),
+            poll=poll,
+            daemon=False,
+            what="the llama.cpp child process",
+        )
         if message:
             raise SpecQuantError(message)
         ok = True
     finally:
-        if proc.is_alive():
-            proc.kill()
-        proc.join()
-        parent_conn.close()
         if not ok and task == "quantize":
             with contextlib.suppress(FileNotFoundError):
                 dst.unlink()

@@ -2,24 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 TEMPLATES = Path(__file__).with_name("templates")
-
-
-@contextlib.contextmanager
-def atomic(path: Path) -> Iterator[Path]:
-    """Yield a `.partial` name to write; it becomes `path` only when the block finishes without error."""
-    partial = path.with_name(path.name + ".partial")
-    try:
-        yield partial
-        partial.replace(path)
-    finally:
-        partial.unlink(missing_ok=True)
 
 
 def fill(template: str, **values: str) -> str:

@@ -12,21 +12,28 @@ import contextlib
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` atomically; raises OSError (the target untouched) on failure."""
+@contextlib.contextmanager
+def replacing(path: Path) -> Iterator[Path]:
+    """A unique temporary name beside `path` for the block to write (itself, or another program): when the
+    block ends without error the file is fsynced and renamed over `path`; on any error it is removed and the
+    error propagates, `path` untouched."""
     # Hidden (a leading dot), and .partial: the cache's sweep of a killed run's leftovers removes it too.
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    os.close(fd)
     tmp = Path(tmp_name)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        yield tmp
+        fd = os.open(tmp, os.O_RDONLY if sys.platform != "win32" else os.O_RDWR)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         if sys.platform != "win32":
-            os.chmod(tmp, _mode(path))  # mkstemp makes 0600: keep the old file's mode, else a usual one
+            os.chmod(tmp, _mode(path, tmp))
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -36,17 +43,25 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
         fsync_dir(path.parent)
 
 
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` atomically; raises OSError (the target untouched) on failure."""
+    with replacing(path) as tmp:
+        tmp.write_bytes(data)
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     """`write_bytes_atomic` for UTF-8 text."""
     write_bytes_atomic(path, text.encode("utf-8"))
 
 
-def _mode(path: Path) -> int:
+def _mode(path: Path, tmp: Path) -> int:
+    """The old file's mode; else the one the writer gave the new file (an executable); mkstemp's 0600 else
+    becomes a usual 0644."""
     # Not 0o666 & ~umask: os.umask can only be read by setting it, which races with other threads.
-    try:
+    with contextlib.suppress(OSError):
         return path.stat().st_mode & 0o777
-    except OSError:
-        return 0o644
+    mode = tmp.stat().st_mode & 0o777
+    return 0o644 if mode == 0o600 else mode
 
 
 def fsync_dir(path: Path) -> None:

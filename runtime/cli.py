@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from runtime.decode.sampling import LLAMA_DEFAULTS
 from runtime.engine.chat import ChatOptions
@@ -19,6 +19,10 @@ from runtime.models.cache import TIERS, ModelDir, cache_root, list_models
 from runtime.plan.placement import PLACEMENT_MODES, PlacementSettings
 from runtime.plan.policy import DRAFT_CHOICES, PRESET_NAMES
 from runtime.plan.router import LEVELS
+
+if TYPE_CHECKING:  # imported where used: `specquant --help` must not load llama.cpp
+    from runtime.engine.engine import EngineSettings
+    from runtime.engine.interface import LoadedEngine
 
 TIER_CHOICES = TIERS
 # The flags' defaults are the runtime's own (one source: the dataclasses).
@@ -177,9 +181,7 @@ def cmd_route(args: argparse.Namespace) -> int:
     return 0
 
 
-def _chat_options(args: argparse.Namespace) -> Any:
-    from runtime.engine.engine import ChatOptions
-
+def _chat_options(args: argparse.Namespace) -> ChatOptions:
     # Flags given override the model's recommended sampling one by one; none given: the model's own.
     given = {"temperature": args.temp, "top_k": args.top_k, "top_p": args.top_p, "min_p": args.min_p, "seed": args.seed}
     overrides = tuple((name, value) for name, value in given.items() if value is not None)
@@ -196,7 +198,7 @@ def _chat_options(args: argparse.Namespace) -> Any:
     )
 
 
-def _engine_settings(args: argparse.Namespace) -> Any:
+def _engine_settings(args: argparse.Namespace) -> EngineSettings:
     from runtime.engine.engine import EngineSettings
     from runtime.plan.placement import PlacementSettings
 
@@ -211,7 +213,7 @@ def _engine_settings(args: argparse.Namespace) -> Any:
     return EngineSettings(n_ctx=args.ctx, n_threads=args.threads, placement=placement, rpc=workers)
 
 
-def _engine(args: argparse.Namespace, isolated: bool = True) -> Any:
+def _engine(args: argparse.Namespace, isolated: bool = True) -> LoadedEngine:
     """The Engine; with workers (--rpc) in a child process unless not `isolated` (runtime.engine.process)."""
     from runtime.engine.engine import Engine
     from runtime.engine.process import open_engine
@@ -333,11 +335,10 @@ def cmd_info(args: argparse.Namespace) -> int:
 
     engine = _engine(args, isolated=False)  # one-shot: a lost worker ends it with one line (runtime.machine.rpc)
     try:
-        from runtime.plan.policy import Choice
+        from runtime.engine.chat import ChatOptions
 
-        plans = {}
-        for level, (parent, draft) in PRESETS["exact"].items():
-            plans[level] = engine.plan(Choice(parent, draft, None, "exact preset")).as_dict()
+        # What an answer at each level would run on: the same decision as a chat's (runtime.engine.decide).
+        plans = {level: engine.decide("", ChatOptions(level=level)).placement.as_dict() for level in PRESETS["exact"]}
         out = {
             "model": engine.model.name,
             "path": str(engine.model.path),

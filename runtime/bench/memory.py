@@ -4,15 +4,16 @@ and stands beside the placement plan's estimate for the same answer."""
 
 from __future__ import annotations
 
-import multiprocessing
-import queue
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
+
+from runtime import child
 
 CHILD_TIMEOUT_S = 600.0
 
 
-def _child(out: Any, root: str, model: str, settings: Any, config: str, prompt: str, max_tokens: int) -> None:
+def _child(root: str, model: str, settings: Any, config: str, prompt: str, max_tokens: int, out: Connection) -> None:
     try:
         from runtime.bench.configs import parse_config
         from runtime.bench.runners import run_engine
@@ -23,26 +24,18 @@ def _child(out: Any, root: str, model: str, settings: Any, config: str, prompt: 
             engine = Engine(model, settings, root=Path(root))
             rec = run_engine(engine, parse_config(config), prompt, max_tokens)
         engine.close()
-        out.put({**peak.peak.as_dict(), "estimate_mb": round(rec["plan_ram_bytes"] / 1e6, 1)})
+        out.send({**peak.peak.as_dict(), "estimate_mb": round(rec["plan_ram_bytes"] / 1e6, 1)})
     except Exception as e:  # reported in the table, not raised: one configuration's failure is a fact
-        out.put({"error": f"{e.__class__.__name__}: {e}"})
+        out.send({"error": f"{e.__class__.__name__}: {e}"})
 
 
 def measure(root: Path, model: str, settings: Any, config: str, prompt: str, max_tokens: int) -> dict[str, Any]:
     """Peak resident memory of one configuration answering `prompt` in a fresh process, and the estimate."""
-    ctx = multiprocessing.get_context("spawn")  # a fork would inherit this process's mapped models
-    out = ctx.Queue()
-    proc = ctx.Process(target=_child, args=(out, str(root), model, settings, config, prompt, max_tokens))
-    proc.start()
-    try:
-        result = out.get(timeout=CHILD_TIMEOUT_S)
-    except queue.Empty:
-        result = {"error": f"no answer within {CHILD_TIMEOUT_S:.0f} s"}
-    finally:
-        proc.join(10)
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
+    try:  # not a daemon: its Engine may probe the CPU kernels in a child of its own
+        result = child.run(_child, (str(root), model, settings, config, prompt, max_tokens),
+                           timeout=CHILD_TIMEOUT_S, daemon=False, what="its process")
+    except child.ChildFailed as e:
+        result = {"error": str(e)}
     if "total_mb" in result and result.get("estimate_mb"):
         result["estimate_error"] = round(result["estimate_mb"] / result["total_mb"] - 1, 4)
     return result

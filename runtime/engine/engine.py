@@ -12,7 +12,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -23,15 +23,17 @@ from runtime.decode.llama_backend import LlamaBackend, LoadOptions
 from runtime.decode.sampling import SamplingParams, recommended
 from runtime.decode.speculative import SpecConfig, Step, generate_steps, take
 from runtime.decode.text_stream import TextStream
-from runtime.engine.chat import Answer, ChatOptions, Chunk, Message, Stats, collect
+from runtime.engine.chat import Answer, ChatOptions, Chunk, Message, Stats
+from runtime.engine.decide import Decision, decide
+from runtime.engine.interface import Answers
 from runtime.engine.plain_estimate import PlainEstimate
 from runtime.errors import Cancelled, ModelError, UserError, readable
 from runtime.machine import rpc
 from runtime.machine.hardware import Inventory, inventory
 from runtime.models.cache import DEMO_NAME, ModelDir, atomic_write_text, cache_root, check_name, list_models
 from runtime.plan import router
-from runtime.plan.placement import PlacementSettings, Plan, TierFacts, measured_placement, plan_precision, tier_facts
-from runtime.plan.policy import Choice, choose
+from runtime.plan.placement import PlacementSettings, Plan, TierFacts, measured_placement, tier_facts
+from runtime.plan.policy import Choice
 from runtime.plan.router import Route, RouterSettings
 
 __all__ = ["Answer", "ChatOptions", "Chunk", "Engine", "EngineSettings", "Message", "Stats", "resolve_model"]
@@ -89,7 +91,7 @@ def resolve_model(name: str | None, root: Path | None = None) -> ModelDir:
     raise UserError(f"{len(complete)} models in {root} ({', '.join(complete)}): choose one with --model NAME")
 
 
-class Engine:
+class Engine(Answers):
     """Owns the loaded tiers of one model and answers chats with them."""
 
     def __init__(
@@ -120,23 +122,9 @@ class Engine:
         self._stale: set[str] = set()  # parents whose costs an answer showed were measured under load
         router.warm_up()
 
-    # --- decisions ---------------------------------------------------------------------------------
+    # --- decisions (runtime.engine.decide) ----------------------------------------------------------
     def route(self, text: str) -> Route:
         return router.route(text, self.settings.router)
-
-    def choose(self, route: Route, options: ChatOptions) -> Choice:
-        level = route.level if options.level == "auto" else options.level
-        calibration = self.calibration() if options.preset == "auto" else None
-        return choose(
-            level,
-            options.preset,
-            allow_lossy=options.allow_lossy,
-            calibration=calibration,
-            parent=options.parent,
-            draft=options.draft,
-            no_spec=options.no_spec,
-            k=options.k,
-        )
 
     def facts(self, tier: str) -> TierFacts:
         rec = self.manifest["tiers"][tier]
@@ -145,21 +133,11 @@ class Engine:
             raise ModelError(f"model {self.model.name!r} predates placement facts: run `specquant convert` again")
         return tier_facts(tier, rec["bytes"], hparams, self.settings.n_ctx)
 
-    def plan(self, choice: Choice, pinned: bool = False) -> Plan:
-        """Where the pair runs. Unless the parent is `pinned`, precision gives way to memory: the most
-        precise tier up to the choice's parent that fits answers (see `placement.plan_precision`)."""
+    def decide(self, text: str, options: ChatOptions) -> Decision:
+        """How the answer to `text` runs here: level, parent and draft, placement (runtime.engine.decide)."""
+        calibration = self.calibration() if options.preset == "auto" else None
         tiers = {t: self.facts(t) for t in self.manifest["tiers"]}
-        return plan_precision(self.hardware, tiers, choice.parent, choice.draft, self._placement, pinned)
-
-    def fit(self, choice: Choice, placement: Plan) -> Choice:
-        """The choice as the plan allows it: a less precise parent, or no draft, when memory is short."""
-        draft = placement.draft.tier if placement.draft is not None else None
-        if (placement.parent.tier, draft) == (choice.parent, choice.draft):
-            return choice
-        why = f"{choice.why}; {placement.precision_note}" if placement.precision_note else choice.why
-        if draft is None and choice.draft is not None and not placement.precision_note:
-            why += "; draft dropped for memory"
-        return replace(choice, parent=placement.parent.tier, draft=draft, why=why)
+        return decide(text, options, tiers, self.hardware, self._placement, self.settings.router, calibration)
 
     def machine_key(self) -> dict[str, Any]:
         """What measured speeds depend on: the machine, its kernels, the threads and the tiers' bytes."""
@@ -393,16 +371,6 @@ class Engine:
         tokens = self.render(parent, messages[:first] + messages[first + dropped :])
         return tokens if len(tokens) <= budget else None
 
-    def chat(
-        self,
-        messages: Sequence[Message],
-        options: ChatOptions | None = None,
-        cancel: threading.Event | None = None,
-        on_text: Callable[[str], None] | None = None,
-    ) -> Answer:
-        """The whole answer to `messages` (what `stream_chat` streams, collected)."""
-        return collect(self.stream_chat(messages, options, cancel), on_text)
-
     def stream_chat(
         self, messages: Sequence[Message], options: ChatOptions | None = None, cancel: threading.Event | None = None
     ) -> Iterator[Chunk]:
@@ -410,13 +378,8 @@ class Engine:
         options = options or ChatOptions()
         if not messages or messages[-1].get("role") != "user":
             raise UserError("the chat must end with a user message")
-        route = self.route(messages[-1]["content"])
-        if options.level != "auto":  # a pinned level is the one that decides, and the one shown
-            why = f"{options.level.capitalize()}: pinned (the router judged it {route.level})."
-            route = replace(route, level=options.level, reason=why)
-        choice = self.choose(route, options)
-        placement = self.plan(choice, pinned=options.parent is not None)
-        choice = self.fit(choice, placement)
+        decision = self.decide(messages[-1]["content"], options)
+        route, choice, placement = decision.route, decision.choice, decision.placement
         parent, draft = self.pair(choice, placement)
         reserve = min(options.max_tokens, parent.n_ctx // 4)
         prompt, dropped = self.fit_context(parent, list(messages), reserve, cancel)

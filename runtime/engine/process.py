@@ -18,13 +18,15 @@ import logging
 import multiprocessing
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from multiprocessing.connection import Connection
 from typing import Any
 
-from runtime.engine.chat import Answer, ChatOptions, Chunk, Message, collect
+from runtime import child
+from runtime.engine.chat import ChatOptions, Chunk, Message
 from runtime.engine.engine import Engine, EngineSettings
+from runtime.engine.interface import Answers, LoadedEngine
 from runtime.errors import Cancelled, ModelError, SpecQuantError, UserError, readable
 from runtime.machine import rpc
 
@@ -40,8 +42,8 @@ _ERRORS: dict[str, type[SpecQuantError]] = {
 }
 
 
-def open_engine(model: str | None, settings: EngineSettings) -> Any:
-    """An Engine here, or in a child process when workers are named (the same methods either way)."""
+def open_engine(model: str | None, settings: EngineSettings) -> LoadedEngine:
+    """An Engine here, or in a child process when workers are named (the same Protocol either way)."""
     return EngineProcess(model, settings) if settings.rpc else Engine(model, settings)
 
 
@@ -52,7 +54,7 @@ def _send_error(conn: Connection, e: BaseException) -> None:
     conn.send(("error", name or "SpecQuantError", readable(e)))
 
 
-def _child(conn: Connection, model: str | None, settings: EngineSettings, cancel: Any) -> None:
+def _child(model: str | None, settings: EngineSettings, cancel: Any, conn: Connection) -> None:
     """The child's loop: build the Engine, then answer requests until told to close or the pipe ends."""
     rpc.quiet_aborts()  # the parent names the worker that was lost, in one line: ggml's own lines
     logging.getLogger("llama.cpp").setLevel(logging.CRITICAL)  # ("send failed …") would be more
@@ -89,14 +91,12 @@ def _child(conn: Connection, model: str | None, settings: EngineSettings, cancel
         engine.close()
 
 
-class EngineProcess:
-    """An Engine's methods (`chat`, `stream_chat`, `calibration`, `reset_caches`, `close`, `model`, `settings`)
-    served by an Engine in a child process."""
+class EngineProcess(Answers):
+    """A LoadedEngine (runtime.engine.interface) served by an Engine in a child process."""
 
     def __init__(self, model: str | None, settings: EngineSettings) -> None:
         self.settings = settings
-        self._ctx = multiprocessing.get_context("spawn")  # a fork would copy this process's threads' locks
-        self._cancel = self._ctx.Event()
+        self._cancel = multiprocessing.get_context("spawn").Event()  # set here, read by the child
         self._lock = threading.Lock()
         self._local: EngineSettings | None = None  # the settings answering here while a worker is down
         self._local_since = 0.0
@@ -104,12 +104,7 @@ class EngineProcess:
         self._start(model, settings)
 
     def _start(self, model: str | None, settings: EngineSettings) -> None:
-        self._conn, theirs = self._ctx.Pipe()
-        self._proc = self._ctx.Process(
-            target=_child, args=(theirs, model, settings, self._cancel), name="specquant-engine", daemon=True
-        )
-        self._proc.start()
-        theirs.close()
+        self._proc, self._conn = child.start(_child, (model, settings, self._cancel), name="specquant-engine")
         self.model, self.manifest, self.hardware, self.workers = self._result(START_TIMEOUT_S, "start")
 
     def _ensure_child(self) -> None:
@@ -161,15 +156,6 @@ class EngineProcess:
     def reset_caches(self) -> None:
         self._ask("reset_caches")
 
-    def chat(
-        self,
-        messages: Sequence[Message],
-        options: ChatOptions | None = None,
-        cancel: threading.Event | None = None,
-        on_text: Callable[[str], None] | None = None,
-    ) -> Answer:
-        return collect(self.stream_chat(messages, options, cancel), on_text)
-
     def stream_chat(
         self, messages: Sequence[Message], options: ChatOptions | None = None, cancel: threading.Event | None = None
     ) -> Iterator[Chunk]:
@@ -199,14 +185,7 @@ class EngineProcess:
         self._stop_child()
 
     def _stop_child(self) -> None:
-        if self._proc.is_alive():
-            with contextlib.suppress(OSError):
-                self._conn.send(("close",))
-            self._proc.join(10)
-        if self._proc.is_alive():
-            self._proc.kill()
-            self._proc.join()
-        self._conn.close()
+        child.stop(self._proc, self._conn, grace=10.0, farewell=("close",))
 
     # --- the pipe ---------------------------------------------------------------------------------------
     def _ask(self, what: str) -> Any:

@@ -16,15 +16,17 @@ from __future__ import annotations
 import collections
 import itertools
 import logging
+import queue
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.engine.engine import ChatOptions, Engine, EngineSettings, Message
-from runtime.engine.process import EngineProcess, open_engine
+from runtime.engine.engine import ChatOptions, Chunk, EngineSettings, Message
+from runtime.engine.interface import Answers, LoadedEngine
+from runtime.engine.process import open_engine
 from runtime.errors import Cancelled, ModelError, SpecQuantError, UserError, readable
 from runtime.machine.rpc import WorkerError
 
@@ -69,14 +71,16 @@ class QueueFull(SpecQuantError):
         self.retry_after_s = retry_after_s
 
 
-class EngineThread:
-    """A thread with one Engine and a FIFO of jobs. `max_queue`: waiting jobs allowed (None: no bound)."""
+class EngineThread(Answers):
+    """A thread with one Engine and a FIFO of jobs. `max_queue`: waiting jobs allowed (None: no bound).
+    The window and the API submit `Job`s with their own sinks; `stream_chat` (the ChatEngine Protocol) is
+    the same queue seen from a caller that reads on its own thread."""
 
     def __init__(self, max_queue: int | None = None, name: str = "specquant-engine") -> None:
         if max_queue is not None and max_queue < 1:
             raise UserError(f"queue size {max_queue} must be at least 1")
         self.max_queue = max_queue
-        self.engine: Engine | EngineProcess | None = None
+        self.engine: LoadedEngine | None = None
         self._pending: collections.deque[Job | Callable[[], None]] = collections.deque()
         self._running: Job | None = None
         self._cond = threading.Condition()
@@ -99,6 +103,35 @@ class EngineThread:
             self._pending.append(job)
             self._cond.notify()
         return job
+
+    def stream_chat(
+        self,
+        messages: Sequence[Message],
+        options: ChatOptions | None = None,
+        cancel: threading.Event | None = None,
+        *,
+        model: str | None = None,
+        settings: EngineSettings | None = None,
+    ) -> Iterator[Chunk]:
+        """Queue one answer (bounded) and yield its Chunks here; a Failure is raised as the error it reports
+        (Cancelled, UserError, ModelError, WorkerError, SpecQuantError). Leaving early cancels the job."""
+        events: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        job = Job(model, settings or EngineSettings(), list(messages), options or ChatOptions(), events.put,
+                  cancel or threading.Event())
+        self.submit(job)
+        done = False
+        try:
+            while not done:
+                event = events.get()
+                if isinstance(event, Failure):
+                    done = True
+                    raise _FAILURES.get(event.kind, SpecQuantError)(event.reason or "stopped")
+                if isinstance(event, Chunk):
+                    done = event.done
+                    yield event
+        finally:
+            if not done:
+                job.cancel.set()
 
     @property
     def waiting(self) -> int:
@@ -221,7 +254,7 @@ class EngineThread:
         else:
             self._durations.append(time.monotonic() - started)
 
-    def _engine_for(self, job: Job) -> Engine | EngineProcess:
+    def _engine_for(self, job: Job) -> LoadedEngine:
         e = self.engine
         if e is not None and (job.model is None or e.model.name == job.model) and e.settings == job.settings:
             return e
@@ -239,6 +272,11 @@ class EngineThread:
         """Seconds until a place is free: when the running job ends, about one typical job (median of the
         recent ones; 5 s before any has finished)."""
         return max(1, round(statistics.median(self._durations) if self._durations else 5.0))
+
+
+_FAILURES: dict[str, type[SpecQuantError]] = {
+    "cancelled": Cancelled, "user": UserError, "model": ModelError, "worker": WorkerError
+}
 
 
 def _check(job: Job, when: str) -> None:

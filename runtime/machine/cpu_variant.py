@@ -19,19 +19,20 @@ import contextlib
 import ctypes
 import hashlib
 import json
-import multiprocessing
 import os
 import re
-import signal
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import platformdirs
 
+from runtime import child
+from runtime.atomic import write_text_atomic
 from runtime.errors import UserError
 
 # libggml-cpu-haswell.so, libggml-cpu-zen4.dylib, ggml-cpu-x64.dll
@@ -177,10 +178,7 @@ def write_verdict(path: Path, data: dict) -> None:
     """Atomically: a verdict half-written by a killed process must not be read as valid."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".partial")
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f)
-        os.replace(tmp, path)
+        write_text_atomic(path, json.dumps(data))
     except OSError:
         pass  # a read-only cache costs the next start a probe, nothing more
 
@@ -253,7 +251,7 @@ def write_probe_model(path: Path) -> Path:
     return path
 
 
-def _probe_child(library: str, model: str, n_threads: int, conn) -> None:  # conn: a multiprocessing Connection
+def _probe_child(library: str, model: str, n_threads: int, conn: Connection) -> None:
     """In the child: load only `library`, then decode one batch through `model`; report "" or why not."""
     import logging
 
@@ -293,39 +291,13 @@ def _probe_child(library: str, model: str, n_threads: int, conn) -> None:  # con
         conn.close()
 
 
-def _signal_name(number: int) -> str:
-    try:
-        sig = signal.Signals(number)
-    except ValueError:
-        return f"signal {number}"
-    return f"{sig.name} ({signal.strsignal(sig) or sig.name})"
-
-
 def probe(library: Path, model: Path, n_threads: int = 2, timeout: float = PROBE_TIMEOUT_S) -> str | None:
     """None if `library` runs the probe model in a spawned child; otherwise why not, in a few words."""
-    ctx = multiprocessing.get_context("spawn")  # never fork: OpenMP and Qt are not fork-safe
-    parent_conn, child_conn = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_probe_child, args=(str(library), str(model), n_threads, child_conn), daemon=True)
-    proc.start()
-    child_conn.close()
     try:
-        proc.join(timeout)
-        if proc.is_alive():
-            return f"its probe hung for {timeout:.0f} s"
-        message = None
-        with contextlib.suppress(EOFError, OSError):
-            message = parent_conn.recv() if parent_conn.poll() else None
-        code = proc.exitcode or 0
-        if code < 0:
-            return f"killed by {_signal_name(-code)}"
-        if message is None:
-            return f"its probe exited with code {code}"
-        return message or None
-    finally:
-        if proc.is_alive():
-            proc.kill()
-        proc.join()
-        parent_conn.close()
+        message = child.run(_probe_child, (str(library), str(model), n_threads), timeout=timeout, what="its probe")
+    except child.ChildFailed as e:
+        return f"killed by {e.signal}" if e.signal else str(e)
+    return message or None
 
 
 def choose(

@@ -1,0 +1,85 @@
+"""The one way to hold an engine: what answers chats, whichever wrapper it runs in.
+
+- `runtime.engine.engine.Engine`: the tiers loaded in this process.
+- `runtime.engine.process.EngineProcess`: an Engine in a child process (answers on a worker, whose loss
+  ggml answers by aborting the process that holds it).
+- `runtime.engine.thread.EngineThread`: an Engine (or EngineProcess) on one thread with a queue, shared by
+  the window and the API.
+
+All three are `ChatEngine`s; the first two also hold one model (`LoadedEngine`). Each implements
+`stream_chat` only and inherits `chat` from `Answers`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from runtime.engine.chat import Answer, ChatOptions, Chunk, Message, collect
+
+if TYPE_CHECKING:
+    from runtime.engine.engine import EngineSettings
+    from runtime.machine.hardware import Inventory
+    from runtime.machine.rpc import WorkerFacts
+    from runtime.models.cache import ModelDir
+
+
+@runtime_checkable
+class ChatEngine(Protocol):
+    """Answers chats: a stream of Chunks (the last has done=True), or the whole Answer."""
+
+    def stream_chat(
+        self, messages: Sequence[Message], options: ChatOptions | None = None, cancel: threading.Event | None = None
+    ) -> Iterator[Chunk]: ...
+
+    def chat(
+        self,
+        messages: Sequence[Message],
+        options: ChatOptions | None = None,
+        cancel: threading.Event | None = None,
+        on_text: Callable[[str], None] | None = None,
+    ) -> Answer: ...
+
+    def close(self) -> bool | None: ...  # EngineThread says whether its thread ended in time
+
+
+@runtime_checkable
+class LoadedEngine(ChatEngine, Protocol):
+    """A ChatEngine for one model with fixed settings (an Engine, here or in a child process)."""
+
+    model: ModelDir
+    settings: EngineSettings
+    manifest: dict[str, Any]
+    hardware: Inventory
+    workers: list[WorkerFacts]
+
+    @property
+    def calibrated(self) -> bool: ...
+
+    def calibration(self) -> dict[str, Any]: ...
+
+    def reset_caches(self) -> None: ...
+
+    def take_notice(self) -> str | None:
+        """A line for the user about where the last answer ran, once (a worker that was down)."""
+        ...
+
+
+class Answers:
+    """`chat` for every ChatEngine, from its own `stream_chat`."""
+
+    def stream_chat(
+        self, messages: Sequence[Message], options: ChatOptions | None = None, cancel: threading.Event | None = None
+    ) -> Iterator[Chunk]:
+        raise NotImplementedError
+
+    def chat(
+        self,
+        messages: Sequence[Message],
+        options: ChatOptions | None = None,
+        cancel: threading.Event | None = None,
+        on_text: Callable[[str], None] | None = None,
+    ) -> Answer:
+        """The whole answer to `messages` (what `stream_chat` streams, collected); `on_text` sees each piece."""
+        return collect(self.stream_chat(messages, options, cancel), on_text)
