@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,8 +35,9 @@ def demo_gguf() -> Path:
 
 
 @pytest.fixture(scope="session")
-def demo_model(tmp_path_factory: pytest.TempPathFactory) -> ModelDir:
-    """The demo model converted once per test run into a session cache (three verified tiers)."""
+def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelDir]:
+    """The demo model converted once per test run into a session cache (three verified tiers). Read it, or
+    copy it (`demo_cache`, `copy_of_demo`) to answer with it: answers save estimates in the model's folder."""
     root = tmp_path_factory.mktemp("demo-cache")
     convert("demo", root=root)
     # The machine's costs, measured once here as the first answer on a machine would: every copy starts
@@ -47,7 +49,14 @@ def demo_model(tmp_path_factory: pytest.TempPathFactory) -> ModelDir:
         engine.costs("f16", ["q8_0", "q4_k_m"])
     finally:
         engine.close()
-    return ModelDir(root, DEMO_NAME)
+    model = ModelDir(root, DEMO_NAME)
+    saved = {p.name: p.read_bytes() for p in model.path.glob("*.json")}  # the manifest and the costs
+    yield model
+    # A tripwire: what a test's answers save here (controller.json, calibration.json, new costs) would be
+    # read by every later test that copies the demo.
+    now = {p.name: p.read_bytes() for p in model.path.glob("*.json")}
+    changed = sorted(name for name in saved.keys() | now.keys() if saved.get(name) != now.get(name))
+    assert not changed, f"a test wrote {changed} into the shared demo cache: answer in a copy (demo_cache)"
 
 
 @pytest.fixture

@@ -5,11 +5,9 @@ reader. Each gets its status in OpenAI's error shape, and the next normal reques
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import json
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,13 +16,9 @@ from typing import Any
 import pytest
 
 from runtime.api.schema import MAX_CONTENT_CHARS, MAX_MESSAGES
-from runtime.api.server import Defaults, ServeConfig, Service, url_of, uvicorn_server
-from runtime.decode.sampling import SamplingParams
-from runtime.engine.engine import ChatOptions, EngineSettings
-from runtime.engine.thread import EngineThread
 from runtime.models.cache import ModelDir
 from tests.conftest import copy_of_demo
-from tests.test_server import DEMO, Served, greedy
+from tests.test_server import DEMO, Served, greedy, in_process, was_cancelled
 
 EVIL = "evil.example"
 
@@ -85,6 +79,7 @@ def test_a_page_with_another_host_is_refused_even_after_dns_rebinding(server: Se
         assert raw(server.base, "GET", "/v1/models", headers={"Host": host})[0] == 200, host
 
 
+@pytest.mark.slow
 def test_a_foreign_origin_and_a_form_post_are_refused(server: Served) -> None:
     chat = json.dumps(greedy("hi", 4)).encode()
     origin = {"Host": "127.0.0.1", "Origin": f"http://{EVIL}"}
@@ -133,6 +128,7 @@ BREAKERS = [
 @pytest.mark.parametrize(
     ("payload", "param", "words"), BREAKERS, ids=["seed-1", "seed2^64", "surrogate", "stop-surrogate", "deep", "digits"]
 )
+@pytest.mark.slow
 def test_valid_json_that_broke_a_job_is_a_400_and_the_model_stays_loaded(
     server: Served, payload: bytes, param: str | None, words: str
 ) -> None:
@@ -144,6 +140,7 @@ def test_valid_json_that_broke_a_job_is_a_400_and_the_model_stays_loaded(
     still_answers(server)
 
 
+@pytest.mark.slow
 def test_a_message_flood_is_refused_and_abandoned_requests_leave_the_queue(server: Served) -> None:
     flood = {"messages": [{"role": "user", "content": "hi"}] * (MAX_MESSAGES + 1)}
     status, _, body = server.post(flood)
@@ -173,65 +170,33 @@ def test_a_message_flood_is_refused_and_abandoned_requests_leave_the_queue(serve
     assert server.post(greedy("hi", 4))[0] == 429  # full
     for c in waiting:
         c.close()  # abandoned while waiting
-    deadline = time.monotonic() + 5
-    while server.health()["waiting"]:  # they leave the queue at once, not when the long answer ends
+    deadline = time.monotonic() + 60  # a guard against a hang
+    while server.health()["waiting"]:  # they leave the queue at once, not when the long answer ends:
         assert time.monotonic() < deadline, server.health()
         time.sleep(0.02)
-    assert server.health()["busy"]
+    assert server.health()["busy"]  # the long answer is still running
     running.sock.close()
     running.close()
-    server.wait_idle(timeout=10)
+    server.wait_idle(timeout=300)  # its client went away too (tests/test_server.py: it is cancelled)
     still_answers(server)
 
 
 def test_the_log_shows_the_raw_path_so_no_line_can_be_forged(server: Served) -> None:
     status, _, _ = raw(server.base, "GET", "/v1/models%0AGET%20/forged%20200", headers={"Host": "127.0.0.1"})
     assert status == 404
-    deadline = time.monotonic() + 10  # the server logs a request once its answer has gone
+    deadline = time.monotonic() + 60  # the server logs a request once its answer has gone (a hang guard)
     while "/v1/models%0AGET%20/forged%20200 404" not in (log := server.stderr()):
         assert time.monotonic() < deadline, log
         time.sleep(0.05)
     assert not any(line.startswith("GET /forged") for line in log.splitlines())
 
 
+@pytest.mark.slow
 def test_api_clients_are_not_told_how_much_of_another_chat_is_cached(server: Served) -> None:
     secret = [{"role": "user", "content": "My account number is 12345678. Remember it."}]
     server.post({"messages": secret, "temperature": 0, "max_tokens": 4})
     _, _, body = server.post({"messages": secret, "temperature": 0, "max_tokens": 4})
     assert "reused_tokens" not in body["specquant"]
-
-
-@contextlib.contextmanager
-def in_process(
-    cache: Path, monkeypatch: pytest.MonkeyPatch, sndbuf: int = 0, n_ctx: int = 2048, **config: Any
-) -> Iterator[str]:
-    """The real app on a loopback socket in this process (ServeConfig as given), with its own engine thread."""
-    monkeypatch.setenv("SPECQUANT_CACHE_DIR", str(cache))
-    runner = EngineThread(max_queue=4)
-    options = ChatOptions(sampling=SamplingParams())
-    defaults = Defaults(DEMO, EngineSettings(n_ctx=n_ctx, n_threads=2), options)
-    service = Service(runner, lambda: defaults, ServeConfig(**config))
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    if sndbuf:  # accepted connections inherit it: a stalled reader blocks the server's sends soon
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    server = uvicorn_server(service)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    url = url_of(sock)
-    try:
-        deadline = time.monotonic() + 30
-        while not server.started:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-        yield url
-    finally:
-        service.cancel_all()
-        server.should_exit = True
-        thread.join(30)
-        runner.close(30)
-        sock.close()
 
 
 def test_health_needs_the_key_beyond_loopback_and_a_stalled_body_gets_408(
@@ -243,8 +208,7 @@ def test_health_needs_the_key_beyond_loopback_and_a_stalled_body_gets_408(
         assert status == 401 and body["error"]["code"] == "invalid_api_key"
         assert raw(url, "GET", "/health", headers={"Authorization": "Bearer sesame"})[0] == 200
         host, port = url.removeprefix("http://").split(":")
-        with socket.create_connection((host, int(port)), timeout=30) as c:
-            started = time.monotonic()
+        with socket.create_connection((host, int(port)), timeout=30) as c:  # the timeout: a hang guard
             c.sendall(
                 b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                 b'Authorization: Bearer sesame\r\nContent-Length: 100\r\n\r\n{"mess'
@@ -256,14 +220,15 @@ def test_health_needs_the_key_beyond_loopback_and_a_stalled_body_gets_408(
                 reply += piece
             text = reply.decode()
             assert text.startswith("HTTP/1.1 408"), text
-            assert "did not arrive within 1 s" in text
-            assert time.monotonic() - started < 20
+            assert "did not arrive within 1 s" in text  # the body deadline ended it, not a socket's timeout
 
 
+@pytest.mark.slow
 def test_a_reader_that_stops_reading_does_not_hold_the_engine(
     hostile_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with in_process(hostile_cache, monkeypatch, sndbuf=4096, n_ctx=8192, stall_s=1.0) as url:
+    ended: list[Any] = []
+    with in_process(hostile_cache, monkeypatch, sndbuf=4096, n_ctx=8192, ended=ended, stall_s=1.0) as url:
         host, port = url.removeprefix("http://").split(":")
         c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -273,19 +238,13 @@ def test_a_reader_that_stops_reading_does_not_hold_the_engine(
         c.sendall(head + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
         try:
             # Never read: once the socket's small buffers and the transport's 64 KiB are full, the server's
-            # send blocks, and after stall_s the answer is cancelled (5-20 s here, by the demo's speed).
-            # 8000 tokens take the demo model over 50 s even at 150 tokens/s.
-            deadline = time.monotonic() + 30
-            while not raw(url, "GET", "/health")[2]["busy"]:  # the answer has started
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
-            deadline = time.monotonic() + 45
-            while True:
-                status, _, health = raw(url, "GET", "/health")
-                if status == 200 and not health["busy"]:
-                    break
-                assert time.monotonic() < deadline, health
+            # send blocks, and after stall_s the answer is cancelled: it ends short of its 8000 tokens, while
+            # the client is still connected (so it was the stalled reader, not a disconnect, that ended it).
+            deadline = time.monotonic() + 300  # a guard against a hang, not a speed test
+            while not ended:
+                assert time.monotonic() < deadline, raw(url, "GET", "/health")
                 time.sleep(0.2)
+            assert was_cancelled(ended[0], 8000), ended[0]
         finally:
             c.close()
         conn = http.client.HTTPConnection(host, int(port), timeout=60)

@@ -72,9 +72,15 @@ def test_send_streams_text_then_stats(qtbot, window: MainWindow) -> None:
     with qtbot.waitSignal(window.answer_finished, timeout=ANSWER_MS) as blocker:
         qtbot.keyClick(window.input, Qt.Key.Key_Return)  # Enter sends
     answer = blocker.args[0]
-    assert answer and len(lengths) >= 3 and lengths == sorted(lengths) and lengths[-1] > lengths[0]
+    # Streamed: text was shown before the answer was complete, and it only grew. (How many batches show
+    # depends on how fast this machine answers; the first Chunk is always shown alone and at once.)
+    assert answer and lengths and lengths == sorted(lengths) and 0 <= lengths[0] < len(answer)
     assert window.badge.level == "low" and window.precision.text() == "F16 ← Q4_K_M"
-    assert window.speed.text().endswith("tok/s") and window.acceptance.text().startswith("acceptance")
+    # Whether the controller drafted depends on what pays on this CPU: the label says what happened.
+    drafted = window.store.messages(window.conversation)[1].meta["drafted"]
+    acceptance = window.acceptance.text()
+    assert acceptance.startswith("acceptance ") if drafted else acceptance == "no draft", (drafted, acceptance)
+    assert window.speed.text().endswith("tok/s")
     assert window.placement.text().startswith("CPU") and window.model_label.text() == DEMO_NAME
     stored = window.store.messages(window.conversation)
     assert [m.role for m in stored] == ["user", "assistant"] and stored[1].content.strip() == answer
@@ -83,9 +89,10 @@ def test_send_streams_text_then_stats(qtbot, window: MainWindow) -> None:
     assert window.input.toPlainText() == "" and window.send_button.isEnabled()
 
 
+@pytest.mark.slow
 def test_stop_mid_answer_then_send_again(qtbot, demo_cache: Path, tmp_path: Path) -> None:
     w = start_long_answer(qtbot, tmp_path)
-    with qtbot.waitSignal(w.answer_finished, timeout=5_000):
+    with qtbot.waitSignal(w.answer_finished, timeout=ANSWER_MS):  # a guard against a hang, not a speed test
         qtbot.mouseClick(w.stop_button, Qt.MouseButton.LeftButton)
     stopped = w.store.messages(w.conversation)[-1]
     assert stopped.role == "assistant" and stopped.meta["stop_reason"] == "cancelled"
@@ -95,6 +102,7 @@ def test_stop_mid_answer_then_send_again(qtbot, demo_cache: Path, tmp_path: Path
     w.close()
 
 
+@pytest.mark.slow
 def test_badge_and_precision_follow_router_and_preset(qtbot, window: MainWindow) -> None:
     window.apply_settings(replace(window.settings, max_tokens=4))
     ask(qtbot, window, LOW)
@@ -111,6 +119,7 @@ def test_badge_and_precision_follow_router_and_preset(qtbot, window: MainWindow)
     assert window.precision.text() == "Q8_0" and window.acceptance.text() == "no draft"
 
 
+@pytest.mark.slow
 def test_regenerate_at_higher_precision_replaces_the_answer(qtbot, window: MainWindow) -> None:
     window.apply_settings(replace(window.settings, preset="paper", max_tokens=8))
     ask(qtbot, window, LOW)
@@ -124,6 +133,7 @@ def test_regenerate_at_higher_precision_replaces_the_answer(qtbot, window: MainW
     assert not window.higher_action.isEnabled()  # F16 is the top
 
 
+@pytest.mark.slow
 def test_draft_tokens_are_highlighted(qtbot, window: MainWindow) -> None:
     # A fixed draft length: the controller would rightly not draft with the demo's q4_k_m at all.
     window.apply_settings(replace(window.settings, highlight_draft=True, draft_length=3))
@@ -181,6 +191,7 @@ def test_conversation_list_search_rename_delete(qtbot, tmp_path: Path, monkeypat
     w.close()
 
 
+@pytest.mark.slow
 def test_damaged_model_shows_a_banner_and_the_app_stays_usable(qtbot, window: MainWindow, demo_cache: Path) -> None:
     f16 = ModelDir(demo_cache, DEMO_NAME).tier_path("f16")
     good = f16.read_bytes()
@@ -204,15 +215,16 @@ def test_closing_during_an_answer_cancels_cleanly(qtbot, demo_cache: Path, tmp_p
     assert [m.role for m in messages] == ["user", "assistant"] and messages[1].meta["stop_reason"] == "cancelled"
 
 
+@pytest.mark.slow
 def test_conversion_shows_progress_and_cancel_leaves_no_partial(qtbot, isolated_cache: Path, tmp_path: Path) -> None:
     w = open_window(tmp_path)
     qtbot.addWidget(w)
     assert not w.complete_models() and not w.welcome.isHidden()  # first run: the demo button is offered
     dialog = w.models
-    with qtbot.waitSignal(dialog.progressed, timeout=10_000, check_params_cb=lambda p: p.done > 0):
+    with qtbot.waitSignal(dialog.progressed, timeout=30_000, check_params_cb=lambda p: p.done > 0):
         qtbot.mouseClick(w.demo_button, Qt.MouseButton.LeftButton)
     assert dialog.bar.value() > 0 and "F16" in dialog.stage.text()
-    with qtbot.waitSignal(dialog.conversion_ended, timeout=10_000):
+    with qtbot.waitSignal(dialog.conversion_ended, timeout=30_000):
         qtbot.mouseClick(dialog.cancel_button, Qt.MouseButton.LeftButton)
     assert "cancelled" in dialog.stage.text()
     assert not list(isolated_cache.rglob("*.partial")) and not (isolated_cache / DEMO_NAME).exists()
@@ -249,6 +261,7 @@ def test_damaged_settings_fall_back_to_defaults(qapp, tmp_path: Path) -> None:
     assert s == replace(AppSettings(), theme="dark")
 
 
+@pytest.mark.slow
 def test_self_test_sets_up_the_demo_and_answers(tmp_path: Path) -> None:
     shot = tmp_path / "shot.png"
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
@@ -261,6 +274,7 @@ def test_self_test_sets_up_the_demo_and_answers(tmp_path: Path) -> None:
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_without_a_display_the_terminal_chat_answers(demo_cache: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
     result = subprocess.run(
@@ -293,6 +307,7 @@ def test_a_build_without_the_demo_offers_the_model_manager(
     w.close()
 
 
+@pytest.mark.slow
 def test_auto_preset_says_it_measures_then_answers(qtbot, window: MainWindow) -> None:
     window.apply_settings(replace(window.settings, preset="auto", max_tokens=8))
     messages: list[str] = []
@@ -302,6 +317,7 @@ def test_auto_preset_says_it_measures_then_answers(qtbot, window: MainWindow) ->
     assert window.statusBar().currentMessage() == ""
 
 
+@pytest.mark.slow
 def test_model_manager_adds_uses_and_deletes_a_model(
     qtbot, demo_cache: Path, micro_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -331,7 +347,7 @@ def test_a_bad_source_is_one_line_in_the_manager(qtbot, demo_cache: Path, tmp_pa
     qtbot.addWidget(w)
     dialog = w.models
     dialog.source.setText(str(tmp_path / "missing.gguf"))
-    with qtbot.waitSignal(dialog.conversion_ended, timeout=10_000):
+    with qtbot.waitSignal(dialog.conversion_ended, timeout=30_000):
         qtbot.mouseClick(dialog.add_button, Qt.MouseButton.LeftButton)
     assert "missing.gguf" in dialog.stage.text() and "\n" not in dialog.stage.text()
     assert dialog.add_button.isEnabled()  # ready for the next try
@@ -348,7 +364,7 @@ def test_dark_theme_and_zoom_apply_and_persist(qtbot, demo_cache: Path, tmp_path
     w.apply_settings(replace(w.settings, theme="dark"))
     assert QApplication.palette().color(QPalette.ColorRole.Base).name() == "#1e1e1e"
     w.activateWindow()
-    qtbot.waitUntil(w.isActiveWindow, timeout=5_000)  # shortcuts reach the active window only
+    qtbot.waitUntil(w.isActiveWindow, timeout=30_000)  # shortcuts reach the active window only
     qtbot.keyClick(w.input, Qt.Key.Key_Equal, Qt.KeyboardModifier.ControlModifier)  # Ctrl+= zooms in
     assert QApplication.font().pointSizeF() == base + 1 and w.settings.zoom == 1
     w.close()
@@ -362,6 +378,7 @@ def test_dark_theme_and_zoom_apply_and_persist(qtbot, demo_cache: Path, tmp_path
     again.close()
 
 
+@pytest.mark.slow
 def test_a_memory_budget_in_the_settings_lowers_the_precision_and_says_why(qtbot, window: MainWindow) -> None:
     from runtime.engine.engine import Engine
     from runtime.plan.placement import _ram_need
@@ -386,6 +403,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_the_local_api_server_answers_with_the_windows_engine(qtbot, demo_cache: Path, tmp_path: Path) -> None:
     import threading
 

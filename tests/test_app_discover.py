@@ -96,7 +96,7 @@ def test_offline_download_is_one_line_and_leaves_nothing(
     go_offline(tmp_path, monkeypatch)
     dialog = open_dialog(qtbot)
     pick(dialog, "Qwen/Qwen2.5-0.5B-Instruct")
-    with qtbot.waitSignal(dialog.conversion_ended, timeout=10_000) as ended:
+    with qtbot.waitSignal(dialog.conversion_ended, timeout=30_000) as ended:
         qtbot.mouseClick(dialog.discover.download_button, Qt.MouseButton.LeftButton)
     line = dialog.stage.text()
     assert ended.args[1] == line and "\n" not in line
@@ -106,6 +106,7 @@ def test_offline_download_is_one_line_and_leaves_nothing(
     dialog.shutdown()
 
 
+@pytest.mark.slow
 def test_download_shows_bytes_then_converts(
     qtbot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_cache: Path, micro_hf: Path, micro_catalogue
 ) -> None:
@@ -128,6 +129,7 @@ def test_download_shows_bytes_then_converts(
     dialog.shutdown()
 
 
+@pytest.mark.slow
 def test_cancel_during_the_download_leaves_no_model(
     qtbot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_cache: Path, micro_hf: Path, micro_catalogue
 ) -> None:
@@ -135,10 +137,10 @@ def test_cancel_during_the_download_leaves_no_model(
     with serve_hub(monkeypatch, tmp_path / "hub", slow) as hub:
         dialog = open_dialog(qtbot)
         pick(dialog, MICRO)
-        with qtbot.waitSignal(dialog.progressed, timeout=10_000, check_params_cb=lambda p: p.done > 0):
+        with qtbot.waitSignal(dialog.progressed, timeout=30_000, check_params_cb=lambda p: p.done > 0):
             qtbot.mouseClick(dialog.discover.download_button, Qt.MouseButton.LeftButton)
         assert dialog.stage.text().startswith(f"Downloading {MICRO}: ")
-        with qtbot.waitSignal(dialog.conversion_ended, timeout=10_000) as ended:
+        with qtbot.waitSignal(dialog.conversion_ended, timeout=30_000) as ended:
             qtbot.mouseClick(dialog.cancel_button, Qt.MouseButton.LeftButton)
         assert ended.args == ["", ""] and "cancelled" in dialog.stage.text()
         assert hub.served < hub.total

@@ -15,6 +15,7 @@ from runtime.errors import UserError
 from tests.conftest import assert_one_line_error, run_cli
 
 
+@pytest.mark.slow
 def test_bench_writes_results(demo_cache: Path, tmp_path: Path) -> None:
     out = tmp_path / "bench"
     result = run_cli(
@@ -133,6 +134,7 @@ def check_aggregates(data: dict) -> None:
         assert sum(share.values()) == pytest.approx(1.0)
 
 
+@pytest.mark.slow
 def test_bench_on_the_micro_model(micro_model, isolated_cache: Path, tmp_path: Path) -> None:
     import shutil
 
@@ -203,6 +205,7 @@ def test_bad_prompt_file_is_one_line(tmp_path: Path) -> None:
     assert_one_line_error(run_cli("bench", "--prompts", str(bad)), "bad.jsonl:1")
 
 
+@pytest.mark.slow
 def test_sweep_and_prompt_lookup_peer(demo_model, demo_cache: Path, tmp_path: Path) -> None:
     from runtime.bench.sweep import SWEEP_DRAFTS, SWEEP_TEMPERATURES
 
@@ -262,6 +265,7 @@ def test_humaneval_needs_allow_exec() -> None:
     assert_one_line_error(run_cli("bench", "--prompts", "humaneval"), "--allow-exec")
 
 
+@pytest.mark.slow
 def test_humaneval_end_to_end(demo_cache: Path, tmp_path: Path) -> None:
     result = run_cli(
         "bench",
@@ -292,6 +296,7 @@ def test_llama_cpp_anchor_config_names() -> None:
         parse_config("llama.cpp:kx")
 
 
+@pytest.mark.slow
 def test_llama_cpp_anchor_missing_is_said_and_skipped(demo_cache: Path, tmp_path: Path) -> None:
     result = run_cli(
         "bench", "--quick", "--max-tokens", "4", "--prompts", "assets/prompts/mmlu.jsonl",
@@ -306,6 +311,7 @@ def test_llama_cpp_anchor_missing_is_said_and_skipped(demo_cache: Path, tmp_path
 
 
 @pytest.mark.skipif(tool_path() is None, reason="llama.cpp's llama-speculative-simple is not built (./setup.sh bench)")
+@pytest.mark.slow
 def test_llama_cpp_anchor_runs_the_same_prompt(demo_cache: Path, tmp_path: Path) -> None:
     """llama.cpp's own speculative decoding of the same pair, greedy, on the same chat-formatted tokens:
     the f16's own text, so the two loops are compared on the same work."""

@@ -287,6 +287,7 @@ def micro_hf(tmp_path_factory: pytest.TempPathFactory, micro_gguf: Path) -> Path
     return export_to_hf(micro_gguf, tmp_path_factory.mktemp("micro-hf") / "micro")
 
 
+@pytest.mark.slow
 def test_the_hf_cache_is_reused_offline(hf_offline: Path, isolated_cache: Path, micro_hf: Path) -> None:
     snapshot = cache_snapshot(hf_offline, "test-org/Micro-Instruct", micro_hf)
     assert sources.download("test-org/Micro-Instruct", lambda *a: None, threading.Event()) == snapshot
@@ -305,6 +306,7 @@ def test_a_cancelled_download_raises_cancelled(hf_offline: Path, isolated_cache:
     assert not isolated_cache.exists() or not any(isolated_cache.iterdir())
 
 
+@pytest.mark.slow
 def test_a_download_reports_its_bytes_and_then_converts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_cache: Path, micro_hf: Path
 ) -> None:

@@ -31,6 +31,7 @@ def test_chat_json(demo_cache: Path) -> None:
         assert stats["speedup"] == pytest.approx(stats["plain_s"] / stats["elapsed_s"], rel=2e-3)
 
 
+@pytest.mark.slow
 def test_chat_flags_pin_the_pair(demo_cache: Path) -> None:
     out = json.loads(
         run_cli(
@@ -42,6 +43,7 @@ def test_chat_flags_pin_the_pair(demo_cache: Path) -> None:
     assert out["draft"] is None and out["stats"]["drafted"] == 0
 
 
+@pytest.mark.slow
 def test_chat_prompt_from_stdin(demo_cache: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "runtime.cli", "chat", "--prompt-file", "-", "--json", "--max-tokens", "8"],

@@ -31,6 +31,7 @@ from runtime.decode.sampling import SamplingParams, warp
 from runtime.decode.speculative import NGRAM, SpecConfig, generate_steps
 from runtime.engine.engine import ChatOptions, Engine, EngineSettings
 from runtime.models.cache import DEMO_NAME, ModelDir
+from tests.conftest import copy_of_demo
 from tests.micro_model import MicroSpec, write_micro_gguf
 from tests.test_speculative import (
     N_SAMPLES,
@@ -257,6 +258,7 @@ def ngram_first_tokens(parent: LlamaBackend, prompt: list[int], n_samples: int) 
     return counts, proposed
 
 
+@pytest.mark.slow
 def test_sampled_ngram_drafts_match_the_parent_distribution(lookup_prompt) -> None:
     parent, prompt = lookup_prompt
     expected = expected_joint(parent, prompt, SAMPLED)
@@ -267,6 +269,7 @@ def test_sampled_ngram_drafts_match_the_parent_distribution(lookup_prompt) -> No
     assert stat < chi2_critical(df), f"chi2 {stat:.1f} over {df} df"
 
 
+@pytest.mark.slow
 def test_accepting_every_ngram_proposal_fails_the_same_test(lookup_prompt, monkeypatch) -> None:
     """The test has teeth: a loop that trusted the lookup instead of verifying it is caught."""
     import runtime.decode.speculative as spec_module
@@ -312,8 +315,10 @@ def test_the_first_token_comes_before_any_draft_work(micro_model: ModelDir) -> N
 
 
 @pytest.fixture(scope="module")
-def engine(demo_model: ModelDir):
-    e = Engine(DEMO_NAME, EngineSettings(n_ctx=2048), root=demo_model.root)
+def engine(demo_model: ModelDir, tmp_path_factory: pytest.TempPathFactory):
+    """An Engine on a private copy of the demo cache: the estimates its answers save stay with this module."""
+    root = copy_of_demo(demo_model, tmp_path_factory.mktemp("controller") / "cache")
+    e = Engine(DEMO_NAME, EngineSettings(n_ctx=2048), root=root)
     yield e
     e.close()
 
@@ -345,6 +350,7 @@ def test_stop_reaches_the_drafts_catch_up(engine: Engine) -> None:
     assert again[-1].stats.tokens > 0 and again[-1].stats.stop_reason in ("eos", "max_tokens")
 
 
+@pytest.mark.slow
 def test_a_draft_as_slow_as_the_parent_does_not_pay(engine: Engine) -> None:
     """A draft step that costs more than a parent step never pays, however often it agrees: once the controller
     has measured it (an answer drafting with a fixed k), its own measurements say to run plain steps, and the
@@ -377,6 +383,7 @@ def test_a_draft_as_slow_as_the_parent_does_not_pay(engine: Engine) -> None:
     assert last.stats.drafted < last.stats.tokens / 2  # mostly plain steps within the answer, too
 
 
+@pytest.mark.slow
 def test_a_token_piece_longer_than_256_bytes_round_trips(tmp_path: Path, demo_gguf: Path) -> None:
     path = write_micro_gguf(tmp_path / "long.gguf", demo_gguf, MicroSpec(n_layer=1), token_texts={300: "a" * 300})
     backend = LlamaBackend(path, LoadOptions(n_ctx=64))

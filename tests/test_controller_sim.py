@@ -31,7 +31,10 @@ def probed(machine: SimMachine, seed: int) -> Estimates:
     return est
 
 
-@pytest.mark.parametrize("name", list(MACHINES))
+# Two machines in the quick subset; the n-gram ones (2-4 s each on 2 cores) in CI's full run.
+@pytest.mark.parametrize(
+    "name", [pytest.param(name, marks=[pytest.mark.slow] if "n-gram" in name else []) for name in MACHINES]
+)
 def test_the_controller_comes_within_10_percent_of_the_best_fixed_choice(name: str) -> None:
     machine = MACHINES[name]
     ours = simulate(machine, None, probed(machine, 7), seed=7)
@@ -39,6 +42,7 @@ def test_the_controller_comes_within_10_percent_of_the_best_fixed_choice(name: s
     assert ours["tok_per_s"] >= 0.9 * rate, (name, ours, best, rate)
 
 
+@pytest.mark.slow
 def test_when_nothing_pays_the_controller_runs_plain() -> None:
     # The 135M demo's situation on some CPUs: a draft step costs 0.8 of a parent step and agrees half the time.
     machine = SimMachine(AVX2, {"q4_k_m": SimTier(0.5, 0.8)})

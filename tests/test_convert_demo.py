@@ -82,6 +82,7 @@ def test_convert_json_then_rerun_touches_nothing(demo_model: ModelDir, isolated_
     assert "reconstructed" in plain and "fallback" in plain
 
 
+@pytest.mark.slow
 def test_damaged_tier_is_rebuilt(demo_model: ModelDir, isolated_cache: Path) -> None:
     model = copy_model(demo_model, isolated_cache)
     good = model.read_manifest()["tiers"]["q8_0"]["sha256"]
@@ -98,6 +99,7 @@ def test_damaged_tier_is_rebuilt(demo_model: ModelDir, isolated_cache: Path) -> 
 
 
 @pytest.mark.parametrize("stage", ["f16", "q8_0"])
+@pytest.mark.slow
 def test_cancel_leaves_no_tier_and_next_run_completes(stage: str, isolated_cache: Path) -> None:
     cancel = threading.Event()
     seen: list[Progress] = []
@@ -116,6 +118,7 @@ def test_cancel_leaves_no_tier_and_next_run_completes(stage: str, isolated_cache
     assert manifest["complete"] and all(model.tier_path(t).is_file() for t in TIERS)
 
 
+@pytest.mark.slow
 def test_kill_mid_conversion_is_repaired(isolated_cache: Path) -> None:
     model = ModelDir(isolated_cache, DEMO_NAME)
     proc = subprocess.Popen(

@@ -107,6 +107,7 @@ def test_truncated_gguf(micro_gguf: Path, tmp_path: Path, isolated_cache: Path) 
     assert cache_is_empty(isolated_cache)
 
 
+@pytest.mark.slow
 def test_quantized_gguf_needs_allow_requant(demo_gguf: Path, isolated_cache: Path) -> None:
     assert_one_line_error(run_cli("convert", str(demo_gguf)), "Q4_1", "--allow-requant")
     assert cache_is_empty(isolated_cache)
@@ -130,6 +131,7 @@ def test_offline_repo_id_not_cached(tmp_path: Path, isolated_cache: Path) -> Non
     assert cache_is_empty(isolated_cache)
 
 
+@pytest.mark.slow
 def test_full_disk_while_writing_is_one_clear_error(micro_gguf: Path) -> None:
     plan = plan_gguf(micro_gguf)
     with pytest.raises(UserError, match="disk full while writing /dev/full"):

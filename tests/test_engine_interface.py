@@ -24,14 +24,17 @@ from runtime.machine.hardware import Inventory
 from runtime.models.cache import DEMO_NAME, ModelDir
 from runtime.plan.placement import PlacementSettings, _ram_need
 from runtime.plan.router import RouterSettings
+from tests.conftest import copy_of_demo
 
 GREEDY = ChatOptions(max_tokens=24, sampling_overrides=(("temperature", 0.0),))
 ASK = [{"role": "user", "content": "Name three primary colors."}]
 
 
 @pytest.fixture(scope="module")
-def engine(demo_model: ModelDir):
-    e = Engine(DEMO_NAME, EngineSettings(), root=demo_model.root)  # the settings a Job gets by default
+def engine(demo_model: ModelDir, tmp_path_factory: pytest.TempPathFactory):
+    """On a private copy of the demo cache: the estimates its answers save stay with this module."""
+    root = copy_of_demo(demo_model, tmp_path_factory.mktemp("interface") / "cache")
+    e = Engine(DEMO_NAME, EngineSettings(), root=root)  # the settings a Job gets by default
     yield e
     e.close()
 

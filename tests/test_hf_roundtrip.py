@@ -22,6 +22,9 @@ from runtime.models.cache import ModelDir
 from tests.hf_export import export_to_hf, llama_to_qwen
 from tests.numpy_reference import hf_llama_logits
 
+# Every test here converts a checkpoint or runs a numpy forward pass (10-20 s each on 2 cores): CI runs them.
+pytestmark = pytest.mark.slow
+
 PROMPTS = [
     "The capital of France is",
     "def fibonacci(n):\n    if n < 2:\n        return n",

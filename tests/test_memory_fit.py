@@ -122,6 +122,7 @@ def chat(budget_gb: float, *extra: str):
     )
 
 
+@pytest.mark.slow
 def test_a_budget_for_f16_alone_answers_with_f16_and_no_draft(demo_cache: Path, needs) -> None:
     result = chat((needs["f16"] + needs["pair"]) / 2)
     assert result.returncode == 0, result.stderr
@@ -130,6 +131,7 @@ def test_a_budget_for_f16_alone_answers_with_f16_and_no_draft(demo_cache: Path, 
     assert out["stats"]["tokens"] > 0
 
 
+@pytest.mark.slow
 def test_a_budget_for_q4_k_m_only_answers_with_q4_k_m_and_says_so(demo_cache: Path, needs) -> None:
     result = chat(needs["q4_k_m"] * 1.01)
     assert result.returncode == 0, result.stderr
@@ -142,6 +144,7 @@ def test_a_budget_for_q4_k_m_only_answers_with_q4_k_m_and_says_so(demo_cache: Pa
     assert "Q4_K_M precision: F16 needs" in text  # the stats line says it too
 
 
+@pytest.mark.slow
 def test_a_budget_too_small_for_any_tier_is_one_line(demo_cache: Path, needs) -> None:
     assert_one_line_error(chat(needs["q4_k_m"] / 2), "no tier of this model fits")
     assert_one_line_error(chat(-1), "--max-memory")
@@ -164,6 +167,7 @@ def test_the_pre_check_of_a_conversion_names_what_will_answer() -> None:
     assert said[32] == (True, f"this machine will answer with F16 ← Q4_K_M, {f16_pair.ram_bytes / GB:.1f} GB of RAM")
 
 
+@pytest.mark.slow
 def test_convert_says_before_the_work_which_tier_will_answer(micro_gguf: Path, isolated_cache: Path) -> None:
     """A budget too small for any tier: a warning before the first tier is written, and the model still
     converts (it may be meant for another machine); a budget that holds it: the pair that will answer."""

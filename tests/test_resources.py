@@ -16,22 +16,26 @@ from runtime.machine.resources import PeakMemory, Rapl, cpu_seconds, resident
 MB = 1_000_000
 
 
-def _child(code: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
-
-
 def test_peak_sees_a_childs_anonymous_memory() -> None:
-    """200 MB allocated and touched by a grandchild, then freed: the peak keeps it, as anonymous memory."""
+    """200 MB allocated and touched by a grandchild, then freed: the peak keeps it, as anonymous memory. The
+    grandchild holds the memory until the sampler has seen it (not for a fixed time a busy machine may miss)."""
     code = (
         "import subprocess, sys\n"
         "subprocess.run([sys.executable, '-c', "
-        "'import time; b = bytearray(200_000_000); b[::4096] = b\"x\" * len(b[::4096]); "
-        "print(\"ready\", flush=True); time.sleep(0.5)'])\n"
+        "'import sys; b = bytearray(200_000_000); b[::4096] = b\"x\" * len(b[::4096]); "
+        "print(\"ready\", flush=True); sys.stdin.readline()'])\n"
     )
     before = resident()
     with PeakMemory() as peak:
-        proc = _child(code)
-        proc.wait(timeout=60)
+        proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        try:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+            deadline = time.monotonic() + 60  # a guard against a hang: the sampler looks every 20 ms
+            while peak.peak.anon_bytes - before.anon_bytes <= 180 * MB:
+                assert time.monotonic() < deadline, peak.peak
+                time.sleep(0.02)
+        finally:
+            proc.communicate(b"\n", timeout=60)  # the grandchild ends, its memory freed
     assert peak.peak.anon_bytes - before.anon_bytes > 180 * MB
     assert resident().anon_bytes - before.anon_bytes < 100 * MB  # it was the child's, and it is gone
 
@@ -41,24 +45,31 @@ def test_peak_tells_file_backed_from_anonymous(tmp_path: Path) -> None:
     data = tmp_path / "weights.bin"
     data.write_bytes(b"\1" * (120 * MB))
     code = (
-        "import mmap, sys, time\n"
+        "import mmap, sys\n"
         f"f = open({str(data)!r}, 'rb'); m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)\n"
-        "s = sum(m[i] for i in range(0, len(m), 4096)); print('ready', flush=True); time.sleep(1.0)\n"
+        "s = sum(m[i] for i in range(0, len(m), 4096)); print('ready', flush=True); sys.stdin.readline()\n"
     )
-    proc = _child(code)
-    assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
-    with PeakMemory(proc.pid) as peak:
-        time.sleep(0.2)
-    proc.wait(timeout=30)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+        with PeakMemory(proc.pid) as peak:  # samples on entry and exit: the mapping is held throughout
+            time.sleep(0.1)
+    finally:
+        proc.communicate(b"\n", timeout=60)
     assert peak.peak.file_bytes > 110 * MB
     assert peak.peak.anon_bytes < 100 * MB
     assert peak.peak.as_dict()["total_mb"] == pytest.approx(peak.peak.total_bytes / MB, abs=0.1)
 
 
 def test_cpu_seconds_count_every_thread_and_waited_children() -> None:
+    """The waited child's CPU time is counted: at least what the child itself measured (a fixed amount of work
+    takes a different time on every CPU, so the child says how much it took)."""
     t0 = cpu_seconds()
-    subprocess.run([sys.executable, "-c", "x = 0\nfor i in range(3_000_000): x += i"], check=True)
-    assert cpu_seconds() - t0 > 0.05
+    code = "import time\nx = 0\nfor i in range(3_000_000): x += i\nprint(time.process_time())"
+    child = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    own = float(child.stdout)
+    assert own > 0
+    assert cpu_seconds() - t0 >= 0.95 * own, (cpu_seconds() - t0, own)
 
 
 def _powercap(root: Path, packages: dict[str, tuple[int, int]]) -> None:

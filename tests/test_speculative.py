@@ -124,6 +124,7 @@ def test_rollback_matches_a_fresh_context(micro_model: ModelDir) -> None:
         assert int(np.argmax(nxt)) == int(np.argmax(want))
 
 
+@pytest.mark.slow
 def test_a_windowed_draft_sees_only_the_last_tokens_and_the_answer_stays_exact(demo_model: ModelDir) -> None:
     """With a catch-up window the draft starts afresh on the last W tokens of a long prompt (its cache
     then mirrors that tail of the sequence, at its own positions), and greedy output is still the parent's."""
@@ -211,6 +212,7 @@ SAMPLED = SamplingParams(temperature=1.0, top_k=8, top_p=1.0, min_p=0.0)
 N_SAMPLES = 3000
 
 
+@pytest.mark.slow
 def test_sampled_speculation_matches_the_parent_distribution(sampled_pair) -> None:
     parent, draft, prompt = sampled_pair
     expected = expected_joint(parent, prompt, SAMPLED)
@@ -220,6 +222,7 @@ def test_sampled_speculation_matches_the_parent_distribution(sampled_pair) -> No
     assert stat < chi2_critical(df), f"chi2 {stat:.1f} over {df} df"
 
 
+@pytest.mark.slow
 def test_a_greedy_draft_in_sampled_mode_fails_the_same_test(sampled_pair, monkeypatch) -> None:
     """The test has teeth: drafting by argmax instead of sampling q biases the output, and is caught."""
     import runtime.decode.speculative as spec_module

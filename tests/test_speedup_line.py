@@ -38,6 +38,7 @@ def test_plain_decoding_claims_about_its_own_speed(engine: Engine) -> None:
     assert speedup_text(answer_facts(last)) == ""  # and the window claims nothing for it
 
 
+@pytest.mark.slow
 def test_a_claim_never_exceeds_the_cost_models_bound_and_a_loaded_machine_gets_a_reason(engine: Engine) -> None:
     options = ChatOptions(max_tokens=96, k=3, sampling=SamplingParams())
     quiet = engine.chat(PROMPT, options).last.stats

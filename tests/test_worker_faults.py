@@ -37,19 +37,21 @@ def child(demo_cache: Path) -> Iterator[EngineProcess]:
     engine.close()
 
 
+@pytest.mark.slow
 def test_an_error_in_the_child_arrives_at_once_as_its_own_line(child: EngineProcess) -> None:
     pid = child._proc.pid
     long = " ".join(["The quick brown fox jumps over the lazy dog."] * 200)  # far beyond 512 tokens
-    t = time.monotonic()
+    # The child's own error, as its own message (not timed: were it lost, the parent would wait for the child
+    # to fall silent, kill it and raise a WorkerError, "sent nothing for ... s", and another child would follow).
     with pytest.raises(UserError, match=r"the prompt is \d+ tokens; the context holds 512") as e:
         child.chat([{"role": "user", "content": long}], GREEDY)
-    assert time.monotonic() - t < 10  # not after rpc.STALL_TIMEOUT_S (120 s)
     assert "\n" not in str(e.value)
     # The child was not killed for it: the same one answers the next request.
     answer = child.chat([{"role": "user", "content": PROMPT}], ChatOptions(max_tokens=8, sampling=SamplingParams()))
     assert answer.text and child._proc.pid == pid
 
 
+@pytest.mark.slow
 def test_a_stop_during_a_busy_stream_reaches_the_child_within_a_cycle(child: EngineProcess) -> None:
     """Chunks arrive back to back, so the pipe is never silent: Stop must still reach the child."""
     cancel = threading.Event()
@@ -97,24 +99,33 @@ def _trickle(conn: socket.socket, every: float) -> None:
         pass
 
 
-def test_a_listener_that_never_answers_is_one_line_in_seconds(demo_cache: Path) -> None:
+@pytest.mark.slow
+def test_a_listener_that_never_answers_is_one_line_after_the_probes_deadline(demo_cache: Path) -> None:
     ep, srv = _silent_listener()
     with srv:
-        t = time.monotonic()
-        proc = run_cli("chat", "--rpc", ep, "--prompt", PROMPT, timeout=60)
-        elapsed = time.monotonic() - t
-    assert_one_line_error(proc, ep, "did not answer within 5 s")
-    assert elapsed < 15, elapsed
+        proc = run_cli("chat", "--rpc", ep, "--prompt", PROMPT, timeout=60)  # a hang guard
+    assert_one_line_error(proc, ep, "did not answer within 5 s")  # the probe's own deadline ended it
 
 
+@pytest.mark.slow
 def test_a_listener_that_trickles_bytes_cannot_stretch_the_probe() -> None:
     """A byte every 0.5 s would restart a per-recv timeout for ever; the probe's deadline is for all of it."""
     ep, srv = _silent_listener(trickle_s=0.5)
-    with srv:
-        t = time.monotonic()
-        with pytest.raises(rpc.WorkerError, match=f"the worker at {ep} accepted the connection but did not"):
+    raised: list[BaseException] = []
+
+    def probe() -> None:
+        try:
             rpc.probe(ep, timeout=2)
-        assert time.monotonic() - t < 4
+        except BaseException as e:
+            raised.append(e)
+
+    with srv:
+        prober = threading.Thread(target=probe, daemon=True)
+        prober.start()
+        prober.join(60)  # with a per-recv timeout the trickle would keep it waiting for ever: a hang guard
+        assert not prober.is_alive(), "the probe is still waiting on a listener that trickles bytes"
+    assert len(raised) == 1 and isinstance(raised[0], rpc.WorkerError), raised
+    assert f"the worker at {ep} accepted the connection but did not answer within 2 s" in str(raised[0])
 
 
 # --- the worker's tensor cache ----------------------------------------------------------------------------
@@ -140,6 +151,7 @@ def _wait_verified(cache: Path, timeout: float = 30) -> None:
         time.sleep(0.1)
 
 
+@pytest.mark.slow
 def test_a_truncated_or_foreign_cache_file_is_never_served(demo_cache: Path, tmp_path: Path) -> None:
     """ggml writes the tensors it receives under their hash and would load a truncated one as is. A real
     worker fills its cache; then a write cut short (a worker killed mid-write), a file whose bytes do not
