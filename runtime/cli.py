@@ -21,6 +21,7 @@ from runtime.plan.policy import DRAFT_CHOICES, PRESET_NAMES
 from runtime.plan.router import LEVELS
 
 if TYPE_CHECKING:  # imported where used: `specquant --help` must not load llama.cpp
+    from runtime.decode.grammar import Grammar
     from runtime.engine.engine import EngineSettings
     from runtime.engine.interface import LoadedEngine
 
@@ -195,7 +196,27 @@ def _chat_options(args: argparse.Namespace) -> ChatOptions:
         k=args.k,
         max_tokens=args.max_tokens,
         sampling_overrides=overrides,
+        grammar=_grammar(args),
     )
+
+
+def _grammar(args: argparse.Namespace) -> Grammar | None:
+    """`--json-schema FILE` or `--json`: the grammar the answer follows (runtime.decode.grammar)."""
+    from runtime.decode.grammar import Grammar, GrammarError
+
+    if getattr(args, "json_object", False):
+        return Grammar.json_object()
+    path = getattr(args, "json_schema", None)
+    if path is None:
+        return None
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"cannot read the JSON schema {path}: {getattr(e, 'strerror', None) or e}") from None
+    try:
+        return Grammar.from_json_schema(text, strict=True)
+    except GrammarError as e:
+        raise UserError(f"{path}: {e}") from None
 
 
 def _engine_settings(args: argparse.Namespace) -> EngineSettings:
@@ -531,6 +552,9 @@ def build_parser() -> argparse.ArgumentParser:
             src = p.add_mutually_exclusive_group()
             src.add_argument("--prompt", help="the prompt (without it: an interactive chat)")
             src.add_argument("--prompt-file", help="read the prompt from FILE (- for stdin)")
+            fmt = p.add_mutually_exclusive_group()
+            fmt.add_argument("--json-schema", metavar="FILE", help="answer in JSON that follows this JSON schema")
+            fmt.add_argument("--json-object", action="store_true", help="answer with a JSON object")
         p.add_argument("--level", default=CHAT.level, choices=("auto", *LEVELS))
         p.add_argument("--preset", default=CHAT.preset, choices=PRESET_NAMES)
         p.add_argument("--allow-lossy", action="store_true", help="auto preset: accept lower precision where faster")

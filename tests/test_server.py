@@ -303,7 +303,15 @@ def test_turns_of_one_conversation_are_answered_and_reuse_is_not_reported(server
         (greedy("hi") | {"n": 2}, 400, "n", "n=2 is not supported"),
         (greedy("hi") | {"tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tools", "not supported"),
         (greedy("hi") | {"logprobs": True}, 400, "logprobs", "not supported"),
-        (greedy("hi") | {"response_format": {"type": "json_object"}}, 400, "response_format", "not supported"),
+        (greedy("hi") | {"response_format": {"type": "xml"}}, 400, "response_format.type", "must be text, json"),
+        (greedy("hi") | {"response_format": {"type": "json_schema", "json_schema": {"schema": {}}}}, 400,
+         "response_format.json_schema.name", "name must be"),
+        (greedy("hi") | {"response_format": {"type": "json_schema", "json_schema": {
+            "name": "x", "strict": True, "schema": {"type": "object", "not": {"type": "null"}}}}}, 400,
+         "response_format.json_schema.schema", '"not"'),
+        (greedy("hi") | {"response_format": {"type": "json_schema", "json_schema": {
+            "name": "x", "schema": {"type": "integer", "minimum": 5, "maximum": 2}}}}, 400,
+         "response_format.json_schema.schema", "minimum (5) is greater than maximum (2)"),
         (greedy("hi") | {"frobnicate": 1}, 400, "frobnicate", "unrecognized request argument"),
         (greedy("hi") | {"max_tokens": 10**6}, 400, "max_tokens", "out of range"),
         (greedy("hi") | {"specquant": {"parent": "q2_k"}}, 400, "specquant.parent", "must be one of"),

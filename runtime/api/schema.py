@@ -9,11 +9,13 @@ as the official clients send it.
 from __future__ import annotations
 
 import math
+import re
 import time
 import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
+from runtime.decode.grammar import Grammar, GrammarError
 from runtime.decode.sampling import SEED_MAX
 from runtime.engine.chat import ChatOptions, Chunk, Message, answer_facts
 from runtime.errors import UserError
@@ -41,7 +43,6 @@ NOT_USED: dict[str, tuple[Any, ...]] = {
     "presence_penalty": (0, 0.0),
     "frequency_penalty": (0, 0.0),
     "logit_bias": ({},),
-    "response_format": ({"type": "text"},),
     "modalities": (["text"],),
     "store": (False,),
     "audio": (),
@@ -54,9 +55,11 @@ NOT_USED: dict[str, tuple[Any, ...]] = {
 HONOURED = {
     "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed", "stop",
     "stream", "stream_options", "user",  # user: the caller's own tag for its users, nothing to do here
+    "response_format",
     "top_k", "min_p", "specquant",  # our extensions
 }
 SPECQUANT_FIELDS = ("level", "preset", "parent", "draft", "allow_lossy")
+_SCHEMA_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 FINISH_REASON = {"eos": "stop", "stop": "stop", "max_tokens": "length", "length": "length"}
 
 
@@ -131,11 +134,57 @@ def parse_chat(body: Any, base: ChatOptions, n_ctx: int) -> ChatCall:
     if max_tokens is not None:
         changes["max_tokens"] = max_tokens
     changes.update(_specquant(given))
+    grammar = _response_format(given)
+    if grammar is not None:
+        changes["grammar"] = grammar
     try:
         options = replace(base, **changes)
     except UserError as e:  # the runtime's own checks (a sampling value out of range, a preset's rules)
         raise ApiError(400, str(e)) from None
     return ChatCall(model, messages, options, stream, include_usage)
+
+
+def _response_format(given: dict[str, Any]) -> Grammar | None:
+    """`response_format`: text (None), any JSON object, or a JSON schema. `strict: true` (OpenAI's structured
+    outputs) enforces every keyword or refuses the schema with a 400 naming what is unsupported; without it,
+    keywords the grammar engine cannot enforce are ignored, as OpenAI's non-strict mode does."""
+    fmt = _typed(given, "response_format", dict)
+    if fmt is None:
+        return None
+    kind = fmt.get("type")
+    extra = sorted(set(fmt) - {"type", "json_schema"})
+    if extra:
+        raise ApiError(400, f"unrecognized response_format field: {extra[0]}", f"response_format.{extra[0]}")
+    try:
+        if kind == "text":
+            return None
+        if kind == "json_object":
+            return Grammar.json_object()
+        if kind == "json_schema":
+            spec = fmt.get("json_schema")
+            where = "response_format.json_schema"
+            if not isinstance(spec, dict):
+                raise ApiError(400, f"{where} must be an object with a name and a schema", where)
+            name = spec.get("name")
+            if not isinstance(name, str) or not _SCHEMA_NAME.fullmatch(name):
+                raise ApiError(400, f"{where}.name must be 1-64 letters, digits, _ or -", f"{where}.name")
+            unknown = sorted(set(spec) - {"name", "schema", "strict", "description"})
+            if unknown:
+                raise ApiError(400, f"unrecognized {where} field: {unknown[0]}", f"{where}.{unknown[0]}")
+            strict = spec.get("strict") or False
+            if not isinstance(strict, bool):
+                raise ApiError(400, f"{where}.strict must be true or false", f"{where}.strict")
+            schema = spec.get("schema", {})
+            if not isinstance(schema, dict):
+                raise ApiError(400, f"{where}.schema must be a JSON schema object", f"{where}.schema")
+            try:
+                return Grammar.from_json_schema(schema, strict=strict)
+            except GrammarError as e:
+                raise ApiError(400, str(e), f"{where}.schema", code="unsupported_schema") from None
+    except RecursionError:  # a schema nested too deep for the compiler
+        raise ApiError(400, "response_format is nested too deeply", "response_format") from None
+    raise ApiError(400, f"response_format.type must be text, json_object or json_schema, not {_short(kind)}",
+                   "response_format.type")
 
 
 def _messages(value: Any) -> list[Message]:

@@ -21,8 +21,9 @@ from runtime.bench.report import format_table, write_plots, write_report
 from runtime.bench.runners import StockRunner, agreement, batch_costs, run_engine
 from runtime.bench.stats import bootstrap, cost_cap
 from runtime.bench.sweep import format_sweep, predicted_speedup, sweep
-from runtime.bench.workloads import load_prompts, score
+from runtime.bench.workloads import JSON, load_prompts, score
 from runtime.decode.cost_model import NGRAM
+from runtime.decode.grammar import Grammar
 from runtime.engine.engine import Engine
 from runtime.errors import UserError
 from runtime.machine.resources import Rapl, cpu_seconds
@@ -41,6 +42,14 @@ def _versions() -> dict[str, str]:
 def _accuracy(runs: list[dict[str, Any]]) -> float | None:
     graded = [x["correct"] for x in runs if x["correct"] is not None]
     return round(sum(graded) / len(graded), 4) if graded else None
+
+
+def _sources(runs: list[dict[str, Any]]) -> dict[str, float] | None:
+    total = sum(x["tokens"] for x in runs)
+    if not total or not any("forced" in x for x in runs):  # llama.cpp's runners do not say
+        return None
+    names = {"forced": "forced", "ngram_accepted": "ngram", "tier_accepted": "tier"}
+    return {name: round(sum(x.get(key, 0) for x in runs) / total, 4) for key, name in names.items()}
 
 
 def routing(engine: Engine, prompts: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
@@ -114,6 +123,11 @@ def summarize(
                     [x["energy_j"] / x["tokens"] for x in mine if x["tokens"] and x.get("energy_j") is not None]
                 ),
                 "predicted_speedup": None,
+                # Where the tokens not decoded one by one came from (a grammar's forced tokens, n-gram lookup,
+                # the draft tier), as shares of all tokens produced.
+                "token_sources": _sources(mine),
+                # The grammar's masks and state (a JSON schema's) as a share of the answer's time.
+                "grammar_share": _spread([x["grammar_s"] / x["latency_s"] for x in mine if x.get("grammar_s")]),
             }
             tier_a = tier_accepted / tier_drafted if tier_drafted else None
             capped = cost_cap(tier_a, parent_tier or "f16", draft_tier if draft_tier != NGRAM else None, costs)
@@ -163,11 +177,18 @@ def bench(
         if c.stock
     }
 
-    def run(cfg: BenchConfig, prompt: str, n: int) -> dict[str, Any]:
-        return stock[cfg.name].run(prompt, n) if cfg.stock else run_engine(engine, cfg, prompt, n, sampling)
+    grammars = {id(p): Grammar.from_json_schema(p["schema"]) for p in prompts if p.get("schema") is not None}
+    if grammars and any(c.stock for c in configs):
+        raise UserError(f"the {JSON} workload answers under a JSON schema, which {STOCK}, {LOOKUP} and {ANCHOR} "
+                        "configurations cannot: leave them out")
+
+    def run(cfg: BenchConfig, p: dict[str, Any], n: int) -> dict[str, Any]:
+        if cfg.stock:
+            return stock[cfg.name].run(p["prompt"], n)
+        return run_engine(engine, cfg, p["prompt"], n, sampling, grammars.get(id(p)))
 
     for cfg in configs:  # warm-up: load every tier, touch its pages
-        run(cfg, prompts[0]["prompt"], 8)
+        run(cfg, prompts[0], 8)
     rapl = Rapl()
     runs: list[dict[str, Any]] = []
     total = repeats * len(prompts) * len(configs)
@@ -179,7 +200,7 @@ def bench(
                 shift = (r * len(prompts) + i) % len(configs)
                 for cfg in configs[shift:] + configs[:shift]:
                     cpu0, energy0 = cpu_seconds(), rapl.read()
-                    rec = run(cfg, p["prompt"], max_tokens)
+                    rec = run(cfg, p, max_tokens)
                     rec["cpu_s"] = round(cpu_seconds() - cpu0, 3)
                     rec["energy_j"] = rapl.joules_since(energy0)
                     rec.update({"workload": p["workload"], "prompt_id": p["id"], "config": cfg.name, "repeat": r})

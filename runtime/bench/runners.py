@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import replace
 from typing import Any
 
 from runtime.bench.configs import GREEDY, BenchConfig
+from runtime.decode.grammar import Grammar
 from runtime.decode.llama_backend import LlamaBackend
 from runtime.decode.sampling import SamplingParams
 from runtime.decode.speculative import Step, take
@@ -71,12 +73,18 @@ class StockRunner:
 
 
 def run_engine(
-    engine: Engine, config: BenchConfig, prompt: str, max_tokens: int, sampling: SamplingParams | None = GREEDY
+    engine: Engine,
+    config: BenchConfig,
+    prompt: str,
+    max_tokens: int,
+    sampling: SamplingParams | None = GREEDY,
+    grammar: Grammar | None = None,
 ) -> dict[str, Any]:
     engine.reset_caches()
+    options = replace(config.options(max_tokens, sampling), grammar=grammar)
     llama0 = engine.llama_seconds()
     t0 = time.perf_counter()
-    answer = engine.chat([{"role": "user", "content": prompt}], config.options(max_tokens, sampling))
+    answer = engine.chat([{"role": "user", "content": prompt}], options)
     wall = time.perf_counter() - t0
     last, s = answer.last, answer.last.stats
     return {
@@ -92,6 +100,8 @@ def run_engine(
         "tier_accepted": s.tier_accepted,
         "ngram_drafted": s.ngram_drafted,
         "tier_drafted": s.tier_drafted,
+        "forced": s.forced,
+        "grammar_s": s.grammar_s,
         "cycles": s.cycles,
         "level": last.route.level,
         "parent": last.choice.parent,

@@ -11,6 +11,8 @@ from runtime.errors import UserError
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets" / "prompts"
 DEFAULT_SETS = ("mmlu", "alpaca", "gsm8k", "code", "edit")
+# Answers under a JSON schema (each prompt carries its "schema"): `--prompts assets/prompts/json.jsonl`.
+JSON = "json"
 
 
 HUMANEVAL = "humaneval"
@@ -70,12 +72,28 @@ def passes_humaneval(problem: dict[str, Any], answer: str) -> bool:
     return done.returncode == 0
 
 
+def valid_json(schema: dict[str, Any], text: str) -> bool:
+    """Whether `text` is one JSON document that validates against `schema` (by the jsonschema package, the
+    `bench` extra, independent of the grammar engine that produced it)."""
+    try:
+        import jsonschema
+    except ImportError:
+        raise UserError("scoring the json workload needs the jsonschema package: pip install -e '.[bench]'") from None
+    try:
+        jsonschema.validate(json.loads(text), schema)
+    except (ValueError, jsonschema.ValidationError):
+        return False
+    return True
+
+
 _LETTER = re.compile(r"\b([A-D])\b")
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 
 def score(item: dict[str, Any], text: str) -> bool | None:
     """Correctness where the prompt set has a key: a multiple-choice letter or a final number; else None."""
+    if item.get("kind") == JSON:
+        return valid_json(item["schema"], text)
     if item.get("kind") == "choice":
         m = _LETTER.search(text)
         return m is not None and m.group(1) == item["answer"]
@@ -121,13 +139,27 @@ def load_prompts(files: list[str] | None, quick: bool, allow_exec: bool = False)
                         "workload": path.stem,
                         "id": str(item.get("id", n)),
                         "prompt": str(item["prompt"]),
-                        "kind": item.get("kind"),
+                        "kind": JSON if "schema" in item else item.get("kind"),
                         "answer": item.get("answer"),
+                        "schema": _schema(item.get("schema"), path, n),
                     }
                 )
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, AttributeError):
                 raise UserError(f"{path}:{n}: expected a JSON object with a 'prompt'") from None
         prompts += items[:2] if quick else items
     if not prompts:
         raise UserError("no prompts to run")
     return prompts
+
+
+def _schema(schema: Any, path: Path, line: int) -> dict[str, Any] | None:
+    """A prompt's JSON schema, checked now: a bad one is named by its file and line, not met mid-run."""
+    if schema is None:
+        return None
+    from runtime.decode.grammar import Grammar, GrammarError
+
+    try:
+        Grammar.from_json_schema(schema)
+    except GrammarError as e:
+        raise UserError(f"{path}:{line}: {e}") from None
+    return schema

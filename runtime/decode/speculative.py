@@ -8,6 +8,12 @@ those rows only; the longest agreeing prefix is kept and the first miss correcte
 accepted with probability min(1, p/q) and a rejection resampled from the residual (sampled); both caches roll
 back to what was kept. The first cycle is the parent's prefill alone, so the first token comes as soon as in
 plain decoding. With no draft the same code is plain decoding: a verify batch of one token.
+
+Under a grammar (a `Constraint`: JSON schema, tool call) every row is masked by the grammar's state after the
+tokens before it, so drafts are judged against what constrained decoding would pick, and drafts are cut to
+what the grammar allows as they are proposed. Where the grammar leaves exactly one token, that token is
+*forced*: it joins the batch without a logit row (no model could choose otherwise), in the first cycle too,
+and costs no draft step. Once the grammar is complete, the end token follows without a decode.
 """
 
 from __future__ import annotations
@@ -20,9 +26,12 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from runtime.decode.cost_model import K_MAX, NGRAM, Controller, CycleFacts, Offer, ngram_key
+from runtime.decode.grammar import Constraint
 from runtime.decode.llama_backend import LlamaBackend
 from runtime.decode.ngram import NgramIndex
 from runtime.decode.sampling import SamplingParams, apply_penalties, one_hot, sample, verify_sampled, warp
+
+FORCED_MAX = 64  # forced tokens joined to one batch at most (a long enum value, a tool call's wrapper)
 
 
 @dataclass(frozen=True)
@@ -37,6 +46,7 @@ class Step:
     draft_s: float
     verify_s: float
     source: str | None = None  # "ngram", the draft tier's name, or None for a plain step
+    forced: int = 0  # leading tokens the grammar forced (counted in neither drafted nor accepted)
 
 
 def take(step: Step, produced: int, max_tokens: int, is_end: Callable[[int], bool]) -> tuple[Step, str | None]:
@@ -44,9 +54,12 @@ def take(step: Step, produced: int, max_tokens: int, is_end: Callable[[int], boo
     ("max_tokens"); else the whole step and None. One rule for the Engine and the benchmark's raw timing."""
     for i, tok in enumerate(step.tokens):
         if is_end(tok):
-            return replace(step, tokens=step.tokens[:i], from_draft=step.from_draft[:i]), "eos"
+            cut = replace(step, tokens=step.tokens[:i], from_draft=step.from_draft[:i], forced=min(step.forced, i))
+            return cut, "eos"
         if produced + i + 1 >= max_tokens:
-            return replace(step, tokens=step.tokens[: i + 1], from_draft=step.from_draft[: i + 1]), "max_tokens"
+            n = i + 1
+            cut = replace(step, tokens=step.tokens[:n], from_draft=step.from_draft[:n], forced=min(step.forced, n))
+            return cut, "max_tokens"
     return step, None
 
 
@@ -62,6 +75,9 @@ class SpecConfig:
     # (its own positions start at 0): a cheaper catch-up for a long prompt, at some cost in acceptance.
     # 0: always the whole context.
     draft_window: int = 0
+    # Under a grammar, tokens it forces join the batch unverified (False: one token per step, as plain
+    # constrained decoding runs; the benchmark's baseline).
+    forced: bool = True
 
 
 def _pick(row: np.ndarray, params: SamplingParams, history: Sequence[int]) -> int:
@@ -96,13 +112,15 @@ def generate_steps(
     draft_name: str = "draft",
     answer_tokens: int = 16,
     max_tokens: int = 1 << 30,
+    constraint: Constraint | None = None,
 ) -> Iterator[Step]:
     """Yield Steps until the context is full, `cancel` is set, or the consumer stops iterating.
 
     `answer_tokens` is the least the answer is expected to run (the router's level as a prior), `max_tokens`
     its budget: a draft whose catch-up the rest of the answer is not expected to repay is not started. Stopping (EOS,
     max tokens, stop strings) is the consumer's job: whatever it keeps, both caches stay valid prefixes of
-    the sequence, so the next turn reuses their common prefix.
+    the sequence, so the next turn reuses their common prefix. `constraint` (fresh, at the answer's first
+    token) holds the answer to a grammar: it advances with every emitted token.
     """
     spec = spec or SpecConfig()
     controller = controller or Controller(fixed_k=spec.k)
@@ -132,11 +150,25 @@ def generate_steps(
         if room < 1:
             return
         t0 = time.perf_counter()
+        forced: list[int] = []
+        if constraint is not None:
+            if constraint.done:  # only an end token may follow: no model needs asking
+                yield Step((min(constraint.eos_tokens),), (False,), 0, 0, 0, 0.0, 0.0)
+                return
+            if spec.forced:
+                forced = _forced(constraint, min(room - 1, FORCED_MAX))
+                if forced:  # in the sequence from here on; in the batch without logit rows
+                    pending = [*pending, seq[-1], *forced[:-1]]
+                    seq.extend(forced)
+                    constraint.consume(forced)
+                    room -= len(forced)
         offers: list[Offer] = []
         candidates: list[int] = []
         match = 0
         if ngram is not None:
             candidates, match = ngram.match(seq, min(K_MAX[NGRAM], room - 1))
+            if constraint is not None:  # never spend a verify row on a token the grammar forbids
+                candidates = candidates[: constraint.valid_prefix(candidates)]
             offers.append(Offer(NGRAM, NGRAM, len(candidates), key=ngram_key(match)))
         windowed = False
         if draft is not None:
@@ -161,11 +193,13 @@ def generate_steps(
             if windowed:  # start the draft afresh on the last tokens instead of the whole gap
                 draft.truncate(0)
                 offset = len(seq) - spec.draft_window
-            drafts, qs, caught_up, catch_up_s = _propose(draft, seq, offset, k, params, spec, rng)
+            drafts, qs, caught_up, catch_up_s = _propose(draft, seq, offset, k, params, spec, rng, constraint)
         else:
             drafts, qs = [], []
         t1 = time.perf_counter()
         rows = parent.decode([*pending, seq[-1], *drafts], range(len(pending), len(pending) + len(drafts) + 1))
+        if constraint is not None:  # row i as constrained decoding sees it: after seq and drafts[:i]
+            constraint.mask_rows(rows, drafts)
         t2 = time.perf_counter()
 
         emitted: list[int] = []
@@ -200,8 +234,11 @@ def generate_steps(
         if draft is not None:
             draft.truncate(min(draft.n_past, kept - offset))
         seq.extend(emitted)
-        produced += len(emitted)
-        yield Step(tuple(emitted), tuple(flags), len(drafts), accepted, k, t1 - t0, t2 - t1, source)
+        if constraint is not None:
+            constraint.consume(emitted)
+        produced += len(forced) + len(emitted)
+        tokens, flags = (*forced, *emitted), (*(False,) * len(forced), *flags)
+        yield Step(tokens, flags, len(drafts), accepted, k, t1 - t0, t2 - t1, source, len(forced))
 
 
 def _propose(
@@ -212,9 +249,11 @@ def _propose(
     params: SamplingParams,
     spec: SpecConfig,
     rng: np.random.Generator,
+    constraint: Constraint | None = None,
 ) -> tuple[list[int], list[np.ndarray], int, float]:
     """Up to k draft tokens, (sampled mode) the warped draft distributions they were drawn from, and how
-    many tokens the draft caught up on first, in how many seconds."""
+    many tokens the draft caught up on first, in how many seconds. Under a grammar the draft's rows are
+    masked as the parent's will be, so it proposes only what the grammar allows (and q is masked too)."""
     drafts: list[int] = []
     qs: list[np.ndarray] = []
     if k <= 0:
@@ -227,6 +266,10 @@ def _propose(
     caught_up, catch_up_s = len(seq) - n, time.perf_counter() - t0
     for i in range(k):
         history = seq + drafts
+        if constraint is not None:
+            if constraint.done:  # past the grammar's end: nothing left worth drafting
+                break
+            constraint.mask_logits(logits)
         if params.greedy:
             if spec.p_min > 0 and _top_prob(logits) < spec.p_min:
                 break
@@ -237,6 +280,26 @@ def _propose(
             tok = sample(q, rng)
             qs.append(q)
         drafts.append(tok)
+        if constraint is not None:
+            constraint.consume(tok)  # taken back below: the verify decides what stays
         if i + 1 < k:
             logits = draft.decode([tok], [0])[0]
+    if constraint is not None:
+        constraint.rollback(len(drafts))
     return drafts, qs, caught_up, catch_up_s
+
+
+def _forced(constraint: Constraint, limit: int) -> list[int]:
+    """The tokens the grammar leaves no choice about from here (each the only one its mask allows), at most
+    `limit`; the constraint is left as it was."""
+    out: list[int] = []
+    try:
+        while len(out) < limit and not constraint.done:
+            allowed = np.flatnonzero(constraint.allowed_mask())
+            if allowed.size != 1:
+                break
+            out.append(int(allowed[0]))
+            constraint.consume(out[-1])
+    finally:
+        constraint.rollback(len(out))
+    return out

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runtime.decode.sampling import LLAMA_DEFAULTS, SamplingParams
 from runtime.errors import UserError
@@ -15,6 +15,9 @@ from runtime.plan import router
 from runtime.plan.placement import Plan
 from runtime.plan.policy import PRESET_NAMES, Choice
 from runtime.plan.router import Route
+
+if TYPE_CHECKING:
+    from runtime.decode.grammar import Grammar
 
 Message = dict[str, str]
 
@@ -37,6 +40,8 @@ class ChatOptions:
     sampling_overrides: tuple[tuple[str, float], ...] = ()
     stop: tuple[str, ...] = ()
     draft_window: int | None = None  # the draft's catch-up window (SpecConfig.draft_window); None: the setting
+    # The answer follows this grammar (a JSON schema, any JSON object): runtime.decode.grammar.
+    grammar: Grammar | None = None
 
     def __post_init__(self) -> None:
         if self.level not in ("auto", *router.LEVELS):
@@ -69,6 +74,8 @@ class Stats:
     draft_s: float = 0.0
     verify_s: float = 0.0
     cycles: int = 0
+    forced: int = 0  # tokens the grammar forced: emitted without a draft or a logit row
+    grammar_s: float = 0.0  # time spent computing the grammar's masks and moving its state
     stop_reason: str | None = None  # eos | max_tokens | stop | length | cancelled
     # What plain decoding at the same precision would pay per token after the first: the machine's measured
     # step, scaled to this answer's own speed, plus the loop's per-token work (runtime.engine.plain_estimate). None
@@ -216,6 +223,7 @@ def answer_facts(last: Chunk) -> dict[str, Any]:
         "drafted": s.drafted,
         "accepted": s.accepted,
         "draft_sources": sources,
+        "forced": s.forced,  # tokens the grammar (a response_format) decided: no draft, no verify row
         "reused_tokens": s.reused_tokens,
         "dropped_turns": s.dropped_turns,
         "stop_reason": s.stop_reason,
@@ -267,9 +275,13 @@ def cap_text(facts: dict[str, Any]) -> str:
 
 
 def sources_text(facts: dict[str, Any]) -> str:
-    """Where the accepted tokens came from: "12 from n-gram, 40 from Q4_K_M" ("" when none were)."""
+    """Where the tokens not sampled one by one came from: "3 forced by the grammar, 12 from n-gram, 40 from
+    Q4_K_M" ("" when none were)."""
     words = {"ngram": "n-gram"}
-    return ", ".join(f"{n} from {words.get(k, k.upper())}" for k, n in facts.get("draft_sources", {}).items() if n)
+    parts = [f"{n} from {words.get(k, k.upper())}" for k, n in facts.get("draft_sources", {}).items() if n]
+    if facts.get("forced"):
+        parts.insert(0, f"{facts['forced']} forced by the grammar")
+    return ", ".join(parts)
 
 
 def stats_line(facts: dict[str, Any], detail: bool = False) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 
 from runtime.decode.cost_model import NGRAM, Controller, Estimates, Offer
 from runtime.decode.costs import MachineCosts, load_or_measure
+from runtime.decode.grammar import tokenizer_for
 from runtime.decode.llama_backend import LlamaBackend, LoadOptions
 from runtime.decode.sampling import SamplingParams, recommended
 from runtime.decode.speculative import SpecConfig, Step, generate_steps, take
@@ -389,6 +390,8 @@ class Engine(Answers):
             spec = replace(spec, k=choice.k)
         if options.draft_window is not None:
             spec = replace(spec, draft_window=options.draft_window)
+        if choice.draft is None and not choice.ngram:  # plain decoding: one token per step, even where a
+            spec = replace(spec, forced=False)  # grammar leaves no choice (the baseline speed-ups are against)
         params = self.sampling(parent, options)
         if draft is not None or spec.ngram:  # the machine's costs decide from the first cycle on
             self.costs(choice.parent, [choice.draft] if draft is not None and choice.draft else [])
@@ -399,6 +402,7 @@ class Engine(Answers):
         stats = Stats(prompt_tokens=len(prompt), reused_tokens=reused, dropped_turns=dropped)
         t_start = time.perf_counter()
         t_first: float | None = None
+        constraint = options.grammar.constraint(tokenizer_for(parent)) if options.grammar is not None else None
         steps = generate_steps(
             parent,
             draft,
@@ -410,6 +414,7 @@ class Engine(Answers):
             draft_name=choice.draft or "draft",
             answer_tokens=expected_answer_tokens(route),
             max_tokens=options.max_tokens,
+            constraint=constraint,
         )
         reason: str | None = "length"
         try:
@@ -420,6 +425,8 @@ class Engine(Answers):
                 step, reason = take(step, stats.tokens, options.max_tokens, parent.is_end_of_generation)
                 emit, emit_flags, hit = text.add(step.tokens, step.from_draft)
                 stats = _add_step(stats, step, len(step.tokens), now - t_start, now - t_first, reason == "eos")
+                if constraint is not None:
+                    stats = replace(stats, grammar_s=constraint.seconds)
                 stats = honest.judge(stats, step)
                 if hit:
                     reason = "stop"
@@ -462,4 +469,5 @@ def _add_step(stats: Stats, step: Step, n_out: int, elapsed: float, decode_s: fl
         draft_s=stats.draft_s + step.draft_s,
         verify_s=stats.verify_s + step.verify_s,
         cycles=stats.cycles + 1,
+        forced=stats.forced + step.forced,
     )
