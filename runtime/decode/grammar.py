@@ -13,7 +13,8 @@ Three pieces, in the order a request uses them:
   `mask_logits`, `accepts`, `consume`, `rollback`, `forced` (tokens the grammar alone decides) and the masks a
   speculative verify step needs for a whole draft (`draft_masks`).
 
-Only `tokenizer_for` imports llama.cpp; grammars and constraints work on token ids and numpy arrays.
+Only `tokenizer_for` reaches llama.cpp (through `llama_backend.load_vocabulary`); grammars and constraints work on
+token ids and numpy arrays.
 
 llguidance facts this module leans on (llguidance 1.9.1):
 
@@ -79,7 +80,6 @@ class ConstraintError(SpecQuantError):
 # --- the tokenizer -------------------------------------------------------------------------------------------
 
 _tokenizers: dict[str, LLTokenizer] = {}
-_vocab_models: list[int] = []  # vocab-only llama_model pointers, never freed: the tokenizers call into them
 _lock = threading.Lock()
 
 
@@ -100,68 +100,24 @@ def tokenizer_for(source: LlamaBackend | str | os.PathLike[str]) -> LLTokenizer:
 
 
 def _build_tokenizer(path: Path) -> LLTokenizer:
-    import ctypes
+    from runtime.decode.llama_backend import load_vocabulary
 
-    import llama_cpp
-
-    from runtime.machine.hardware import ensure_backends
-    from runtime.machine.llama_log import route_llama_log
-
-    if not path.is_file():
-        raise UserError(f"model file {path} does not exist")
-    route_llama_log()
-    ensure_backends()  # llama.cpp refuses to load even a vocabulary while no backend is registered
-    params = llama_cpp.llama_model_default_params()
-    params.vocab_only = True
-    params.use_mmap = True
-    model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
-    if not model:
-        raise SpecQuantError(f"llama.cpp cannot read the vocabulary of {path}: {route_llama_log().last()}")
-    vocab = llama_cpp.llama_model_get_vocab(model)
-    n_tokens = llama_cpp.llama_vocab_n_tokens(vocab)
-
+    vocab = load_vocabulary(path)
     # The same rule as llguidance.llamacpp.lltokenizer_from_vocab (and llama.cpp's common/llguidance.cpp, which
-    # tests "renders as nothing without special=True"): control tokens, and user-defined ones spelled like
-    # markup (Qwen's `<tool_call>`), get a 0xff prefix, which makes them special: no text rule can produce them
-    # and a grammar can only name them (`<|im_end|>`). Unused padding entries (Qwen pads 151,665 to 151,936)
-    # render as b"" and are never allowed.
-    control = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL
-    user_defined = llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
-    size = 1024
-    buf = ctypes.create_string_buffer(size)
-    tokens: list[bytes] = []
-    for token in range(n_tokens):
-        n = llama_cpp.llama_token_to_piece(vocab, token, buf, size, 0, True)
-        if n < 0:  # longer than the buffer: llama.cpp says how long
-            size = -n
-            buf = ctypes.create_string_buffer(size)
-            n = llama_cpp.llama_token_to_piece(vocab, token, buf, size, 0, True)
-        piece = buf.raw[:n]
-        attr = llama_cpp.llama_vocab_get_attr(vocab, token)
-        if piece and (attr & control or (attr & user_defined and piece.startswith(b"<") and piece.endswith(b">"))):
-            piece = b"\xff" + piece
-        tokens.append(piece)
-
+    # tests "renders as nothing without special=True"): markup tokens get a 0xff prefix, which makes them
+    # special: no text rule can produce them and a grammar can only name them (`<|im_end|>`). Unused padding
+    # entries (Qwen pads 151,665 to 151,936) render as b"" and are never allowed.
+    tokens = [b"\xff" + p if p and m else p for p, m in zip(vocab.pieces, vocab.markup, strict=True)]
     # Every end-of-generation token ends an answer (LlamaBackend.is_end_of_generation stops on all of them);
     # the model's EOS comes first, as llguidance reports the first one as `eos_token`.
-    eos = llama_cpp.llama_vocab_eos(vocab)
-    eog = [t for t in range(n_tokens) if llama_cpp.llama_vocab_is_eog(vocab, t)]
-    eos_tokens = ([eos] if eos >= 0 else []) + [t for t in eog if t != eos]
-    if not eos_tokens:
+    if not vocab.eos_tokens:
         raise SpecQuantError(f"{path} declares no end-of-generation token: a grammar could never end")
-
-    # llama.cpp's own tokenizer as a C function pointer: llguidance calls it (add_special=False,
-    # parse_special=False) for forced tokens without the GIL. It holds `vocab`, hence `_vocab_models`.
-    tokenize = ctypes.cast(llama_cpp.llama_cpp._lib.llama_tokenize, ctypes.c_void_p).value
-    try:
-        tokenizer = LLTokenizer.from_llamacpp(  # type: ignore[attr-defined]  # missing from llguidance's stubs
-            tokens=tokens, vocab_ptr=vocab, tokenize_fptr=tokenize, eos_token=eos_tokens
+    try:  # llguidance calls llama.cpp's tokenizer (add_special=False, parse_special=False) for forced tokens
+        return LLTokenizer.from_llamacpp(  # type: ignore[attr-defined]  # missing from llguidance's stubs
+            tokens=tokens, vocab_ptr=vocab.vocab_ptr, tokenize_fptr=vocab.tokenize_fptr, eos_token=vocab.eos_tokens
         )
     except ValueError as e:
-        llama_cpp.llama_model_free(model)
         raise SpecQuantError(f"llguidance cannot use the vocabulary of {path}: {e}") from None
-    _vocab_models.append(model)
-    return tokenizer
 
 
 # --- grammars ------------------------------------------------------------------------------------------------

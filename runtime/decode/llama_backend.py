@@ -84,12 +84,7 @@ class LlamaBackend:
         return self._model.tokenize(text.encode("utf-8"), add_bos, special)
 
     def token_bytes(self, token: int, special: bool = False) -> bytes:
-        buf = ctypes.create_string_buffer(256)
-        n = self._llama_cpp.llama_token_to_piece(self._model.vocab, token, buf, len(buf), 0, special)
-        if n < 0:  # a longer piece: llama.cpp says how long, as a negative length
-            buf = ctypes.create_string_buffer(-n)
-            n = self._llama_cpp.llama_token_to_piece(self._model.vocab, token, buf, len(buf), 0, special)
-        return buf.raw[: max(n, 0)]
+        return _piece(self._model.vocab, token, special)
 
     def detokenize(self, tokens: Sequence[int], special: bool = False) -> str:
         return b"".join(self.token_bytes(t, special) for t in tokens).decode("utf-8", errors="replace")
@@ -196,3 +191,67 @@ class LlamaBackend:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _piece(vocab: int, token: int, special: bool) -> bytes:
+    """One token's bytes from a llama_vocab pointer (`special`: control tokens as their text)."""
+    import llama_cpp
+
+    buf = ctypes.create_string_buffer(256)
+    n = llama_cpp.llama_token_to_piece(vocab, token, buf, len(buf), 0, special)
+    if n < 0:  # a longer piece: llama.cpp says how long, as a negative length
+        buf = ctypes.create_string_buffer(-n)
+        n = llama_cpp.llama_token_to_piece(vocab, token, buf, len(buf), 0, special)
+    return buf.raw[: max(n, 0)]
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """A GGUF's vocabulary without its weights, for a grammar engine (runtime.decode.grammar)."""
+
+    pieces: list[bytes]  # each token's bytes, control tokens as their text
+    markup: list[bool]  # control tokens, and user-defined ones spelled like markup (Qwen's `<tool_call>`)
+    eos_tokens: list[int]  # every end-of-generation token, the model's EOS first
+    vocab_ptr: int  # the llama_vocab, valid for the process's life
+    tokenize_fptr: int  # llama.cpp's llama_tokenize as a C function pointer (it takes vocab_ptr)
+
+
+_vocabularies: dict[Path, Vocabulary] = {}
+_vocab_lock = threading.Lock()
+
+
+def load_vocabulary(path: Path) -> Vocabulary:
+    """The vocabulary of the GGUF at `path`, from a vocab-only load (no weights), cached per file. The model
+    is never freed: a grammar engine calls into its vocab for the life of the process."""
+    import llama_cpp
+
+    path = Path(path).resolve()
+    with _vocab_lock:
+        if path in _vocabularies:
+            return _vocabularies[path]
+        if not path.is_file():
+            raise UserError(f"model file {path} does not exist")
+        route_llama_log()
+        ensure_backends()  # llama.cpp refuses to load even a vocabulary while no backend is registered
+        params = llama_cpp.llama_model_default_params()
+        params.vocab_only = True
+        model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+        if not model:
+            raise SpecQuantError(f"llama.cpp cannot read the vocabulary of {path}: {route_llama_log().last()}")
+        vocab = llama_cpp.llama_model_get_vocab(model)
+        n_tokens = llama_cpp.llama_vocab_n_tokens(vocab)
+        control, user_defined = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL, llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
+        pieces, markup = [], []
+        for token in range(n_tokens):
+            piece = _piece(vocab, token, True)
+            attr = llama_cpp.llama_vocab_get_attr(vocab, token)
+            pieces.append(piece)
+            markup.append(bool(attr & control or (attr & user_defined and piece[:1] == b"<" and piece[-1:] == b">")))
+        eos = llama_cpp.llama_vocab_eos(vocab)
+        eog = [t for t in range(n_tokens) if llama_cpp.llama_vocab_is_eog(vocab, t)]
+        # The raw C function: llguidance calls it without the GIL (llama-cpp-python keeps it in `_lib`).
+        tokenize = ctypes.cast(llama_cpp.llama_cpp._lib.llama_tokenize, ctypes.c_void_p).value
+        found = Vocabulary(pieces, markup, ([eos] if eos >= 0 else []) + [t for t in eog if t != eos], vocab,
+                           tokenize or 0)
+        _vocabularies[path] = found
+        return found
