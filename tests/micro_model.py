@@ -50,17 +50,25 @@ def tokenizer_metadata(demo_gguf: Path) -> list[tuple[str, object, gguf.GGUFValu
 
 
 def write_micro_gguf(
-    path: Path, demo_gguf: Path, spec: MicroSpec = MicroSpec(), token_texts: dict[int, str] | None = None
+    path: Path,
+    demo_gguf: Path,
+    spec: MicroSpec = MicroSpec(),
+    token_texts: dict[int, str] | None = None,
+    token_types: dict[int, int] | None = None,
+    chat_template: str | None = None,
 ) -> Path:
     """Write an F16 llama GGUF with random weights (std 0.02, like a fresh init, but scaled up so that
-    logits are not flat). `token_texts` replaces the text of some vocabulary entries."""
+    logits are not flat). `token_texts` replaces the text of some vocabulary entries, `token_types` their
+    types (gguf.TokenType), `chat_template` the demo's template."""
     rng = np.random.default_rng(spec.seed)
     meta = tokenizer_metadata(demo_gguf)
-    if token_texts:
-        meta = [
-            (k, [token_texts.get(i, t) for i, t in enumerate(v)] if k == "tokenizer.ggml.tokens" else v, kind, sub)
-            for k, v, kind, sub in meta
-        ]
+    changes = {"tokenizer.ggml.tokens": token_texts or {}, "tokenizer.ggml.token_type": token_types or {}}
+    meta = [
+        (k, [changes[k].get(i, t) for i, t in enumerate(v)] if changes.get(k) else v, kind, sub)
+        for k, v, kind, sub in meta
+    ]
+    if chat_template is not None:
+        meta = [(k, chat_template if k == "tokenizer.chat_template" else v, kind, sub) for k, v, kind, sub in meta]
     n_vocab = len(next(v for k, v, _, _ in meta if k == "tokenizer.ggml.tokens"))
     head_dim = spec.n_embd // spec.n_head
     w = gguf.GGUFWriter(path, "llama")

@@ -1,5 +1,5 @@
-"""OpenAI's chat-completions shapes: a request checked field by field into SpecQuant's own types, and the
-responses (whole, streamed chunks, errors) built from the Engine's Chunks.
+"""OpenAI's chat-completions and (legacy) completions shapes: a request checked field by field into SpecQuant's
+own types, and the responses (whole, streamed chunks, errors) built from the Engine's Chunks.
 
 Every field OpenAI defines is either honoured, accepted at the value that means "not used" (`n: 1`,
 `logprobs: false`), or refused with a 400 naming it: nothing is silently ignored. `null` counts as absent,
@@ -12,19 +12,21 @@ import math
 import re
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from runtime.decode.grammar import Grammar, GrammarError
 from runtime.decode.sampling import SEED_MAX
-from runtime.engine.chat import ChatOptions, Chunk, Message, answer_facts
+from runtime.engine.chat import ChatOptions, Chunk, Message, TokenChoice, answer_facts
+from runtime.engine.tools import CHOICES, NAME, CallDelta, Tool, ToolRequest, assemble
 from runtime.errors import UserError
 from runtime.models.cache import TIERS
 from runtime.plan.policy import DRAFT_CHOICES, PRESET_NAMES
 from runtime.plan.router import LEVELS
 
 DEFAULT_PORT = 8088  # `specquant serve` and the window's local API server
-ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 MAX_STOPS = 4
 # One request may not hold the engine: at most this many messages and characters of content (the body's
 # 1 MiB cap bounds the bytes; these bound the work of rendering and fitting the chat).
@@ -33,12 +35,7 @@ MAX_CONTENT_CHARS = 400_000
 # OpenAI fields we cannot honour, with the values that mean "not used" (accepted as such).
 NOT_USED: dict[str, tuple[Any, ...]] = {
     "n": (1,),
-    "logprobs": (False,),
-    "top_logprobs": (0,),
-    "tools": ([],),
-    "tool_choice": ("none",),
-    "parallel_tool_calls": (False, True),  # only means something with tools, which are refused
-    "functions": ([],),
+    "functions": ([],),  # the deprecated form of `tools`
     "function_call": ("none",),
     "presence_penalty": (0, 0.0),
     "frequency_penalty": (0, 0.0),
@@ -55,12 +52,20 @@ NOT_USED: dict[str, tuple[Any, ...]] = {
 HONOURED = {
     "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed", "stop",
     "stream", "stream_options", "user",  # user: the caller's own tag for its users, nothing to do here
-    "response_format",
+    "response_format", "tools", "tool_choice", "parallel_tool_calls", "logprobs", "top_logprobs",
     "top_k", "min_p", "specquant",  # our extensions
 }
+MAX_TOOLS = 128  # OpenAI's own limit
+MAX_TOP_LOGPROBS = 20
 SPECQUANT_FIELDS = ("level", "preset", "parent", "draft", "allow_lossy")
 _SCHEMA_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 FINISH_REASON = {"eos": "stop", "stop": "stop", "max_tokens": "length", "length": "length"}
+MESSAGE_FIELDS = {
+    "system": {"role", "content"},
+    "user": {"role", "content"},
+    "assistant": {"role", "content", "tool_calls", "refusal"},
+    "tool": {"role", "content", "tool_call_id"},
+}
 
 
 class ApiError(Exception):
@@ -99,56 +104,84 @@ def parse_chat(body: Any, base: ChatOptions, n_ctx: int) -> ChatCall:
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
     given = {k: v for k, v in body.items() if v is not None}
-    for name, value in given.items():
-        if name in HONOURED:
-            continue
-        if name not in NOT_USED:
-            raise ApiError(400, f"unrecognized request argument: {name}", name)
-        if value not in NOT_USED[name]:
-            raise ApiError(400, f"{name}={_short(value)} is not supported by SpecQuant", name, code="unsupported")
-    model = _typed(given, "model", str)
+    check_fields(given, HONOURED)
+    model = typed(given, "model", str)
     if "messages" not in given:
         raise ApiError(400, "missing required parameter: messages", "messages")
     messages = _messages(given["messages"])
+    max_tokens = integer(given, "max_completion_tokens", 1, n_ctx) or integer(given, "max_tokens", 1, n_ctx)
+    stream, include_usage = stream_flags(given)
+    changes = sampling_changes(given, base, max_tokens)
+    grammar = _response_format(given)
+    if grammar is not None:
+        changes["grammar"] = grammar
+    request = _tools(given, messages)
+    if request is not None:
+        if grammar is not None and request.callable:
+            raise ApiError(400, "response_format together with tools is not supported by SpecQuant: use one, or "
+                           "tool_choice: none", "response_format", code="unsupported")
+        changes["tools"] = request
+    if typed(given, "logprobs", bool):
+        changes["logprobs"] = integer(given, "top_logprobs", 0, MAX_TOP_LOGPROBS) or 0
+    elif given.get("top_logprobs"):
+        raise ApiError(400, "top_logprobs needs logprobs: true", "top_logprobs")
+    return ChatCall(model, messages, build_options(base, changes), stream, include_usage)
 
-    max_tokens = _integer(given, "max_completion_tokens", 1, n_ctx) or _integer(given, "max_tokens", 1, n_ctx)
+
+def check_fields(
+    given: dict[str, Any], honoured: set[str], not_used: dict[str, tuple[Any, ...]] = NOT_USED
+) -> None:
+    for name, value in given.items():
+        if name in honoured:
+            continue
+        if name not in not_used:
+            raise ApiError(400, f"unrecognized request argument: {name}", name)
+        if value not in not_used[name]:
+            raise ApiError(400, f"{name}={_short(value)} is not supported by SpecQuant", name, code="unsupported")
+
+
+def build_options(base: ChatOptions, changes: dict[str, Any]) -> ChatOptions:
+    try:
+        return replace(base, **changes)
+    except UserError as e:  # the runtime's own checks (a sampling value out of range, a preset's rules)
+        raise ApiError(400, str(e)) from None
+
+
+def stream_flags(given: dict[str, Any]) -> tuple[bool, bool]:
+    """`stream` and `stream_options.include_usage`."""
+    stream = bool(typed(given, "stream", bool))
+    stream_options = typed(given, "stream_options", dict) or {}
+    if stream_options and not stream:
+        raise ApiError(400, "stream_options is only allowed with stream: true", "stream_options")
+    unknown = set(stream_options) - {"include_usage"}
+    if unknown:
+        raise ApiError(400, f"unrecognized stream option: {sorted(unknown)[0]}", "stream_options")
+    return stream, bool(typed(stream_options, "include_usage", bool, "stream_options.include_usage"))
+
+
+def sampling_changes(given: dict[str, Any], base: ChatOptions, max_tokens: int | None) -> dict[str, Any]:
+    """The sampling fields, stop strings, the token budget and our `specquant` options, as ChatOptions changes."""
     overrides = dict(base.sampling_overrides)
     for name, lo, hi in (("temperature", 0.0, 2.0), ("top_p", 0.0, 1.0), ("min_p", 0.0, 1.0)):
         value = _number(given, name, lo, hi)
         if value is not None:
             overrides[name] = value
     for name, hi in (("top_k", 2**31 - 1), ("seed", SEED_MAX)):
-        value = _integer(given, name, 0, hi)
+        value = integer(given, name, 0, hi)
         if value is not None:
             overrides[name] = value
-    stream = bool(_typed(given, "stream", bool))
-    stream_options = _typed(given, "stream_options", dict) or {}
-    if stream_options and not stream:
-        raise ApiError(400, "stream_options is only allowed with stream: true", "stream_options")
-    unknown = set(stream_options) - {"include_usage"}
-    if unknown:
-        raise ApiError(400, f"unrecognized stream option: {sorted(unknown)[0]}", "stream_options")
-    include_usage = bool(_typed(stream_options, "include_usage", bool, "stream_options.include_usage"))
-
     changes: dict[str, Any] = {"sampling_overrides": tuple(overrides.items()), "stop": _stops(given)}
     if max_tokens is not None:
         changes["max_tokens"] = max_tokens
     changes.update(_specquant(given))
-    grammar = _response_format(given)
-    if grammar is not None:
-        changes["grammar"] = grammar
-    try:
-        options = replace(base, **changes)
-    except UserError as e:  # the runtime's own checks (a sampling value out of range, a preset's rules)
-        raise ApiError(400, str(e)) from None
-    return ChatCall(model, messages, options, stream, include_usage)
+    return changes
 
 
 def _response_format(given: dict[str, Any]) -> Grammar | None:
     """`response_format`: text (None), any JSON object, or a JSON schema. `strict: true` (OpenAI's structured
     outputs) enforces every keyword or refuses the schema with a 400 naming what is unsupported; without it,
     keywords the grammar engine cannot enforce are ignored, as OpenAI's non-strict mode does."""
-    fmt = _typed(given, "response_format", dict)
+    fmt = typed(given, "response_format", dict)
     if fmt is None:
         return None
     kind = fmt.get("type")
@@ -192,36 +225,153 @@ def _messages(value: Any) -> list[Message]:
         raise ApiError(400, "messages must be a non-empty array of messages", "messages")
     if len(value) > MAX_MESSAGES:
         raise ApiError(400, f"messages holds {len(value)} messages; at most {MAX_MESSAGES}", "messages")
-    out = []
+    out: list[Message] = []
+    call_ids: set[str] = set()  # the calls made so far: a tool's result must answer one of them
+    total = 0
     for i, m in enumerate(value):
         where = f"messages[{i}]"
         if not isinstance(m, dict):
             raise ApiError(400, f"{where} must be an object with a role and content", where)
-        extra = sorted(k for k, v in m.items() if v is not None and k not in ("role", "content"))
-        if extra:
-            raise ApiError(400, f"{where}.{extra[0]} is not supported by SpecQuant", f"{where}.{extra[0]}")
         role = m.get("role")
         if role not in ROLES:
             raise ApiError(400, f"{where}.role must be one of {', '.join(ROLES)}, not {_short(role)}", f"{where}.role")
-        out.append({"role": ROLES[role], "content": _content(m.get("content"), f"{where}.content")})
-    total = sum(len(m["content"]) for m in out)
+        role = ROLES[role]
+        extra = sorted(k for k, v in m.items() if v is not None and k not in MESSAGE_FIELDS[role])
+        if extra:
+            raise ApiError(400, f"{where}.{extra[0]} is not supported by SpecQuant", f"{where}.{extra[0]}")
+        message: Message = {"role": role}
+        if role == "assistant" and m.get("tool_calls") is not None:
+            message["tool_calls"] = _past_calls(m["tool_calls"], f"{where}.tool_calls")
+            call_ids.update(c["id"] for c in message["tool_calls"])
+            message["content"] = "" if m.get("content") is None else _content(m["content"], f"{where}.content")
+        else:
+            message["content"] = _content(m.get("content"), f"{where}.content")
+        if role == "tool":
+            call_id = m.get("tool_call_id")
+            if not isinstance(call_id, str) or not call_id:
+                raise ApiError(400, f"{where}.tool_call_id must name the call this result answers",
+                               f"{where}.tool_call_id")
+            if call_id not in call_ids:
+                raise ApiError(400, f"{where}.tool_call_id {_short(call_id)} answers no earlier assistant "
+                               "tool_calls", f"{where}.tool_call_id")
+            message["tool_call_id"] = call_id
+        total += len(message["content"]) + sum(len(c["function"]["arguments"]) for c in message.get("tool_calls", ()))
+        out.append(message)
     if total > MAX_CONTENT_CHARS:
         raise ApiError(400, f"the messages hold {total} characters; at most {MAX_CONTENT_CHARS}", "messages")
-    if out[-1]["role"] != "user":
-        raise ApiError(400, "the last message must be from the user", f"messages[{len(out) - 1}].role")
+    if out[-1]["role"] not in ("user", "tool"):
+        raise ApiError(400, "the last message must be from the user (or a tool's result)",
+                       f"messages[{len(out) - 1}].role")
     return out
+
+
+def _past_calls(value: Any, where: str) -> list[dict[str, Any]]:
+    """An assistant's earlier `tool_calls`, checked: [{"id", "type": "function", "function": {"name",
+    "arguments"}}]."""
+    if not isinstance(value, list) or not value:
+        raise ApiError(400, f"{where} must be a non-empty array of tool calls", where)
+    calls = []
+    for j, call in enumerate(value):
+        at = f"{where}[{j}]"
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(call, dict) or call.get("type") != "function" or not isinstance(function, dict):
+            raise ApiError(400, f'{at} must be {{"id", "type": "function", "function": {{"name", "arguments"}}}}', at)
+        extra = sorted(set(call) - {"id", "type", "function"}) or sorted(set(function) - {"name", "arguments"})
+        if extra:
+            raise ApiError(400, f"{at} has an unrecognized field: {extra[0]}", at)
+        if not isinstance(call.get("id"), str) or not call["id"]:
+            raise ApiError(400, f"{at}.id must be a non-empty string", f"{at}.id")
+        name, arguments = function.get("name"), function.get("arguments")
+        if not isinstance(name, str) or not NAME.fullmatch(name):
+            raise ApiError(400, f"{at}.function.name must be 1-64 letters, digits, _ or -", f"{at}.function.name")
+        if not isinstance(arguments, str):
+            raise ApiError(400, f"{at}.function.arguments must be a string (the arguments' JSON text)",
+                           f"{at}.function.arguments")
+        arguments = valid_unicode(arguments, f"{at}.function.arguments")
+        calls.append({"id": call["id"], "type": "function", "function": {"name": name, "arguments": arguments}})
+    return calls
+
+
+def _tools(given: dict[str, Any], messages: list[Message]) -> ToolRequest | None:
+    """`tools`, `tool_choice` and `parallel_tool_calls`; None when the request has no tools (a chat that
+    only shows past calls still gets a ToolRequest, so they render as the model expects)."""
+    value = given.get("tools")
+    choice = given.get("tool_choice")
+    parallel = typed(given, "parallel_tool_calls", bool)
+    if value is None or value == []:
+        if choice not in (None, "none", "auto"):
+            raise ApiError(400, "tool_choice needs tools", "tool_choice")
+        if any(m["role"] == "tool" or m.get("tool_calls") for m in messages):
+            return ToolRequest((), "none")
+        return None
+    if not isinstance(value, list):
+        raise ApiError(400, "tools must be an array of functions", "tools")
+    if len(value) > MAX_TOOLS:
+        raise ApiError(400, f"tools holds {len(value)} tools; at most {MAX_TOOLS}", "tools")
+    tools = [_tool(t, f"tools[{i}]") for i, t in enumerate(value)]
+    names = [t.name for t in tools]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ApiError(400, f"tools names {twice[0]!r} more than once", "tools")
+    if choice is None:
+        choice = "auto"
+    elif isinstance(choice, dict):
+        function = choice.get("function")
+        name = function.get("name") if isinstance(function, dict) else None
+        if choice.get("type") != "function" or not isinstance(name, str) or set(choice) != {"type", "function"}:
+            raise ApiError(400, 'tool_choice must be auto, none, required or {"type": "function", "function": '
+                           '{"name": ...}}', "tool_choice")
+        if name not in names:
+            raise ApiError(400, f"tool_choice names {_short(name)}, which is not in tools ({', '.join(names)})",
+                           "tool_choice")
+        choice = name
+    elif choice not in CHOICES:
+        raise ApiError(400, f"tool_choice must be auto, none, required or a function, not {_short(choice)}",
+                       "tool_choice")
+    return ToolRequest(tuple(tools), choice, True if parallel is None else parallel)
+
+
+def _tool(value: Any, where: str) -> Tool:
+    function = value.get("function") if isinstance(value, dict) else None
+    if not isinstance(value, dict) or value.get("type") != "function" or not isinstance(function, dict):
+        raise ApiError(400, f'{where} must be {{"type": "function", "function": {{"name", ...}}}}', where)
+    extra = sorted(set(value) - {"type", "function"})
+    if extra:
+        raise ApiError(400, f"unrecognized {where} field: {extra[0]}", f"{where}.{extra[0]}")
+    extra = sorted(k for k, v in function.items() if v is not None and k not in
+                   ("name", "description", "parameters", "strict"))
+    if extra:
+        raise ApiError(400, f"unrecognized {where}.function field: {extra[0]}", f"{where}.function.{extra[0]}")
+    name = function.get("name")
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise ApiError(400, f"{where}.function.name must be 1-64 letters, digits, _ or -", f"{where}.function.name")
+    description = typed(function, "description", str, f"{where}.function.description")
+    strict = typed(function, "strict", bool, f"{where}.function.strict") or False
+    parameters = function.get("parameters")
+    if parameters is None:
+        parameters = {"type": "object", "properties": {}}
+    where = f"{where}.function.parameters"
+    if not isinstance(parameters, dict):
+        raise ApiError(400, f"{where} must be a JSON schema object", where)
+    try:
+        Grammar.from_json_schema(parameters, strict=strict)  # refused here, naming the tool, not mid-answer
+    except GrammarError as e:
+        raise ApiError(400, f"{where}: {e}", where, code="unsupported_schema") from None
+    except RecursionError:
+        raise ApiError(400, f"{where} is nested too deeply", where) from None
+    return Tool(name, description and valid_unicode(description, f"{where}.description"), parameters, strict)
 
 
 def _content(value: Any, where: str) -> str:
     """A string, or text parts joined (an image or audio part is refused)."""
     if isinstance(value, str):
-        return _unicode(value, where)
+        return valid_unicode(value, where)
     if isinstance(value, list) and value:
         texts = []
         for j, part in enumerate(value):
             if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
                 raise ApiError(400, f"{where}[{j}] must be a text part; SpecQuant reads text only", f"{where}[{j}]")
-            texts.append(_unicode(part["text"], f"{where}[{j}].text"))
+            texts.append(valid_unicode(part["text"], f"{where}[{j}].text"))
         return "".join(texts)
     raise ApiError(400, f"{where} must be a string or an array of text parts", where)
 
@@ -235,10 +385,10 @@ def _stops(given: dict[str, Any]) -> tuple[str, ...]:
         raise ApiError(400, "stop must be a non-empty string or an array of them", "stop")
     if len(stops) > MAX_STOPS:
         raise ApiError(400, f"stop holds {len(stops)} strings; at most {MAX_STOPS}", "stop")
-    return tuple(_unicode(x, "stop") for x in stops)
+    return tuple(valid_unicode(x, "stop") for x in stops)
 
 
-def _unicode(text: str, where: str) -> str:
+def valid_unicode(text: str, where: str) -> str:
     """`text` if it is valid Unicode. JSON may spell a lone UTF-16 surrogate ("\\ud800"), which no tokenizer
     can encode: refused here rather than failing inside the answer."""
     try:
@@ -250,7 +400,7 @@ def _unicode(text: str, where: str) -> str:
 
 
 def _specquant(given: dict[str, Any]) -> dict[str, Any]:
-    ext = _typed(given, "specquant", dict) or {}
+    ext = typed(given, "specquant", dict) or {}
     unknown = sorted(set(ext) - set(SPECQUANT_FIELDS))
     if unknown:
         raise ApiError(400, f"unknown specquant option {unknown[0]!r}: use {', '.join(SPECQUANT_FIELDS)}", "specquant")
@@ -264,13 +414,13 @@ def _specquant(given: dict[str, Any]) -> dict[str, Any]:
             words = f"specquant.{name} must be one of {', '.join(allowed)}, not {_short(value)}"
             raise ApiError(400, words, f"specquant.{name}")
         out[name] = value
-    lossy = _typed(ext, "allow_lossy", bool, "specquant.allow_lossy")
+    lossy = typed(ext, "allow_lossy", bool, "specquant.allow_lossy")
     if lossy is not None:
         out["allow_lossy"] = lossy
     return out
 
 
-def _typed(obj: dict[str, Any], name: str, kind: type, param: str | None = None) -> Any:
+def typed(obj: dict[str, Any], name: str, kind: type, param: str | None = None) -> Any:
     value = obj.get(name)
     if value is None:
         return None
@@ -283,8 +433,8 @@ def _typed(obj: dict[str, Any], name: str, kind: type, param: str | None = None)
 _KIND_WORDS = {str: "a string", bool: "true or false", dict: "an object", int: "an integer", float: "a number"}
 
 
-def _integer(obj: dict[str, Any], name: str, lo: int, hi: int) -> int | None:
-    value = _typed(obj, name, int)
+def integer(obj: dict[str, Any], name: str, lo: int, hi: int) -> int | None:
+    value = typed(obj, name, int)
     if value is not None and not lo <= value <= hi:
         raise ApiError(400, f"{name}={value} is out of range: {lo} to {hi}", name)
     return value
@@ -325,7 +475,50 @@ def usage(last: Chunk) -> dict[str, int]:
     return {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.tokens, "total_tokens": s.prompt_tokens + s.tokens}
 
 
-def completion(call_id: str, model: str, text: str, last: Chunk, created: int | None = None) -> dict[str, Any]:
+def finish_reason(last: Chunk, called: bool = False) -> str:
+    """OpenAI's finish_reason: "tool_calls" when an answer that ended by itself made calls."""
+    reason = FINISH_REASON.get(last.stats.stop_reason or "", "stop")
+    return "tool_calls" if called and reason == "stop" else reason
+
+
+def logprobs_content(choices: Sequence[TokenChoice]) -> list[dict[str, Any]]:
+    """`logprobs.content`: each token's text, log-probability, bytes and its `top_logprobs`."""
+    return [
+        {
+            "token": c.text,
+            "logprob": c.logprob,
+            "bytes": list(c.bytes),
+            "top_logprobs": [{"token": t, "logprob": x, "bytes": list(b)} for t, b, x in c.top],
+        }
+        for c in choices
+    ]
+
+
+def call_deltas(deltas: Sequence[CallDelta]) -> list[dict[str, Any]]:
+    """`delta.tool_calls`: a call's first piece has its id, type and name; later ones add to its arguments."""
+    out = []
+    for d in deltas:
+        item: dict[str, Any] = {"index": d.index}
+        function: dict[str, str] = {"arguments": d.arguments}
+        if d.id is not None:
+            item |= {"id": d.id, "type": "function"}
+            function = {"name": d.name or "", **function}
+        out.append(item | {"function": function})
+    return out
+
+
+def completion(
+    call_id: str,
+    model: str,
+    text: str,
+    last: Chunk,
+    created: int | None = None,
+    calls: Sequence[CallDelta] = (),
+    logprobs: Sequence[TokenChoice] | None = None,
+) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": text if text or not calls else None}
+    if calls:
+        message["tool_calls"] = assemble(calls)
     return {
         "id": call_id,
         "object": "chat.completion",
@@ -334,9 +527,9 @@ def completion(call_id: str, model: str, text: str, last: Chunk, created: int | 
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "finish_reason": FINISH_REASON.get(last.stats.stop_reason or "", "stop"),
-                "logprobs": None,
+                "message": message,
+                "finish_reason": finish_reason(last, bool(calls)),
+                "logprobs": None if logprobs is None else {"content": logprobs_content(logprobs)},
             }
         ],
         "usage": usage(last),
@@ -345,7 +538,13 @@ def completion(call_id: str, model: str, text: str, last: Chunk, created: int | 
 
 
 def stream_chunk(
-    call_id: str, model: str, created: int, delta: dict[str, str], finish: Chunk | None = None
+    call_id: str,
+    model: str,
+    created: int,
+    delta: dict[str, Any],
+    finish: Chunk | None = None,
+    logprobs: Sequence[TokenChoice] | None = None,
+    called: bool = False,
 ) -> dict[str, Any]:
     """One `chat.completion.chunk`; the one with `finish` (the last Chunk) carries usage and the facts."""
     out: dict[str, Any] = {
@@ -357,8 +556,8 @@ def stream_chunk(
             {
                 "index": 0,
                 "delta": delta,
-                "finish_reason": None if finish is None else FINISH_REASON.get(finish.stats.stop_reason or "", "stop"),
-                "logprobs": None,
+                "finish_reason": None if finish is None else finish_reason(finish, called),
+                "logprobs": None if logprobs is None else {"content": logprobs_content(logprobs)},
             }
         ],
     }
@@ -368,14 +567,8 @@ def stream_chunk(
     return out
 
 
-def usage_chunk(call_id: str, model: str, created: int, last: Chunk) -> dict[str, Any]:
-    """`stream_options.include_usage`: the last chunk, with no choices and the usage."""
-    return {
-        "id": call_id,
-        "object": "chat.completion.chunk",
-        "created": created,
-        "model": model,
-        "choices": [],
-        "usage": usage(last),
-        "specquant": api_facts(last),
-    }
+def usage_chunk(piece: dict[str, Any], last: Chunk) -> dict[str, Any]:
+    """`stream_options.include_usage`: after the stream's last `piece`, one like it with no choices and the
+    usage."""
+    head = {k: piece[k] for k in ("id", "object", "created", "model")}
+    return head | {"choices": [], "usage": usage(last), "specquant": api_facts(last)}

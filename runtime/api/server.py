@@ -37,6 +37,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from runtime.api import legacy
 from runtime.api import schema as api_schema
 from runtime.api.guard import BrowserGuard
 from runtime.api.schema import DEFAULT_PORT, ApiError
@@ -142,10 +143,19 @@ class Service:
         raise self._unknown_model(name)
 
     async def chat_completions(self, request: Request) -> Response:
+        return await self._answer(request, "chat")
+
+    async def completions(self, request: Request) -> Response:
+        return await self._answer(request, "text")
+
+    async def _answer(self, request: Request, kind: str) -> Response:
+        """A chat completion (`kind` "chat") or a legacy text completion ("text"): one engine job, answered
+        whole or streamed."""
         self._authorize(request)
         body = await self._read_json(request)
         d = self.defaults()
-        call = api_schema.parse_chat(body, d.options, d.settings.n_ctx)
+        parse = api_schema.parse_chat if kind == "chat" else legacy.parse_completion
+        call = parse(body, d.options, d.settings.n_ctx)
         model = call.model or d.model
         if not _is_cached(model):
             raise self._unknown_model(model)
@@ -181,43 +191,85 @@ class Service:
             first = await _next_chunk(events)
             if call.stream:
                 streaming = True  # the stream's own end calls finish()
-                stream = self._stream(first, events, model, call.include_usage, finish)
+                events_of = self._chat_stream if kind == "chat" else self._text_stream
+                stream = self._stream(events_of(first, events, model, call), call.include_usage, finish)
                 # On Ctrl-C our cancel ends the answer within one cycle; the grace period lets the stream
                 # send its last event ("cancelled") and [DONE] before sse-starlette would cut it off.
                 return EventSourceResponse(
                     stream, ping=15, shutdown_grace_period=SHUTDOWN_GRACE_S, send_timeout=self.config.stall_s
                 )
-            parts, last = [first.text], first
+            chunks, last = [first], first
             while not last.done:
                 last = await _next_chunk(events)
-                parts.append(last.text)
+                chunks.append(last)
             _check_complete(last)
-            return JSONResponse(api_schema.completion(api_schema.new_id(), model, "".join(parts), last))
+            text = "".join(c.text for c in chunks)
+            logprobs = [lp for c in chunks for lp in c.logprobs] if call.options.logprobs is not None else None
+            if kind == "text":
+                lp = None if logprobs is None else legacy.legacy_logprobs(logprobs, len(call.messages[0]["content"]))
+                return JSONResponse(legacy.text_completion(legacy.new_id(), model, None, text, last, lp))
+            calls = [d for c in chunks for d in c.calls]
+            body = api_schema.completion(api_schema.new_id(), model, text, last, None, calls, logprobs)
+            return JSONResponse(body)
         finally:
             if not streaming:
                 finish()
 
-    async def _stream(
-        self, first: Chunk, events: asyncio.Queue[Any], model: str, include_usage: bool, finish: Callable[[], None]
-    ) -> AsyncIterator[dict[str, str]]:
+    async def _chat_stream(
+        self, first: Chunk, events: asyncio.Queue[Any], model: str, call: api_schema.ChatCall
+    ) -> AsyncIterator[tuple[dict[str, Any], Chunk]]:
+        """The chunk objects of a streamed chat completion, each with the Chunk it came from."""
         call_id, created = api_schema.new_id(), int(time.time())
+        want_logprobs, called = call.options.logprobs is not None, False
+        yield api_schema.stream_chunk(call_id, model, created, {"role": "assistant", "content": ""}), first
+        chunk = first
+        while True:
+            delta: dict[str, Any] = {}
+            if chunk.text:
+                delta["content"] = chunk.text
+            if chunk.calls:
+                delta["tool_calls"] = api_schema.call_deltas(chunk.calls)
+                called = True
+            lps = chunk.logprobs if want_logprobs and chunk.logprobs else None
+            if delta or lps:
+                yield api_schema.stream_chunk(call_id, model, created, delta, None, lps), chunk
+            if chunk.done:
+                break
+            chunk = await _next_chunk(events)
+        _check_complete(chunk)
+        yield api_schema.stream_chunk(call_id, model, created, {}, chunk, None, called), chunk
 
-        def event(delta: dict[str, str], last: Chunk | None = None) -> dict[str, str]:
-            return {"data": json.dumps(api_schema.stream_chunk(call_id, model, created, delta, last))}
+    async def _text_stream(
+        self, first: Chunk, events: asyncio.Queue[Any], model: str, call: api_schema.ChatCall
+    ) -> AsyncIterator[tuple[dict[str, Any], Chunk]]:
+        """The pieces of a streamed text completion, each with the Chunk it came from."""
+        call_id, created = legacy.new_id(), int(time.time())
+        offset = len(call.messages[0]["content"])
+        chunk = first
+        while True:
+            lps = None
+            if call.options.logprobs is not None and chunk.logprobs:
+                lps = legacy.legacy_logprobs(chunk.logprobs, offset)
+                offset += sum(len(c.text) for c in chunk.logprobs)
+            if chunk.text or lps:
+                yield legacy.text_completion(call_id, model, created, chunk.text, None, lps), chunk
+            if chunk.done:
+                break
+            chunk = await _next_chunk(events)
+        _check_complete(chunk)
+        yield legacy.text_completion(call_id, model, created, "", chunk), chunk
 
+    async def _stream(
+        self, pieces: AsyncIterator[tuple[dict[str, Any], Chunk]], include_usage: bool, finish: Callable[[], None]
+    ) -> AsyncIterator[dict[str, str]]:
+        """Server-sent events of `pieces`, then usage (when asked) and [DONE]; an error mid-stream becomes its
+        last event."""
         try:
-            yield event({"role": "assistant", "content": ""})
-            chunk = first
-            while True:
-                if chunk.text:
-                    yield event({"content": chunk.text})
-                if chunk.done:
-                    break
-                chunk = await _next_chunk(events)
-            _check_complete(chunk)
-            yield event({}, chunk)
-            if include_usage:
-                yield {"data": json.dumps(api_schema.usage_chunk(call_id, model, created, chunk))}
+            last: tuple[dict[str, Any], Chunk] | None = None
+            async for last in pieces:
+                yield {"data": json.dumps(last[0])}
+            if include_usage and last is not None:  # one more chunk: no choices, the usage
+                yield {"data": json.dumps(api_schema.usage_chunk(last[0], last[1]))}
         except ApiError as e:  # the status line has gone already: the error is the stream's last event
             yield {"data": json.dumps(e.body())}
         except Exception as e:
@@ -402,6 +454,7 @@ def create_app(service: Service) -> Starlette:
         Route("/v1/models", _guarded(service.models)),
         Route("/v1/models/{name}", _guarded(service.model)),
         Route("/v1/chat/completions", _guarded(service.chat_completions), methods=["POST"]),
+        Route("/v1/completions", _guarded(service.completions), methods=["POST"]),
     ]
     handlers = {ApiError: api_error, HTTPException: http_error}
     return Starlette(routes=routes, middleware=middleware, exception_handlers=handlers)  # type: ignore[arg-type]

@@ -120,6 +120,20 @@ def _build_tokenizer(path: Path) -> LLTokenizer:
         raise SpecQuantError(f"llguidance cannot use the vocabulary of {path}: {e}") from None
 
 
+def markup_token(path: str | os.PathLike[str], text: str) -> int | None:
+    """The id of the markup token spelled `text` in the GGUF at `path` (Qwen's `<tool_call>`), if it has one: a
+    grammar names it as `<[id]>`, since no text rule can produce it."""
+    return _markup_tokens(str(Path(path).resolve())).get(text.encode())
+
+
+@functools.lru_cache(maxsize=8)
+def _markup_tokens(path: str) -> dict[bytes, int]:
+    from runtime.decode.llama_backend import load_vocabulary
+
+    vocab = load_vocabulary(Path(path))
+    return {p: i for i, (p, m) in enumerate(zip(vocab.pieces, vocab.markup, strict=True)) if m and p}
+
+
 # --- grammars ------------------------------------------------------------------------------------------------
 
 
@@ -217,6 +231,20 @@ class Grammar:
                 raise GrammarError(f"the grammar does not compile: {_one_line(template.get_error())}")
             entry = self._compiled[id(tokenizer)] = (tokenizer, template)
         return Constraint(entry[1].deep_copy(), tokenizer)
+
+
+def lark_json(
+    schema: Mapping[str, Any], strict: bool = True, whitespace: Whitespace = "bounded", close_objects: bool = True
+) -> str:
+    """`schema` as the text after `%json` in a Lark grammar (`Grammar.from_lark`), read with the options
+    `Grammar.from_json_schema` takes (a schema's own `x-guidance` settings win)."""
+    schema = copy.deepcopy(dict(schema))
+    if close_objects:
+        _close_objects(schema)
+    own = schema.get("x-guidance")
+    options = {**_whitespace_options(whitespace), "lenient": not strict}
+    schema["x-guidance"] = {**options, **own} if isinstance(own, dict) else options
+    return json.dumps(schema, ensure_ascii=False)
 
 
 def _whitespace_options(whitespace: Whitespace) -> dict[str, Any]:

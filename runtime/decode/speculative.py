@@ -47,6 +47,29 @@ class Step:
     verify_s: float
     source: str | None = None  # "ngram", the draft tier's name, or None for a plain step
     forced: int = 0  # leading tokens the grammar forced (counted in neither drafted nor accepted)
+    logprobs: tuple[TokenLogprob, ...] = ()  # per token, when asked for (generate_steps' `logprobs`)
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """A token's log-probability under the parent's own distribution (temperature 1, no penalties) after the
+    grammar's mask, and the `top` most likely tokens there as (token, logprob). A forced token has 0.0: the
+    mask left it the only choice."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+def _logprob(row: np.ndarray, token: int, top: int) -> TokenLogprob:
+    m = float(row.max())
+    norm = m + float(np.log(np.exp(row - m).sum()))
+    best: list[tuple[int, float]] = []
+    if top:
+        idx = np.argpartition(-row, min(top, row.size - 1))[:top]
+        idx = idx[np.argsort(-row[idx], kind="stable")]
+        best = [(int(i), float(row[i]) - norm) for i in idx if np.isfinite(row[i])]
+    return TokenLogprob(token, float(row[token]) - norm, tuple(best))
 
 
 def take(step: Step, produced: int, max_tokens: int, is_end: Callable[[int], bool]) -> tuple[Step, str | None]:
@@ -54,13 +77,17 @@ def take(step: Step, produced: int, max_tokens: int, is_end: Callable[[int], boo
     ("max_tokens"); else the whole step and None. One rule for the Engine and the benchmark's raw timing."""
     for i, tok in enumerate(step.tokens):
         if is_end(tok):
-            cut = replace(step, tokens=step.tokens[:i], from_draft=step.from_draft[:i], forced=min(step.forced, i))
-            return cut, "eos"
+            return _cut(step, i), "eos"
         if produced + i + 1 >= max_tokens:
-            n = i + 1
-            cut = replace(step, tokens=step.tokens[:n], from_draft=step.from_draft[:n], forced=min(step.forced, n))
-            return cut, "max_tokens"
+            return _cut(step, i + 1), "max_tokens"
     return step, None
+
+
+def _cut(step: Step, n: int) -> Step:
+    return replace(
+        step, tokens=step.tokens[:n], from_draft=step.from_draft[:n], forced=min(step.forced, n),
+        logprobs=step.logprobs[:n],
+    )
 
 
 @dataclass(frozen=True)
@@ -113,6 +140,7 @@ def generate_steps(
     answer_tokens: int = 16,
     max_tokens: int = 1 << 30,
     constraint: Constraint | None = None,
+    logprobs: int | None = None,
 ) -> Iterator[Step]:
     """Yield Steps until the context is full, `cancel` is set, or the consumer stops iterating.
 
@@ -120,7 +148,8 @@ def generate_steps(
     its budget: a draft whose catch-up the rest of the answer is not expected to repay is not started. Stopping (EOS,
     max tokens, stop strings) is the consumer's job: whatever it keeps, both caches stay valid prefixes of
     the sequence, so the next turn reuses their common prefix. `constraint` (fresh, at the answer's first
-    token) holds the answer to a grammar: it advances with every emitted token.
+    token) holds the answer to a grammar: it advances with every emitted token. `logprobs` (a count of
+    alternatives, 0 for none) adds each token's `TokenLogprob`, read from the verify row that chose it.
     """
     spec = spec or SpecConfig()
     controller = controller or Controller(fixed_k=spec.k)
@@ -153,7 +182,9 @@ def generate_steps(
         forced: list[int] = []
         if constraint is not None:
             if constraint.done:  # only an end token may follow: no model needs asking
-                yield Step((min(constraint.eos_tokens),), (False,), 0, 0, 0, 0.0, 0.0)
+                end = min(constraint.eos_tokens)
+                lp = () if logprobs is None else (TokenLogprob(end, 0.0, ((end, 0.0),)[:logprobs]),)
+                yield Step((end,), (False,), 0, 0, 0, 0.0, 0.0, logprobs=lp)
                 return
             if spec.forced:
                 forced = _forced(constraint, min(room - 1, FORCED_MAX))
@@ -238,7 +269,13 @@ def generate_steps(
             constraint.consume(emitted)
         produced += len(forced) + len(emitted)
         tokens, flags = (*forced, *emitted), (*(False,) * len(forced), *flags)
-        yield Step(tokens, flags, len(drafts), accepted, k, t1 - t0, t2 - t1, source, len(forced))
+        lps: tuple[TokenLogprob, ...] = ()
+        if logprobs is not None:  # emitted[i] was chosen from rows[i]
+            lps = (
+                *(TokenLogprob(t, 0.0, ((t, 0.0),)[:logprobs]) for t in forced),
+                *(_logprob(rows[i], t, logprobs) for i, t in enumerate(emitted)),
+            )
+        yield Step(tokens, flags, len(drafts), accepted, k, t1 - t0, t2 - t1, source, len(forced), lps)
 
 
 def _propose(

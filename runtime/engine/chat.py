@@ -18,8 +18,10 @@ from runtime.plan.router import Route
 
 if TYPE_CHECKING:
     from runtime.decode.grammar import Grammar
+    from runtime.engine.tools import CallDelta, ToolRequest
 
-Message = dict[str, str]
+# {"role", "content"}; with tools also an assistant's "tool_calls" and a tool result's "tool_call_id".
+Message = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,9 @@ class ChatOptions:
     draft_window: int | None = None  # the draft's catch-up window (SpecConfig.draft_window); None: the setting
     # The answer follows this grammar (a JSON schema, any JSON object): runtime.decode.grammar.
     grammar: Grammar | None = None
+    tools: ToolRequest | None = None  # tools the model may call (runtime.engine.tools); the grammar is theirs
+    logprobs: int | None = None  # each token's log-probability and this many alternatives (None: not asked)
+    raw_prompt: bool = False  # the last message's content is the prompt as it is, without the chat template
 
     def __post_init__(self) -> None:
         if self.level not in ("auto", *router.LEVELS):
@@ -162,6 +167,17 @@ def _speedup_facts(s: Stats) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class TokenChoice:
+    """A token of the answer with its log-probability under the parent (after a grammar's mask) and the most
+    likely tokens in its place, as (text, bytes, logprob): what OpenAI's `logprobs` report."""
+
+    text: str
+    bytes: bytes
+    logprob: float
+    top: tuple[tuple[str, bytes, float], ...] = ()
+
+
+@dataclass(frozen=True)
 class Chunk:
     text: str  # new text since the previous chunk
     tokens: tuple[int, ...]
@@ -172,6 +188,8 @@ class Chunk:
     stats: Stats  # cumulative for this answer
     done: bool = False
     draft_chars: tuple[bool, ...] = ()  # per character of `text`: from a draft token (for highlighting)
+    calls: tuple[CallDelta, ...] = ()  # tool-call pieces (with tools, call text is here, not in `text`)
+    logprobs: tuple[TokenChoice, ...] = ()  # per token of `tokens`, when ChatOptions.logprobs asked
 
 
 @dataclass(frozen=True)

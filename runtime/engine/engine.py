@@ -8,26 +8,29 @@ only consume Chunks.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from runtime.decode.cost_model import NGRAM, Controller, Estimates, Offer
 from runtime.decode.costs import MachineCosts, load_or_measure
-from runtime.decode.grammar import tokenizer_for
+from runtime.decode.grammar import Grammar, markup_token, tokenizer_for
 from runtime.decode.llama_backend import LlamaBackend, LoadOptions
 from runtime.decode.sampling import SamplingParams, recommended
-from runtime.decode.speculative import SpecConfig, Step, generate_steps, take
+from runtime.decode.speculative import SpecConfig, Step, TokenLogprob, generate_steps, take
 from runtime.decode.text_stream import TextStream
-from runtime.engine.chat import Answer, ChatOptions, Chunk, Message, Stats
+from runtime.engine import tools
+from runtime.engine.chat import Answer, ChatOptions, Chunk, Message, Stats, TokenChoice
 from runtime.engine.decide import Decision, decide
 from runtime.engine.interface import Answers
 from runtime.engine.plain_estimate import PlainEstimate
+from runtime.engine.tools import ToolRequest
 from runtime.errors import Cancelled, ModelError, UserError, readable
 from runtime.machine import rpc
 from runtime.machine.hardware import Inventory, inventory
@@ -118,6 +121,7 @@ class Engine(Answers):
         self._tokenizer: LlamaBackend | None = None
         self._calibration: dict[str, Any] | None = None
         self._formatters: dict[str, Any] = {}
+        self._grammars: dict[tuple[str, str], Grammar] = {}  # tool-call grammars, compiled once per model
         self._estimates: dict[str, Estimates] | None = None
         self._costs: dict[str, MachineCosts] = {}
         self._stale: set[str] = set()  # parents whose costs an answer showed were measured under load
@@ -297,8 +301,11 @@ class Engine(Answers):
         self._backends.clear()
 
     # --- chat --------------------------------------------------------------------------------------
-    def render(self, parent: LlamaBackend, messages: Sequence[Message]) -> list[int]:
-        """The chat as prompt tokens, through the GGUF's own chat template (llama-cpp-python's Jinja)."""
+    def render(
+        self, parent: LlamaBackend, messages: Sequence[Message], tools: list[dict[str, Any]] | None = None
+    ) -> list[int]:
+        """The chat as prompt tokens, through the GGUF's own chat template (llama-cpp-python's Jinja); `tools`
+        for a template with a tools section (runtime.engine.tools.prepare)."""
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
         template = parent.metadata().get("tokenizer.chat_template")
@@ -311,10 +318,39 @@ class Engine(Answers):
                 eos = parent.detokenize([parent.eos], special=True) if parent.eos >= 0 else ""
                 formatter = self._formatters[template] = Jinja2ChatFormatter(template, eos, bos)
             try:
-                text = formatter(messages=list(messages)).prompt
+                text = formatter(messages=list(messages), tools=tools).prompt
             except Exception as e:  # a template's own raise_exception, or a Jinja error
                 raise UserError(f"the model's chat template rejected this chat: {e}") from None
         return parent.tokenize(text, add_bos=False, special=True)
+
+    def raw_prompt(self, parent: LlamaBackend, text: str, reserve: int) -> list[int]:
+        """A completion's prompt: the text as it is (special tokens read as text), with the model's BOS."""
+        tokens = parent.tokenize(text, add_bos=True, special=False)
+        if not tokens:
+            raise UserError("the prompt is empty")
+        if len(tokens) > parent.n_ctx - reserve:
+            raise UserError(
+                f"the prompt is {len(tokens)} tokens; the context holds {parent.n_ctx} with {reserve} kept for "
+                "the answer: shorten it or raise the context size"
+            )
+        return tokens
+
+    def tool_grammar(self, parent: LlamaBackend, request: ToolRequest) -> Grammar | None:
+        """The grammar of an answer that may call `request`'s tools (the model's own `<tool_call>` token where
+        its vocabulary has one), kept per model: its compiled tables serve every later request alike."""
+        terms = []
+        for word in (tools.OPENER, tools.CLOSER):
+            token = markup_token(parent.path, word)
+            terms.append(json.dumps(word) if token is None else f"<[{token}]>")
+        grammar = tools.call_grammar(request, terms[0], terms[1], text_opener=terms[0].startswith('"'))
+        if grammar is None:
+            return None
+        key = (str(parent.path), grammar.source)
+        cached = self._grammars.pop(key, None) or grammar
+        self._grammars[key] = cached
+        while len(self._grammars) > 16:
+            self._grammars.pop(next(iter(self._grammars)))
+        return cached
 
     def sampling(self, parent: LlamaBackend, options: ChatOptions) -> SamplingParams:
         """The request's sampling: its own, or the model's recommendation, with its overrides on top."""
@@ -322,7 +358,8 @@ class Engine(Answers):
         return replace(base, **dict(options.sampling_overrides)) if options.sampling_overrides else base
 
     def fit_context(
-        self, parent: LlamaBackend, messages: list[Message], reserve: int, cancel: threading.Event | None = None
+        self, parent: LlamaBackend, messages: list[Message], reserve: int, cancel: threading.Event | None = None,
+        tools: list[dict[str, Any]] | None = None,
     ) -> tuple[list[int], int]:
         """Drop the oldest turns (never the system prompt, never the last message) until the prompt fits.
 
@@ -331,7 +368,8 @@ class Engine(Answers):
         (the template's own tokens per turn are estimated from the first render). Stop is honoured between
         turns."""
         budget = parent.n_ctx - reserve
-        tokens = self.render(parent, messages)
+        render = functools.partial(self.render, tools=tools)
+        tokens = render(parent, messages)
         if len(tokens) <= budget:
             return tokens, 0
         first = 1 if messages and messages[0]["role"] == "system" else 0
@@ -345,9 +383,9 @@ class Engine(Answers):
         while excess > 0 and len(messages) - first - dropped > 1:
             excess -= sizes[first + dropped] + per_turn
             dropped += 1
-        fits = self._fitted(parent, messages, first, dropped, budget, cancel)
+        fits = self._fitted(render, parent, messages, first, dropped, budget, cancel)
         while fits is not None and dropped > 0:  # the estimate dropped a turn too many: keep it after all
-            fewer = self._fitted(parent, messages, first, dropped - 1, budget, cancel)
+            fewer = self._fitted(render, parent, messages, first, dropped - 1, budget, cancel)
             if fewer is None:
                 break
             fits, dropped = fewer, dropped - 1
@@ -355,21 +393,22 @@ class Engine(Answers):
             if len(messages) - first - dropped <= 1:
                 kept = messages[:first] + messages[first + dropped :]
                 raise UserError(
-                    f"the prompt is {len(self.render(parent, kept))} tokens; the context holds {parent.n_ctx} "
+                    f"the prompt is {len(render(parent, kept))} tokens; the context holds {parent.n_ctx} "
                     f"with {reserve} kept for the answer: shorten it or raise the context size"
                 )
             dropped += 1
-            fits = self._fitted(parent, messages, first, dropped, budget, cancel)
+            fits = self._fitted(render, parent, messages, first, dropped, budget, cancel)
         return fits, dropped
 
+    @staticmethod
     def _fitted(
-        self, parent: LlamaBackend, messages: list[Message], first: int, dropped: int, budget: int,
-        cancel: threading.Event | None,
+        render: Callable[[LlamaBackend, list[Message]], list[int]], parent: LlamaBackend, messages: list[Message],
+        first: int, dropped: int, budget: int, cancel: threading.Event | None,
     ) -> list[int] | None:
         """The prompt without the `dropped` oldest turns after the first `first`, if it fits the budget."""
         if cancel is not None and cancel.is_set():
             raise Cancelled("stopped while fitting the chat into the context")
-        tokens = self.render(parent, messages[:first] + messages[first + dropped :])
+        tokens = render(parent, messages[:first] + messages[first + dropped :])
         return tokens if len(tokens) <= budget else None
 
     def stream_chat(
@@ -377,13 +416,24 @@ class Engine(Answers):
     ) -> Iterator[Chunk]:
         """Answer the last user message of `messages`, streaming Chunks; the last has done=True."""
         options = options or ChatOptions()
-        if not messages or messages[-1].get("role") != "user":
-            raise UserError("the chat must end with a user message")
+        if not messages or messages[-1].get("role") not in ("user", "tool"):
+            raise UserError("the chat must end with a user message (or a tool's result)")
         decision = self.decide(messages[-1]["content"], options)
         route, choice, placement = decision.route, decision.choice, decision.placement
         parent, draft = self.pair(choice, placement)
         reserve = min(options.max_tokens, parent.n_ctx // 4)
-        prompt, dropped = self.fit_context(parent, list(messages), reserve, cancel)
+        grammar, calls = options.grammar, None
+        if options.raw_prompt:
+            prompt, dropped = self.raw_prompt(parent, messages[-1]["content"], reserve), 0
+        elif options.tools is not None:
+            syntax = tools.syntax_for(parent.metadata().get("tokenizer.chat_template"))
+            shown, template_tools = tools.prepare(messages, options.tools, syntax)
+            prompt, dropped = self.fit_context(parent, shown, reserve, cancel, template_tools)
+            tool_grammar = self.tool_grammar(parent, options.tools)
+            if tool_grammar is not None:  # else (tool_choice none) the answer is all text
+                grammar, calls = tool_grammar, tools.CallParser()
+        else:
+            prompt, dropped = self.fit_context(parent, list(messages), reserve, cancel)
         reused = min(parent.common_prefix(prompt), len(prompt) - 1)
         spec = replace(self.settings.spec, ngram=self.settings.spec.ngram and choice.ngram)
         if choice.k is not None:  # a fixed draft length (pinned by the user or calibrated)
@@ -402,7 +452,7 @@ class Engine(Answers):
         stats = Stats(prompt_tokens=len(prompt), reused_tokens=reused, dropped_turns=dropped)
         t_start = time.perf_counter()
         t_first: float | None = None
-        constraint = options.grammar.constraint(tokenizer_for(parent)) if options.grammar is not None else None
+        constraint = grammar.constraint(tokenizer_for(parent)) if grammar is not None else None
         steps = generate_steps(
             parent,
             draft,
@@ -415,6 +465,7 @@ class Engine(Answers):
             answer_tokens=expected_answer_tokens(route),
             max_tokens=options.max_tokens,
             constraint=constraint,
+            logprobs=options.logprobs,
         )
         reason: str | None = "length"
         try:
@@ -430,7 +481,14 @@ class Engine(Answers):
                 stats = honest.judge(stats, step)
                 if hit:
                     reason = "stop"
-                yield Chunk(emit, step.tokens, step.from_draft, route, choice, placement, stats, draft_chars=emit_flags)
+                found: list[tools.CallDelta] = []
+                if calls is not None:  # call text goes out as calls, not as text
+                    emit, found = calls.feed(emit)
+                    emit_flags = ()
+                yield Chunk(
+                    emit, step.tokens, step.from_draft, route, choice, placement, stats, draft_chars=emit_flags,
+                    calls=tuple(found), logprobs=tuple(_token_choice(parent, lp) for lp in step.logprobs),
+                )
                 if reason is not None:
                     break
             else:
@@ -442,13 +500,27 @@ class Engine(Answers):
             if honest.stale:
                 self._stale.add(choice.parent)
         tail, tail_flags = text.finish()
+        found = []
+        if calls is not None:
+            tail, found = calls.feed(tail, final=True)
+            tail_flags = ()
         stats = replace(stats, stop_reason=reason)
         if stats.drafted == 0:
             stats = replace(stats, spec_off=self.why_plain(choice, controller.estimates, stats, spec.k_max))
         try:
-            yield Chunk(tail, (), (), route, choice, placement, stats, done=True, draft_chars=tail_flags)
+            yield Chunk(
+                tail, (), (), route, choice, placement, stats, done=True, draft_chars=tail_flags, calls=tuple(found)
+            )
         finally:  # bookkeeping after the answer is delivered: it can neither delay nor fail it
             self.save_estimates()
+
+
+def _token_choice(parent: LlamaBackend, lp: TokenLogprob) -> TokenChoice:
+    def piece(token: int) -> tuple[str, bytes]:
+        raw = parent.token_bytes(token)
+        return raw.decode("utf-8", errors="replace"), raw
+
+    return TokenChoice(*piece(lp.token), lp.logprob, tuple((*piece(t), x) for t, x in lp.top))
 
 
 def _add_step(stats: Stats, step: Step, n_out: int, elapsed: float, decode_s: float, ended: bool) -> Stats:

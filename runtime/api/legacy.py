@@ -1,0 +1,112 @@
+"""OpenAI's legacy `POST /v1/completions`: a prompt continued as it is (no chat template), for clients that
+still use it (Continue's legacy mode, older scripts). Same engine, loop and options as a chat; the prompt is
+one string; `echo`, `suffix`, `best_of` and `n` only at the values that mean "not used".
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from runtime.api.schema import (
+    NOT_USED,
+    ApiError,
+    ChatCall,
+    api_facts,
+    build_options,
+    check_fields,
+    finish_reason,
+    integer,
+    sampling_changes,
+    stream_flags,
+    typed,
+    usage,
+    valid_unicode,
+)
+from runtime.engine.chat import ChatOptions, Chunk, TokenChoice
+
+HONOURED = {
+    "model", "prompt", "max_tokens", "temperature", "top_p", "seed", "stop", "stream", "stream_options", "user",
+    "logprobs", "top_k", "min_p", "specquant",
+}  # fmt: skip
+LEGACY_NOT_USED: dict[str, tuple[Any, ...]] = {
+    "n": (1,),
+    "best_of": (1,),
+    "echo": (False,),
+    "suffix": ("",),
+    **{k: NOT_USED[k] for k in ("presence_penalty", "frequency_penalty", "logit_bias")},
+}
+DEFAULT_MAX_TOKENS = 16  # OpenAI's default for this endpoint
+MAX_LOGPROBS = 5  # OpenAI's limit for this endpoint
+
+
+def parse_completion(body: Any, base: ChatOptions, n_ctx: int) -> ChatCall:
+    """Check a completions request and build it as a one-message call whose content is the raw prompt."""
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    given = {k: v for k, v in body.items() if v is not None}
+    check_fields(given, HONOURED, LEGACY_NOT_USED)
+    model = typed(given, "model", str)
+    prompt = given.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1:
+        prompt = prompt[0]
+    if not isinstance(prompt, str) or not prompt:
+        raise ApiError(400, "prompt must be a non-empty string (one prompt per request)", "prompt")
+    max_tokens = integer(given, "max_tokens", 1, n_ctx) or DEFAULT_MAX_TOKENS
+    stream, include_usage = stream_flags(given)
+    changes = sampling_changes(given, base, max_tokens) | {"raw_prompt": True}
+    top = integer(given, "logprobs", 0, MAX_LOGPROBS)
+    if top is not None:
+        changes["logprobs"] = top
+    messages = [{"role": "user", "content": valid_unicode(prompt, "prompt")}]
+    return ChatCall(model, messages, build_options(base, changes), stream, include_usage)
+
+
+def new_id() -> str:
+    return f"cmpl-{uuid.uuid4().hex[:24]}"
+
+
+def legacy_logprobs(choices: Sequence[TokenChoice], offset: int) -> dict[str, Any]:
+    """The legacy shape: parallel lists of tokens, their logprobs, {token: logprob} alternatives and each
+    token's character offset (counted from the prompt's start, as OpenAI does)."""
+    offsets = []
+    for c in choices:
+        offsets.append(offset)
+        offset += len(c.text)
+    return {
+        "tokens": [c.text for c in choices],
+        "token_logprobs": [c.logprob for c in choices],
+        "top_logprobs": [{t: x for t, _, x in c.top} for c in choices],
+        "text_offset": offsets,
+    }
+
+
+def text_completion(
+    call_id: str,
+    model: str,
+    created: int | None,
+    text: str,
+    last: Chunk | None = None,
+    logprobs: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A whole `text_completion`, or one streamed piece of it (the one with `last` ends the stream)."""
+    out: dict[str, Any] = {
+        "id": call_id,
+        "object": "text_completion",
+        "created": created or int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "text": text,
+                "index": 0,
+                "logprobs": logprobs,
+                "finish_reason": None if last is None else finish_reason(last),
+            }
+        ],
+    }
+    if last is not None:
+        out["usage"] = usage(last)
+        out["specquant"] = api_facts(last)
+    return out

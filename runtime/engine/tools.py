@@ -1,0 +1,283 @@
+"""Tool calls (OpenAI's `tools` and `tool_choice`) as text a model writes and a grammar holds it to.
+
+A model calls a tool by writing the Hermes form Qwen2.5 (and many others) were trained on:
+
+    <tool_call>
+    {"name": "get_weather", "arguments": {"city": "Paris"}}
+    </tool_call>
+
+* `syntax_for(template)`: whether the model's chat template renders tools itself (it has a `tools` section and
+  speaks `<tool_call>`, as Qwen2.5's does); else the tools go into the system prompt as `GENERIC_PROMPT` says
+  (the demo's SmolLM2 template has no tools section) and past calls and results are written out as text.
+* `prepare(messages, request, syntax)`: the chat and the tools as the template should see them.
+* `call_grammar(request, opener, closer)`: the Lark grammar for the answer. Once a call starts, everything but
+  the arguments is fixed (the wrapper, the tool's name where only one fits), so those tokens are forced, free
+  drafts for the speculative loop; the arguments follow the tool's parameter schema. `auto` lets the model
+  write text, and a call only after it (a lazy trigger, as llguidance's structural tags do); `required` and a
+  named function start with the call.
+* `CallParser`: splits the streamed answer into content and `CallDelta`s (OpenAI's `delta.tool_calls`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from runtime.decode.grammar import Grammar, Whitespace, lark_json
+
+OPENER, CLOSER = "<tool_call>", "</tool_call>"
+NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for function names
+CHOICES = ("auto", "none", "required")  # or a function's name
+
+GENERIC_PROMPT = """You can call functions to help with the user's request. To call one, answer with this and \
+nothing after it (one block per call):
+<tool_call>
+{{"name": <function-name>, "arguments": <arguments-json-object>}}
+</tool_call>
+A function's result comes back in <tool_response></tool_response> tags. The functions you can call:
+<tools>
+{tools}
+</tools>"""
+
+
+@dataclass(frozen=True)
+class Tool:
+    """One function a model may call: its name, what it does and its parameters' JSON schema."""
+
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+    strict: bool = False
+
+    def as_openai(self) -> dict[str, Any]:
+        function: dict[str, Any] = {"name": self.name}
+        if self.description:
+            function["description"] = self.description
+        function["parameters"] = self.parameters
+        return {"type": "function", "function": function}
+
+
+@dataclass(frozen=True)
+class ToolRequest:
+    """The tools of one request and how they may be used: `choice` is auto, none, required or a tool's name."""
+
+    tools: tuple[Tool, ...]
+    choice: str = "auto"
+    parallel: bool = True  # more than one call in an answer
+    whitespace: Whitespace = "bounded"  # inside the arguments
+
+    @property
+    def callable(self) -> tuple[Tool, ...]:
+        """The tools the answer may call."""
+        if self.choice == "none":
+            return ()
+        if self.choice in CHOICES:
+            return self.tools
+        return tuple(t for t in self.tools if t.name == self.choice)
+
+
+@dataclass(frozen=True)
+class CallSyntax:
+    """How a chat template deals with tools: `own` when it renders them itself (and tool messages)."""
+
+    own: bool
+
+
+def syntax_for(template: str | None) -> CallSyntax:
+    """Templates with a `tools` section that speak `<tool_call>` (Qwen2.5, Hermes) render the tools themselves."""
+    return CallSyntax(own=bool(template) and "tools" in template and OPENER in template)  # type: ignore[operator]
+
+
+def call_text(name: str, arguments: Any) -> str:
+    """One call as the model writes it (arguments as a JSON text or an object)."""
+    args = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+    return f'{OPENER}\n{{"name": "{name}", "arguments": {args}}}\n{CLOSER}'
+
+
+def prepare(
+    messages: Sequence[dict[str, Any]], request: ToolRequest, syntax: CallSyntax
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    """The chat and the `tools` argument for the template. With `choice: none` the tools are not shown (the
+    model is not to call them); past calls and results are shown either way."""
+    shown = [t.as_openai() for t in request.tools] if request.choice != "none" else []
+    if syntax.own:
+        out = []
+        for m in messages:
+            if m.get("tool_calls"):  # Qwen's template writes `arguments | tojson`: an object, not a JSON text
+                calls = [_call_with_object(c) for c in m["tool_calls"]]
+                m = {**m, "tool_calls": calls}
+            out.append(m)
+        return out, shown or None
+    out = []
+    for m in messages:
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            calls = "\n".join(call_text(c["function"]["name"], c["function"]["arguments"]) for c in m["tool_calls"])
+            out.append({"role": "assistant", "content": (m.get("content") or "") + calls})
+        elif m["role"] == "tool":
+            text = f"<tool_response>\n{m['content']}\n</tool_response>"
+            if out and out[-1].get("tool_results"):  # one user turn holds consecutive results
+                out[-1] = {**out[-1], "content": out[-1]["content"] + "\n" + text}
+            else:
+                out.append({"role": "user", "content": text, "tool_results": True})
+        else:
+            out.append(m)
+    out = [{k: v for k, v in m.items() if k != "tool_results"} for m in out]
+    if shown:
+        prompt = GENERIC_PROMPT.format(tools="\n".join(json.dumps(t, ensure_ascii=False) for t in shown))
+        if out and out[0]["role"] == "system":
+            out[0] = {**out[0], "content": out[0]["content"] + "\n\n" + prompt}
+        else:
+            out.insert(0, {"role": "system", "content": prompt})
+    return out, None
+
+
+def _call_with_object(call: dict[str, Any]) -> dict[str, Any]:
+    function = dict(call["function"])
+    with contextlib.suppress(TypeError, ValueError):  # checked by the API; else rendered as it is
+        function["arguments"] = json.loads(function["arguments"])
+    return {**call, "function": function}
+
+
+def call_grammar(request: ToolRequest, opener: str, closer: str, text_opener: bool) -> Grammar | None:
+    """The answer's grammar, or None when no tool may be called. `opener`/`closer` are Lark terms: a special
+    token (`<[151657]>`) or a quoted string; `text_opener` says the opener is text, so `auto` needs a lazy
+    trigger to tell the start of a call from the model's own text."""
+    tools = request.callable
+    if not tools:
+        return None
+    lines = ["%llguidance {}"]
+    names = []
+    for i, tool in enumerate(tools):
+        head = json.dumps(f'{{"name": "{tool.name}", "arguments": ')
+        lines.append(f"fn_{i}: {head} args_{i} \"}}\"")
+        lines.append(f"args_{i}: %json {lark_json(tool.parameters, tool.strict, request.whitespace)}")
+        names.append(f"fn_{i}")
+    body = f'"\\n" ({" | ".join(names)}) "\\n" {closer}'
+    # After the last call, a line break may come before the end: models trained on "\n<tool_call>" between
+    # calls often write one, and it must not force another call.
+    more = f'("\\n" {opener} body)* "\\n"?' if request.parallel else '"\\n"?'
+    lines.append(f"body: {body}")
+    if request.choice != "auto":
+        lines.append(f"start: {opener} body {more}")
+    elif text_opener:  # lazy: the text ends at the first opener, which starts the call
+        lines.append(f"head[lazy]: TEXT {opener}")
+        lines.append(f"start: TEXT | head body {more}")
+    else:  # a special token: no text can spell it
+        lines.append(f"start: TEXT | TEXT {opener} body {more}")
+    lines.append(r"TEXT: /(.|\n)*/")
+    return Grammar.from_lark("\n".join(lines))
+
+
+# --- the answer, split -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CallDelta:
+    """A piece of a tool call, as OpenAI streams it: the first piece of a call has its id and name."""
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+_HEAD = re.compile(r'\n\{"name": "([A-Za-z0-9_-]{1,64})", "arguments": ')
+_TAIL = "}\n" + CLOSER
+
+
+class CallParser:
+    """Feeds on the answer's text; returns the content to show and the tool-call pieces found so far.
+
+    The grammar fixes the calls' wrapper, so this reads exactly that form; text that does not follow it (no
+    grammar: `choice: none`) stays content.
+    """
+
+    def __init__(self) -> None:
+        self.buffer = ""
+        self.calls = 0
+        self.in_call = False
+        self.named = False  # the current call's name has been sent
+        self.args = ""  # the current call's arguments, sent or not
+        self.sent = 0  # characters of `args` sent
+
+    def feed(self, text: str, final: bool = False) -> tuple[str, list[CallDelta]]:
+        self.buffer += text
+        content, deltas = "", []
+        while True:
+            if not self.in_call:
+                at = self.buffer.find(OPENER)
+                if at < 0:
+                    cut = len(self.buffer) - (0 if final else _partial_suffix(self.buffer, OPENER))
+                    while not final and cut > 0 and self.buffer[cut - 1] == "\n":  # may come before a call
+                        cut -= 1
+                    piece = self.buffer[:cut]
+                    if self.calls and final:  # after calls only a break, or a next call cut off, can follow
+                        piece = piece.strip("\n")
+                        piece = "" if OPENER.startswith(piece) else piece
+                    content += piece
+                    self.buffer = self.buffer[cut:]
+                    break
+                before = self.buffer[:at]
+                content += before.rstrip("\n") if self.calls == 0 else before.strip("\n")
+                self.buffer = self.buffer[at + len(OPENER) :]
+                self.in_call, self.named, self.args, self.sent = True, False, "", 0
+            if not self.named:
+                m = _HEAD.match(self.buffer)
+                if m is None:
+                    if final:  # cut off before the name: nothing to call
+                        self.in_call = False
+                        self.buffer = ""
+                    break
+                deltas.append(CallDelta(self.calls, f"call_{uuid.uuid4().hex[:24]}", m.group(1), ""))
+                self.buffer = self.buffer[m.end() :]
+                self.named = True
+            self.args += self.buffer
+            self.buffer = ""
+            end = self._end_of_call()
+            if end is None:
+                hold = 0 if final else len(_TAIL)
+                upto = max(self.sent, len(self.args) - hold)
+                if upto > self.sent:
+                    deltas.append(CallDelta(self.calls, arguments=self.args[self.sent : upto]))
+                    self.sent = upto
+                break
+            if end > self.sent:
+                deltas.append(CallDelta(self.calls, arguments=self.args[self.sent : end]))
+            self.buffer = self.args[end + len(_TAIL) :]
+            self.calls += 1
+            self.in_call = False
+        return content, deltas
+
+    def _end_of_call(self) -> int | None:
+        """Where the current call's arguments end (its tail follows), if they are complete JSON."""
+        start = 0
+        while (at := self.args.find(_TAIL, start)) >= 0:
+            try:
+                json.loads(self.args[:at])
+                return at
+            except ValueError:
+                start = at + 1
+        return None
+
+
+def _partial_suffix(text: str, word: str) -> int:
+    """The length of the longest end of `text` that starts `word` (held back: it may become `word`)."""
+    for n in range(min(len(word) - 1, len(text)), 0, -1):
+        if word.startswith(text[-n:]):
+            return n
+    return 0
+
+
+def assemble(deltas: Sequence[CallDelta]) -> list[dict[str, Any]]:
+    """Whole calls in OpenAI's `message.tool_calls` shape from their streamed pieces."""
+    calls: dict[int, dict[str, Any]] = {}
+    for d in deltas:
+        new = {"id": d.id, "type": "function", "function": {"name": d.name, "arguments": ""}}
+        call = calls.setdefault(d.index, new)
+        call["function"]["arguments"] += d.arguments
+    return [calls[i] for i in sorted(calls)]
