@@ -18,6 +18,9 @@ from runtime.engine.chat import ChatOptions, collect
 from runtime.engine.engine import Engine, EngineSettings
 from runtime.engine.tools import (
     CLOSER,
+    GENERIC,
+    HERMES,
+    LLAMA3,
     OPENER,
     CallParser,
     Tool,
@@ -43,7 +46,7 @@ ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 GREEDY = SamplingParams()
 
 # A Hermes-style template with a tools section, written for these tests (Qwen2.5's has the same shape).
-HERMES = """{%- if tools %}<|im_start|>system
+HERMES_TEMPLATE = """{%- if tools %}<|im_start|>system
 {% if messages[0].role == 'system' %}{{ messages[0].content }}
 
 {% endif %}# Tools
@@ -78,8 +81,35 @@ def hermes(tmp_path_factory: pytest.TempPathFactory, demo_gguf: Path) -> ModelDi
     root = tmp_path_factory.mktemp("hermes")
     texts = {OPENER_ID: OPENER, CLOSER_ID: CLOSER}
     types = dict.fromkeys(texts, gguf.TokenType.USER_DEFINED)
-    path = write_micro_gguf(root / "hermes-f16.gguf", demo_gguf, MicroSpec(seed=7), texts, types, HERMES)
+    path = write_micro_gguf(root / "hermes-f16.gguf", demo_gguf, MicroSpec(seed=7), texts, types, HERMES_TEMPLATE)
     manifest = convert(str(path), name="hermes", root=root / "cache")
+    return ModelDir(root / "cache", manifest["name"])
+
+
+# A Llama 3.x-style template, written for these tests: the tools in the system turn, a call as the whole
+# answer in `{"name": ..., "parameters": ...}`, results as `ipython` turns.
+LLAMA = """{%- if tools %}<|im_start|>system
+Given the following functions, respond with a JSON for a function call: {"name": function name, \
+"parameters": dictionary of argument name and its value}.
+{% for t in tools %}{{ t | tojson }}
+{% endfor %}<|im_end|>
+{% endif %}
+{%- for m in messages %}{% if m.role == 'tool' %}<|im_start|>ipython
+{{ m.content }}<|im_end|>
+{% elif m.tool_calls %}<|im_start|>assistant
+{"name": "{{ m.tool_calls[0].function.name }}", "parameters": {{ m.tool_calls[0].function.arguments | tojson }}}\
+<|im_end|>
+{% else %}<|im_start|>{{ m.role }}
+{{ m.content }}<|im_end|>
+{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant
+{% endif %}"""
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory, demo_gguf: Path) -> ModelDir:
+    root = tmp_path_factory.mktemp("llama")
+    path = write_micro_gguf(root / "llama-f16.gguf", demo_gguf, MicroSpec(seed=11), chat_template=LLAMA)
+    manifest = convert(str(path), name="llama", root=root / "cache")
     return ModelDir(root / "cache", manifest["name"])
 
 
@@ -91,6 +121,7 @@ def calls_of(chunks: list) -> list[dict]:
 ANSWER = 'Let me look.\n' + call_text("get_weather", '{"city": "Pa}\\n</tool_call>ris"}') + "\n" + call_text(
     "add", {"a": 1, "b": 2}
 )
+LLAMA_ANSWER = call_text("get_weather", '{"city": "Pa}ris"}', LLAMA3)
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 5, 7, 11, len(ANSWER)])
@@ -109,6 +140,20 @@ def test_the_parser_reads_the_same_calls_however_the_text_is_cut(size: int) -> N
     assert len({c["id"] for c in calls}) == 2 and all(c["id"].startswith("call_") for c in calls)
 
 
+@pytest.mark.parametrize("size", [1, 2, 5, len(LLAMA_ANSWER)])
+def test_the_parser_reads_a_llama_call_and_leaves_other_answers_as_text(size: int) -> None:
+    for answer, calls in [(LLAMA_ANSWER, [("get_weather", '{"city": "Pa}ris"}')]),
+                          ('{"a": 1} is JSON, not a call', []), ('{"na', [])]:
+        parser, content, deltas = CallParser(LLAMA3), "", []
+        for i in range(0, len(answer), size):
+            text, found = parser.feed(answer[i : i + size])
+            content, deltas = content + text, deltas + found
+        text, found = parser.feed("", final=True)
+        got = [(c["function"]["name"], c["function"]["arguments"]) for c in assemble([*deltas, *found])]
+        assert got == calls
+        assert content + text == ("" if calls else answer)
+
+
 def test_the_parser_holds_back_what_may_start_a_call_and_keeps_text_that_does_not() -> None:
     parser = CallParser()
     assert parser.feed("a < b and <tool")[0] == "a < b and "
@@ -121,7 +166,7 @@ def test_the_parser_holds_back_what_may_start_a_call_and_keeps_text_that_does_no
 # --- the grammar -------------------------------------------------------------------------------------------
 def test_auto_allows_text_or_text_then_calls_and_required_starts_with_the_call(demo_gguf: Path) -> None:
     tokenizer = tokenizer_for(demo_gguf)
-    auto = call_grammar(ToolRequest((WEATHER, ADD), "auto"), json.dumps(OPENER), json.dumps(CLOSER), True)
+    auto = call_grammar(ToolRequest((WEATHER, ADD), "auto"), GENERIC, json.dumps(OPENER), json.dumps(CLOSER))
     assert auto is not None
     for text in ["Just text.", "Sure.\n" + call_text("add", {"a": 1, "b": 2})]:
         c = auto.constraint(tokenizer)
@@ -133,11 +178,34 @@ def test_auto_allows_text_or_text_then_calls_and_required_starts_with_the_call(d
     bad = tokenizer.tokenize_str(OPENER + '\n{"name": "nope"')
     assert c.valid_prefix(bad) < len(bad)  # an unknown tool
 
-    named = call_grammar(ToolRequest((WEATHER, ADD), "add"), json.dumps(OPENER), json.dumps(CLOSER), True)
+    named = call_grammar(ToolRequest((WEATHER, ADD), "add"), GENERIC, json.dumps(OPENER), json.dumps(CLOSER))
     assert named is not None
     forced = named.constraint(tokenizer).forced_bytes().decode()
     assert forced.startswith(OPENER + '\n{"name": "add", "arguments": {')  # all of it before the arguments
-    assert call_grammar(ToolRequest((WEATHER,), "none"), '"<a>"', '"</a>"', True) is None
+    assert call_grammar(ToolRequest((WEATHER,), "none"), GENERIC, '"<a>"', '"</a>"') is None
+
+
+def test_llama_calls_are_the_whole_answer_and_auto_text_must_not_start_like_one(demo_gguf: Path) -> None:
+    tokenizer = tokenizer_for(demo_gguf)
+    auto = call_grammar(ToolRequest((WEATHER, ADD), "auto"), LLAMA3)
+    assert auto is not None
+    for text, whole in [("Plain text.", True), ('{"a": 1}', True), (call_text("add", {"a": 1, "b": 2}, LLAMA3), True),
+                        ('{"name": "nope"', False)]:
+        c = auto.constraint(tokenizer)
+        ids = tokenizer.tokenize_str(text)
+        assert (c.valid_prefix(ids) == len(ids)) == whole, text
+    required = call_grammar(ToolRequest((ADD,), "required"), LLAMA3)
+    assert required is not None
+    c = required.constraint(tokenizer)
+    assert c.forced_bytes().decode() == '{"name": "add", "parameters": {'
+    ids = tokenizer.tokenize_str(call_text("add", {"a": 1, "b": 2}, LLAMA3))
+    c.consume(ids)
+    assert c.done  # one call, then only the end
+
+
+def test_templates_are_told_apart() -> None:
+    assert syntax_for(HERMES_TEMPLATE) == HERMES and syntax_for(LLAMA) == LLAMA3
+    assert syntax_for(None) == GENERIC and syntax_for("{{ messages }}") == GENERIC
 
 
 def test_a_template_without_a_tools_section_gets_the_generic_prompt_and_text_history() -> None:
@@ -154,7 +222,8 @@ def test_a_template_without_a_tools_section_gets_the_generic_prompt_and_text_his
     shown, tools = prepare(chat, ToolRequest((ADD,)), syntax)
     assert tools is None
     assert shown[0]["content"].startswith("Be brief.\n\n") and '"name": "add"' in shown[0]["content"]
-    assert shown[2] == {"role": "assistant", "content": call_text("add", '{"a": 1, "b": 2}')}
+    call = OPENER + '\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n' + CLOSER
+    assert shown[2] == {"role": "assistant", "content": call}
     assert shown[3] == {"role": "user", "content": "<tool_response>\n3\n</tool_response>\n"
                                                    "<tool_response>\nagain 3\n</tool_response>"}
     hidden, _ = prepare(chat, ToolRequest((ADD,), "none"), syntax)
@@ -225,3 +294,26 @@ def test_logprobs_come_from_the_verify_rows_and_forced_tokens_are_certain(micro_
         assert c.logprob <= 0.0 and 1 <= len(c.top) <= 3
         assert c.top[0][2] == pytest.approx(c.logprob)  # greedy: the chosen token is the most likely one
         assert [x for _, _, x in c.top] == sorted((x for _, _, x in c.top), reverse=True)
+
+
+def test_a_llama_template_renders_the_tools_and_the_call_is_the_whole_answer(llama: ModelDir) -> None:
+    engine = Engine(llama.name, EngineSettings(n_threads=2), root=llama.root)
+    past = [*ASK, {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "3"}, {"role": "user", "content": "And Rome?"}]
+    request = ToolRequest((WEATHER, ADD), "required")
+    try:
+        decision = engine.decide(ASK[0]["content"], ChatOptions())
+        parent, _ = engine.pair(decision.choice, decision.placement)
+        shown, tools = prepare(past, request, syntax_for(parent.metadata()["tokenizer.chat_template"]))
+        text = parent.detokenize(engine.render(parent, shown, tools), special=True)
+        chunks = list(engine.stream_chat(past, ChatOptions(tools=request, sampling=GREEDY, max_tokens=96)))
+    finally:
+        engine.close()
+    assert json.dumps(WEATHER.as_openai()) in text and "<|im_start|>ipython\n3<|im_end|>" in text
+    assert '{"name": "add", "parameters": {"a": 1, "b": 2}}' in text
+    (call,) = calls_of(chunks)
+    tool = {t.name: t for t in (WEATHER, ADD)}[call["function"]["name"]]
+    jsonschema.validate(json.loads(call["function"]["arguments"]), tool.parameters)
+    assert "".join(c.text for c in chunks) == ""
+    assert chunks[-1].stats.stop_reason == "eos"  # one call, then the end: Llama's form has no second

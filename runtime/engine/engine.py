@@ -335,14 +335,14 @@ class Engine(Answers):
             )
         return tokens
 
-    def tool_grammar(self, parent: LlamaBackend, request: ToolRequest) -> Grammar | None:
+    def tool_grammar(self, parent: LlamaBackend, request: ToolRequest, syntax: tools.CallSyntax) -> Grammar | None:
         """The grammar of an answer that may call `request`'s tools (the model's own `<tool_call>` token where
         its vocabulary has one), kept per model: its compiled tables serve every later request alike."""
         terms = []
-        for word in (tools.OPENER, tools.CLOSER):
-            token = markup_token(parent.path, word)
+        for word in (syntax.opener, syntax.closer):
+            token = markup_token(parent.path, word) if word else None
             terms.append(json.dumps(word) if token is None else f"<[{token}]>")
-        grammar = tools.call_grammar(request, terms[0], terms[1], text_opener=terms[0].startswith('"'))
+        grammar = tools.call_grammar(request, syntax, *terms)
         if grammar is None:
             return None
         key = (str(parent.path), grammar.source)
@@ -429,9 +429,9 @@ class Engine(Answers):
             syntax = tools.syntax_for(parent.metadata().get("tokenizer.chat_template"))
             shown, template_tools = tools.prepare(messages, options.tools, syntax)
             prompt, dropped = self.fit_context(parent, shown, reserve, cancel, template_tools)
-            tool_grammar = self.tool_grammar(parent, options.tools)
+            tool_grammar = self.tool_grammar(parent, options.tools, syntax)
             if tool_grammar is not None:  # else (tool_choice none) the answer is all text
-                grammar, calls = tool_grammar, tools.CallParser()
+                grammar, calls = tool_grammar, tools.CallParser(syntax)
         else:
             prompt, dropped = self.fit_context(parent, list(messages), reserve, cancel)
         reused = min(parent.common_prefix(prompt), len(prompt) - 1)

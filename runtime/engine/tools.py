@@ -1,14 +1,18 @@
 """Tool calls (OpenAI's `tools` and `tool_choice`) as text a model writes and a grammar holds it to.
 
-A model calls a tool by writing the Hermes form Qwen2.5 (and many others) were trained on:
+A model calls a tool in the form its chat template teaches: the Hermes form of Qwen2.5 (and many others),
+one block per call,
 
     <tool_call>
     {"name": "get_weather", "arguments": {"city": "Paris"}}
     </tool_call>
 
-* `syntax_for(template)`: whether the model's chat template renders tools itself (it has a `tools` section and
-  speaks `<tool_call>`, as Qwen2.5's does); else the tools go into the system prompt as `GENERIC_PROMPT` says
-  (the demo's SmolLM2 template has no tools section) and past calls and results are written out as text.
+or Llama 3.x's, one call that is the whole answer: `{"name": "get_weather", "parameters": {"city": "Paris"}}`.
+
+* `syntax_for(template)`: which form, and whether the template renders tools itself (it has a `tools` section,
+  as Qwen2.5's and Llama 3.x's have); else the tools go into the system prompt as `GENERIC_PROMPT` says, in
+  the Hermes form (the demo's SmolLM2 template has no tools section), and past calls and results are
+  written out as text.
 * `prepare(messages, request, syntax)`: the chat and the tools as the template should see them.
 * `call_grammar(request, opener, closer)`: the Lark grammar for the answer. Once a call starts, everything but
   the arguments is fixed (the wrapper, the tool's name where only one fits), so those tokens are forced, free
@@ -83,20 +87,49 @@ class ToolRequest:
 
 @dataclass(frozen=True)
 class CallSyntax:
-    """How a chat template deals with tools: `own` when it renders them itself (and tool messages)."""
+    """How a model writes a call, and whether its chat template renders tools, calls and results itself."""
 
     own: bool
+    opener: str = OPENER  # "": the call is the whole answer (Llama 3.x)
+    closer: str = CLOSER
+    key: str = "arguments"  # the arguments' key in the call's JSON
+    several: bool = True  # more than one call per answer
+
+    @property
+    def start(self) -> str:
+        """The text of a call up to its name."""
+        return ("\n" if self.opener else "") + '{"name": "'
+
+    def head(self, name: str) -> str:
+        """The text of a call (after its opener) up to its arguments."""
+        return f'{self.start}{name}", "{self.key}": '
+
+    @property
+    def tail(self) -> str:
+        """The text of a call after its arguments."""
+        return "}\n" + self.closer if self.opener else "}"
+
+
+HERMES = CallSyntax(own=True)
+GENERIC = CallSyntax(own=False)
+LLAMA3 = CallSyntax(own=True, opener="", closer="", key="parameters", several=False)
 
 
 def syntax_for(template: str | None) -> CallSyntax:
-    """Templates with a `tools` section that speak `<tool_call>` (Qwen2.5, Hermes) render the tools themselves."""
-    return CallSyntax(own=bool(template) and "tools" in template and OPENER in template)  # type: ignore[operator]
+    """A template with a `tools` section renders them itself: in the Hermes form where it speaks `<tool_call>`
+    (Qwen2.5), in Llama 3.x's where it asks for `"parameters"`. Any other gets the generic prompt."""
+    if template and "tools" in template:
+        if OPENER in template:
+            return HERMES
+        if '"parameters": ' in template:
+            return LLAMA3
+    return GENERIC
 
 
-def call_text(name: str, arguments: Any) -> str:
+def call_text(name: str, arguments: Any, syntax: CallSyntax = GENERIC) -> str:
     """One call as the model writes it (arguments as a JSON text or an object)."""
     args = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
-    return f'{OPENER}\n{{"name": "{name}", "arguments": {args}}}\n{CLOSER}'
+    return f"{syntax.opener}{syntax.head(name)}{args}{syntax.tail}"
 
 
 def prepare(
@@ -116,7 +149,8 @@ def prepare(
     out = []
     for m in messages:
         if m["role"] == "assistant" and m.get("tool_calls"):
-            calls = "\n".join(call_text(c["function"]["name"], c["function"]["arguments"]) for c in m["tool_calls"])
+            calls = "\n".join(call_text(c["function"]["name"], c["function"]["arguments"], syntax)
+                              for c in m["tool_calls"])
             out.append({"role": "assistant", "content": (m.get("content") or "") + calls})
         elif m["role"] == "tool":
             text = f"<tool_response>\n{m['content']}\n</tool_response>"
@@ -143,31 +177,34 @@ def _call_with_object(call: dict[str, Any]) -> dict[str, Any]:
     return {**call, "function": function}
 
 
-def call_grammar(request: ToolRequest, opener: str, closer: str, text_opener: bool) -> Grammar | None:
-    """The answer's grammar, or None when no tool may be called. `opener`/`closer` are Lark terms: a special
-    token (`<[151657]>`) or a quoted string; `text_opener` says the opener is text, so `auto` needs a lazy
-    trigger to tell the start of a call from the model's own text."""
+def call_grammar(request: ToolRequest, syntax: CallSyntax, opener: str = "", closer: str = "") -> Grammar | None:
+    """The answer's grammar, or None when no tool may be called. `opener`/`closer` are Lark terms for the
+    syntax's opener and closer: a special token (`<[151657]>`) or a quoted string. A quoted opener needs a lazy
+    trigger under `auto` to tell the start of a call from the model's own text; a special token does not (no
+    text can spell it); without an opener, text is whatever does not start like a call."""
     tools = request.callable
     if not tools:
         return None
     lines = ["%llguidance {}"]
-    names = []
     for i, tool in enumerate(tools):
-        head = json.dumps(f'{{"name": "{tool.name}", "arguments": ')
-        lines.append(f"fn_{i}: {head} args_{i} \"}}\"")
+        lines.append(f'fn_{i}: {json.dumps(syntax.head(tool.name).lstrip())} args_{i} "}}"')
         lines.append(f"args_{i}: %json {lark_json(tool.parameters, tool.strict, request.whitespace)}")
-        names.append(f"fn_{i}")
-    body = f'"\\n" ({" | ".join(names)}) "\\n" {closer}'
+    call = " | ".join(f"fn_{i}" for i in range(len(tools)))
+    if not syntax.opener:
+        lines.append(f"call: {call}")
+        lines.append("start: call" if request.choice != "auto" else "start: TEXT | call")
+        lines.append(r'TEXT: /(.|\n)*/ & ~/\{"name"(.|\n)*/')
+        return Grammar.from_lark("\n".join(lines))
+    lines.append(f'body: "\\n" ({call}) "\\n" {closer}')
     # After the last call, a line break may come before the end: models trained on "\n<tool_call>" between
     # calls often write one, and it must not force another call.
-    more = f'("\\n" {opener} body)* "\\n"?' if request.parallel else '"\\n"?'
-    lines.append(f"body: {body}")
+    more = f'("\\n" {opener} body)* "\\n"?' if request.parallel and syntax.several else '"\\n"?'
     if request.choice != "auto":
         lines.append(f"start: {opener} body {more}")
-    elif text_opener:  # lazy: the text ends at the first opener, which starts the call
+    elif opener.startswith('"'):  # lazy: the text ends at the first opener, which starts the call
         lines.append(f"head[lazy]: TEXT {opener}")
         lines.append(f"start: TEXT | head body {more}")
-    else:  # a special token: no text can spell it
+    else:
         lines.append(f"start: TEXT | TEXT {opener} body {more}")
     lines.append(r"TEXT: /(.|\n)*/")
     return Grammar.from_lark("\n".join(lines))
@@ -186,10 +223,6 @@ class CallDelta:
     arguments: str = ""
 
 
-_HEAD = re.compile(r'\n\{"name": "([A-Za-z0-9_-]{1,64})", "arguments": ')
-_TAIL = "}\n" + CLOSER
-
-
 class CallParser:
     """Feeds on the answer's text; returns the content to show and the tool-call pieces found so far.
 
@@ -197,9 +230,12 @@ class CallParser:
     grammar: `choice: none`) stays content.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, syntax: CallSyntax = GENERIC) -> None:
+        self.syntax = syntax
+        self.head = re.compile(re.escape(syntax.start) + r'([A-Za-z0-9_-]{1,64})", "' + syntax.key + '": ')
         self.buffer = ""
         self.calls = 0
+        self.text = False  # without an opener: the answer began as text, so it is all content
         self.in_call = False
         self.named = False  # the current call's name has been sent
         self.args = ""  # the current call's arguments, sent or not
@@ -210,24 +246,12 @@ class CallParser:
         content, deltas = "", []
         while True:
             if not self.in_call:
-                at = self.buffer.find(OPENER)
-                if at < 0:
-                    cut = len(self.buffer) - (0 if final else _partial_suffix(self.buffer, OPENER))
-                    while not final and cut > 0 and self.buffer[cut - 1] == "\n":  # may come before a call
-                        cut -= 1
-                    piece = self.buffer[:cut]
-                    if self.calls and final:  # after calls only a break, or a next call cut off, can follow
-                        piece = piece.strip("\n")
-                        piece = "" if OPENER.startswith(piece) else piece
-                    content += piece
-                    self.buffer = self.buffer[cut:]
+                found, content = self._content(content, final)
+                if not found:
                     break
-                before = self.buffer[:at]
-                content += before.rstrip("\n") if self.calls == 0 else before.strip("\n")
-                self.buffer = self.buffer[at + len(OPENER) :]
                 self.in_call, self.named, self.args, self.sent = True, False, "", 0
             if not self.named:
-                m = _HEAD.match(self.buffer)
+                m = self.head.match(self.buffer)
                 if m is None:
                     if final:  # cut off before the name: nothing to call
                         self.in_call = False
@@ -238,9 +262,9 @@ class CallParser:
                 self.named = True
             self.args += self.buffer
             self.buffer = ""
-            end = self._end_of_call()
+            end = self._end_of_call(final)
             if end is None:
-                hold = 0 if final else len(_TAIL)
+                hold = 0 if final else len(self.syntax.tail)
                 upto = max(self.sent, len(self.args) - hold)
                 if upto > self.sent:
                     deltas.append(CallDelta(self.calls, arguments=self.args[self.sent : upto]))
@@ -248,15 +272,49 @@ class CallParser:
                 break
             if end > self.sent:
                 deltas.append(CallDelta(self.calls, arguments=self.args[self.sent : end]))
-            self.buffer = self.args[end + len(_TAIL) :]
+            self.buffer = self.args[end + len(self.syntax.tail) :]
             self.calls += 1
             self.in_call = False
         return content, deltas
 
-    def _end_of_call(self) -> int | None:
+    def _content(self, content: str, final: bool) -> tuple[bool, str]:
+        """Move text before a call into `content`; whether a call starts at the buffer's start now."""
+        opener = self.syntax.opener
+        if not opener:  # the call is the whole answer, or there is none
+            start = self.syntax.start
+            if not self.text and not self.calls:
+                if self.buffer.startswith(start):
+                    return True, content
+                if start.startswith(self.buffer) and not final:
+                    return False, content  # may still become a call
+                self.text = True
+            if self.calls:  # nothing follows a call but the end
+                self.buffer = self.buffer.strip()
+            content, self.buffer = content + self.buffer, ""
+            return False, content
+        at = self.buffer.find(opener)
+        if at >= 0:
+            before = self.buffer[:at]
+            content += before.rstrip("\n") if self.calls == 0 else before.strip("\n")
+            self.buffer = self.buffer[at + len(opener) :]
+            return True, content
+        cut = len(self.buffer) - (0 if final else _partial_suffix(self.buffer, opener))
+        while not final and cut > 0 and self.buffer[cut - 1] == "\n":  # may come before a call
+            cut -= 1
+        piece = self.buffer[:cut]
+        if self.calls and final:  # after calls only a break, or a next call cut off, can follow
+            piece = piece.strip("\n")
+            piece = "" if opener.startswith(piece) else piece
+        self.buffer = self.buffer[cut:]
+        return False, content + piece
+
+    def _end_of_call(self, final: bool) -> int | None:
         """Where the current call's arguments end (its tail follows), if they are complete JSON."""
+        tail = self.syntax.tail
+        if not self.syntax.opener:  # the call ends with the answer
+            return len(self.args) - len(tail) if final and self.args.endswith(tail) else None
         start = 0
-        while (at := self.args.find(_TAIL, start)) >= 0:
+        while (at := self.args.find(tail, start)) >= 0:
             try:
                 json.loads(self.args[:at])
                 return at
