@@ -32,6 +32,7 @@ from runtime.engine.tools import (
     syntax_for,
 )
 from runtime.models.cache import ModelDir
+from tests.conftest import assert_one_line_error, run_cli
 from tests.micro_model import MicroSpec, write_micro_gguf
 
 WEATHER = Tool(
@@ -317,3 +318,27 @@ def test_a_llama_template_renders_the_tools_and_the_call_is_the_whole_answer(lla
     jsonschema.validate(json.loads(call["function"]["arguments"]), tool.parameters)
     assert "".join(c.text for c in chunks) == ""
     assert chunks[-1].stats.stop_reason == "eos"  # one call, then the end: Llama's form has no second
+
+
+def test_bench_runs_a_tools_workload_and_scores_the_calls(demo_cache: Path, tmp_path: Path) -> None:
+    tools = [ADD.as_openai(), WEATHER.as_openai()]
+    prompts = tmp_path / "tools.jsonl"
+    lines = [{"id": "t1", "prompt": "Add 2 and 3.", "tools": tools, "tool_choice": "add"},
+             {"id": "t2", "prompt": "Weather in Rome, in celsius?", "tools": tools, "tool_choice": "required"}]
+    prompts.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    out = tmp_path / "out"
+    result = run_cli("bench", "--prompts", str(prompts), "--configs", "f16", "exact", "--max-tokens", "64",
+                     "--threads", "2", "--no-memory", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    results = json.loads((out / "results.json").read_text())
+    summary = results["summary"]["tools"]
+    assert summary["f16"]["accuracy"] == 1.0 and summary["exact"]["accuracy"] == 1.0  # each call validates
+    assert summary["exact"]["token_sources"]["forced"] > 0 and summary["f16"]["token_sources"]["forced"] == 0
+    first = next(r for r in results["runs"] if r["prompt_id"] == "t1")
+    assert first["calls"][0]["function"]["name"] == "add" and first["text"].startswith(OPENER)
+
+    bad = tmp_path / "bad.jsonl"
+    broken = {"type": "function", "function": {"name": "f", "parameters": {"type": "integer", "minimum": 5,
+                                                                            "maximum": 2}}}
+    bad.write_text(json.dumps({"prompt": "x", "tools": [broken]}) + "\n")
+    assert_one_line_error(run_cli("bench", "--prompts", str(bad), "--no-memory"), f"{bad}:1", "minimum")

@@ -21,7 +21,7 @@ from runtime.bench.report import format_table, write_plots, write_report
 from runtime.bench.runners import StockRunner, agreement, batch_costs, run_engine
 from runtime.bench.stats import bootstrap, cost_cap
 from runtime.bench.sweep import format_sweep, predicted_speedup, sweep
-from runtime.bench.workloads import JSON, load_prompts, score
+from runtime.bench.workloads import JSON, TOOLS, load_prompts, score
 from runtime.decode.cost_model import NGRAM
 from runtime.decode.grammar import Grammar
 from runtime.engine.engine import Engine
@@ -178,14 +178,14 @@ def bench(
     }
 
     grammars = {id(p): Grammar.from_json_schema(p["schema"]) for p in prompts if p.get("schema") is not None}
-    if grammars and any(c.stock for c in configs):
-        raise UserError(f"the {JSON} workload answers under a JSON schema, which {STOCK}, {LOOKUP} and {ANCHOR} "
-                        "configurations cannot: leave them out")
+    if (grammars or any(p.get("tools") for p in prompts)) and any(c.stock for c in configs):
+        raise UserError(f"the {JSON} and {TOOLS} workloads answer under a grammar (a JSON schema, tool calls), "
+                        f"which {STOCK}, {LOOKUP} and {ANCHOR} configurations cannot: leave them out")
 
     def run(cfg: BenchConfig, p: dict[str, Any], n: int) -> dict[str, Any]:
         if cfg.stock:
             return stock[cfg.name].run(p["prompt"], n)
-        return run_engine(engine, cfg, p["prompt"], n, sampling, grammars.get(id(p)))
+        return run_engine(engine, cfg, p["prompt"], n, sampling, grammars.get(id(p)), p.get("tools"))
 
     for cfg in configs:  # warm-up: load every tier, touch its pages
         run(cfg, prompts[0], 8)
@@ -204,7 +204,7 @@ def bench(
                     rec["cpu_s"] = round(cpu_seconds() - cpu0, 3)
                     rec["energy_j"] = rapl.joules_since(energy0)
                     rec.update({"workload": p["workload"], "prompt_id": p["id"], "config": cfg.name, "repeat": r})
-                    rec["correct"] = score(p, rec["text"])
+                    rec["correct"] = score(p, rec["text"], rec.get("calls"))
                     rec["rss_mb"] = round(psutil.Process().memory_info().rss / 1e6, 1)
                     runs.append(rec)
                     acc = f" acc {rec['acceptance']:.2f}" if rec["acceptance"] is not None else ""

@@ -12,7 +12,9 @@ from runtime.decode.grammar import Grammar
 from runtime.decode.llama_backend import LlamaBackend
 from runtime.decode.sampling import SamplingParams
 from runtime.decode.speculative import Step, take
+from runtime.engine.chat import collect
 from runtime.engine.engine import Engine
+from runtime.engine.tools import ToolRequest, assemble, call_text
 
 
 class StockRunner:
@@ -79,13 +81,16 @@ def run_engine(
     max_tokens: int,
     sampling: SamplingParams | None = GREEDY,
     grammar: Grammar | None = None,
+    tools: ToolRequest | None = None,
 ) -> dict[str, Any]:
     engine.reset_caches()
-    options = replace(config.options(max_tokens, sampling), grammar=grammar)
+    options = replace(config.options(max_tokens, sampling), grammar=grammar, tools=tools)
     llama0 = engine.llama_seconds()
     t0 = time.perf_counter()
-    answer = engine.chat([{"role": "user", "content": prompt}], options)
+    chunks = list(engine.stream_chat([{"role": "user", "content": prompt}], options))
     wall = time.perf_counter() - t0
+    answer = collect(chunks)
+    calls = assemble([d for c in chunks for d in c.calls])
     last, s = answer.last, answer.last.stats
     return {
         "tokens": s.tokens,
@@ -106,7 +111,9 @@ def run_engine(
         "level": last.route.level,
         "parent": last.choice.parent,
         "draft": last.choice.draft,
-        "text": answer.text,
+        # Calls count as text, in one canonical form, so "same text" compares them too.
+        "text": answer.text + "".join(call_text(c["function"]["name"], c["function"]["arguments"]) for c in calls),
+        "calls": [{"function": c["function"]} for c in calls],
         "token_ids": list(answer.token_ids),
         # Python time outside llama_decode, as a share of the whole answer (prefill included).
         "overhead": max(0.0, 1.0 - (engine.llama_seconds() - llama0) / wall) if wall > 0 else None,

@@ -7,12 +7,15 @@ import re
 from pathlib import Path
 from typing import Any
 
+from runtime.engine.tools import Tool, ToolRequest
 from runtime.errors import UserError
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets" / "prompts"
 DEFAULT_SETS = ("mmlu", "alpaca", "gsm8k", "code", "edit")
 # Answers under a JSON schema (each prompt carries its "schema"): `--prompts assets/prompts/json.jsonl`.
 JSON = "json"
+# Tool calls (each prompt carries OpenAI's "tools" and a "tool_choice"): `--prompts assets/prompts/tools.jsonl`.
+TOOLS = "tools"
 
 
 HUMANEVAL = "humaneval"
@@ -90,10 +93,26 @@ _LETTER = re.compile(r"\b([A-D])\b")
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 
-def score(item: dict[str, Any], text: str) -> bool | None:
-    """Correctness where the prompt set has a key: a multiple-choice letter or a final number; else None."""
+def valid_calls(request: ToolRequest, calls: list[dict[str, Any]]) -> bool:
+    """Whether the answer made at least one call where it had to, each of a tool it was given, with arguments
+    that validate against that tool's parameter schema."""
+    tools = {t.name: t for t in request.callable}
+    if request.choice != "auto" and not calls:
+        return False
+    for call in calls:
+        tool = tools.get(call["function"]["name"])
+        if tool is None or not valid_json(tool.parameters, call["function"]["arguments"]):
+            return False
+    return True
+
+
+def score(item: dict[str, Any], text: str, calls: list[dict[str, Any]] | None = None) -> bool | None:
+    """Correctness where the prompt set has a key: a multiple-choice letter, a final number, a schema or valid
+    tool calls; else None."""
     if item.get("kind") == JSON:
         return valid_json(item["schema"], text)
+    if item.get("kind") == TOOLS:
+        return valid_calls(item["tools"], calls or [])
     if item.get("kind") == "choice":
         m = _LETTER.search(text)
         return m is not None and m.group(1) == item["answer"]
@@ -139,9 +158,10 @@ def load_prompts(files: list[str] | None, quick: bool, allow_exec: bool = False)
                         "workload": path.stem,
                         "id": str(item.get("id", n)),
                         "prompt": str(item["prompt"]),
-                        "kind": JSON if "schema" in item else item.get("kind"),
+                        "kind": JSON if "schema" in item else TOOLS if "tools" in item else item.get("kind"),
                         "answer": item.get("answer"),
                         "schema": _schema(item.get("schema"), path, n),
+                        "tools": _tools(item.get("tools"), item.get("tool_choice", "required"), path, n),
                     }
                 )
             except (ValueError, KeyError, TypeError, AttributeError):
@@ -150,6 +170,26 @@ def load_prompts(files: list[str] | None, quick: bool, allow_exec: bool = False)
     if not prompts:
         raise UserError("no prompts to run")
     return prompts
+
+
+def _tools(tools: Any, choice: Any, path: Path, line: int) -> ToolRequest | None:
+    """A prompt's tools (OpenAI's function tools) and tool_choice, checked now like a schema."""
+    if tools is None:
+        return None
+    if not isinstance(tools, list) or not tools or not isinstance(choice, str):
+        raise UserError(f"{path}:{line}: 'tools' must be a non-empty list and 'tool_choice' a string")
+    found = []
+    for tool in tools:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise UserError(f"{path}:{line}: each tool must be {{'type': 'function', 'function': {{'name', ...}}}}")
+        parameters = function.get("parameters", {"type": "object", "properties": {}})
+        _schema(parameters, path, line)
+        found.append(Tool(function["name"], function.get("description"), parameters))
+    request = ToolRequest(tuple(found), choice, parallel=False)
+    if not request.callable and choice != "none":
+        raise UserError(f"{path}:{line}: tool_choice {choice!r} names no tool of the prompt's")
+    return request
 
 
 def _schema(schema: Any, path: Path, line: int) -> dict[str, Any] | None:
