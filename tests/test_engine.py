@@ -166,9 +166,9 @@ class CountingEngine(Engine):
 
     renders = 0
 
-    def render(self, parent, messages):  # type: ignore[no-untyped-def]
+    def render(self, parent, messages, tools=None):  # type: ignore[no-untyped-def]
         self.renders += 1
-        return super().render(parent, messages)
+        return super().render(parent, messages, tools)
 
 
 def test_a_flood_of_turns_is_fitted_in_a_few_renders_dropping_only_what_it_must(root: Path) -> None:

@@ -297,6 +297,7 @@ def test_logprobs_come_from_the_verify_rows_and_forced_tokens_are_certain(micro_
         assert [x for _, _, x in c.top] == sorted((x for _, _, x in c.top), reverse=True)
 
 
+@pytest.mark.slow  # a conversion of its own; the Hermes micro model covers the template path quickly
 def test_a_llama_template_renders_the_tools_and_the_call_is_the_whole_answer(llama: ModelDir) -> None:
     engine = Engine(llama.name, EngineSettings(n_threads=2), root=llama.root)
     past = [*ASK, {"role": "assistant", "content": "", "tool_calls": [
@@ -320,6 +321,7 @@ def test_a_llama_template_renders_the_tools_and_the_call_is_the_whole_answer(lla
     assert chunks[-1].stats.stop_reason == "eos"  # one call, then the end: Llama's form has no second
 
 
+@pytest.mark.slow  # a whole `specquant bench` run
 def test_bench_runs_a_tools_workload_and_scores_the_calls(demo_cache: Path, tmp_path: Path) -> None:
     tools = [ADD.as_openai(), WEATHER.as_openai()]
     prompts = tmp_path / "tools.jsonl"
