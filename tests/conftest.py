@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -69,6 +70,17 @@ def copy_of_demo(demo_model: ModelDir, root: Path) -> Path:
     """`root` as a cache holding a copy of the demo model: what answers write there stays there."""
     shutil.copytree(demo_model.path, root / demo_model.name)
     return root
+
+
+@pytest.fixture(scope="session")
+def api_server(demo_model: ModelDir, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One `specquant serve` on its own copy of the demo, shared by the structured-output and tool-call tests
+    (a server takes about 20 s to start on 2 cores)."""
+    from tests.test_server import Served
+
+    server = Served(copy_of_demo(demo_model, tmp_path_factory.mktemp("api") / "cache"))
+    yield server
+    assert server.stop() == 0, server.stderr()
 
 
 @pytest.fixture(scope="session")

@@ -4,15 +4,13 @@ from the answer, JSON mode, streamed JSON, and the forced tokens counted in the 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
 import pytest
 from pydantic import BaseModel, Field
 
-from runtime.models.cache import ModelDir
-from tests.conftest import assert_one_line_error, copy_of_demo, run_cli
+from tests.conftest import assert_one_line_error, run_cli
 from tests.test_server import DEMO, Served, greedy
 
 
@@ -22,11 +20,9 @@ class Person(BaseModel):
     colors: list[Literal["red", "green", "blue", "yellow"]] = Field(max_length=3)
 
 
-@pytest.fixture(scope="module")
-def server(demo_model: ModelDir, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    s = Served(copy_of_demo(demo_model, tmp_path_factory.mktemp("structured") / "cache"))
-    yield s
-    assert s.stop() == 0, s.stderr()
+@pytest.fixture
+def server(api_server: Served) -> Served:
+    return api_server  # one server for this file and the other API-feature tests (tests/conftest.py)
 
 
 ASK = "Describe a person named Ann, aged 31, whose favourite colours are red and blue."

@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import jsonschema
 import pytest
 
-from runtime.models.cache import ModelDir
-from tests.conftest import copy_of_demo
 from tests.test_server import DEMO, Served, greedy
 
 WEATHER = {
@@ -33,11 +30,9 @@ TIME = {"type": "function", "function": {"name": "get_time", "parameters": {
 ASK = [{"role": "user", "content": "What's the weather like in Paris today?"}]
 
 
-@pytest.fixture(scope="module")
-def server(demo_model: ModelDir, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    s = Served(copy_of_demo(demo_model, tmp_path_factory.mktemp("tools") / "cache"))
-    yield s
-    assert s.stop() == 0, s.stderr()
+@pytest.fixture
+def server(api_server: Served) -> Served:
+    return api_server  # one server for this file and the other API-feature tests (tests/conftest.py)
 
 
 def valid_call(call: Any, tools: list[dict[str, Any]]) -> dict[str, Any]:
