@@ -227,6 +227,8 @@ def test_a_template_without_a_tools_section_gets_the_generic_prompt_and_text_his
     assert shown[2] == {"role": "assistant", "content": call}
     assert shown[3] == {"role": "user", "content": "<tool_response>\n3\n</tool_response>\n"
                                                    "<tool_response>\nagain 3\n</tool_response>"}
+    chat[2] = {**chat[2], "content": "Let me add."}
+    assert prepare(chat, ToolRequest((ADD,)), syntax)[0][2]["content"] == "Let me add.\n" + call
     hidden, _ = prepare(chat, ToolRequest((ADD,), "none"), syntax)
     assert hidden[0] == {"role": "system", "content": "Be brief."}  # none: the tools are not offered
 

@@ -151,7 +151,8 @@ def prepare(
         if m["role"] == "assistant" and m.get("tool_calls"):
             calls = "\n".join(call_text(c["function"]["name"], c["function"]["arguments"], syntax)
                               for c in m["tool_calls"])
-            out.append({"role": "assistant", "content": (m.get("content") or "") + calls})
+            said = m.get("content") or ""
+            out.append({"role": "assistant", "content": f"{said}\n{calls}" if said else calls})
         elif m["role"] == "tool":
             text = f"<tool_response>\n{m['content']}\n</tool_response>"
             if out and out[-1].get("tool_results"):  # one user turn holds consecutive results
