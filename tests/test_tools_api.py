@@ -145,6 +145,9 @@ BAD: list[tuple[dict[str, Any], str, str]] = [
     ({"tools": [{"type": "retrieval"}]}, "tools[0]", "must be"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
         "type": "object", "not": {"type": "null"}}, "strict": True}}]}, "tools[0].function.parameters", '"not"'),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"a": {"enum": ["\ud800"]}}}}}]}, "tools[0].function.parameters",
+     "not JSON serializable"),
     ({"tools": [WEATHER], "response_format": {"type": "json_object"}}, "response_format", "together with tools"),
     ({"messages": [*ASK, {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function",
                                                                "function": {"name": "f", "arguments": {"a": 1}}}]},

@@ -244,7 +244,7 @@ def lark_json(
     own = schema.get("x-guidance")
     options = {**_whitespace_options(whitespace), "lenient": not strict}
     schema["x-guidance"] = {**options, **own} if isinstance(own, dict) else options
-    return json.dumps(schema, ensure_ascii=False)
+    return json.dumps(schema)  # ASCII: a lone surrogate stays an escape, which llguidance refuses by name
 
 
 def _whitespace_options(whitespace: Whitespace) -> dict[str, Any]:
