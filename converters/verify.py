@@ -9,10 +9,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-import gguf
-
-from converters.gguf_to_f16 import open_gguf
+from converters.gguf_to_f16 import ArrayLength, check_layout
 from runtime.errors import SpecQuantError
 
 # tier -> (general.file_type, intended matrix types, fallback matrix types llama.cpp may choose)
@@ -45,29 +44,32 @@ def hparams_from_shapes(shapes: dict[str, tuple[int, ...]]) -> dict[str, int] | 
     return {"n_layer": len(blocks), "n_embd": n_embd, "n_head_kv": 1, "head_dim": kv, "n_vocab": n_vocab}
 
 
-def read_hparams(reader: gguf.GGUFReader) -> dict[str, int]:
-    """The shape facts placement needs, from GGUF metadata."""
-    f = reader.fields
-    arch = str(f["general.architecture"].contents())
+def read_hparams(metadata: dict[str, Any]) -> dict[str, int]:
+    """The shape facts placement needs, from GGUF metadata (`check_layout`'s)."""
+    arch = metadata.get("general.architecture")
+    if not isinstance(arch, str):
+        raise SpecQuantError("GGUF metadata lacks general.architecture")
 
     def get(key: str, default: int | None = None) -> int:
-        field = f.get(f"{arch}.{key}")
-        if field is None:
+        value = metadata.get(f"{arch}.{key}")
+        if value is None:
             if default is None:
                 raise SpecQuantError(f"GGUF metadata lacks {arch}.{key}")
             return default
-        return int(field.contents())
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise SpecQuantError(f"GGUF metadata {arch}.{key} is not a number")
+        return int(value)
 
     n_head = get("attention.head_count")
     n_embd = get("embedding_length")
-    tokens = f.get("tokenizer.ggml.tokens")
+    tokens = metadata.get("tokenizer.ggml.tokens")
     return {
         "n_layer": get("block_count"),
         "n_embd": n_embd,
         "n_head": n_head,
         "n_head_kv": get("attention.head_count_kv", n_head),
         "head_dim": get("attention.key_length", n_embd // n_head),
-        "n_vocab": get("vocab_size", len(tokens.data) if tokens is not None else 0),
+        "n_vocab": get("vocab_size", tokens.n if isinstance(tokens, ArrayLength) else 0),
         "n_ctx_train": get("context_length", 4096),
     }
 
@@ -75,15 +77,14 @@ def read_hparams(reader: gguf.GGUFReader) -> dict[str, int]:
 def summarize_tier(path: Path, tier: str) -> TierSummary:
     """Histogram of tensor types; raises SpecQuantError when the file is not the tier it claims to be."""
     ftype, intended, fallback = TIER_TYPES[tier]
-    reader = open_gguf(path)
-    field = reader.fields.get("general.file_type")
-    got_ftype = int(field.contents()) if field is not None else None
+    layout = check_layout(path)
+    got_ftype = layout.metadata.get("general.file_type")
     if got_ftype != ftype:
         raise SpecQuantError(f"{path}: file type {got_ftype}, expected {ftype} for {tier}")
     histogram: Counter[str] = Counter()
     fallbacks = 0
-    for t in reader.tensors:
-        kind = t.tensor_type.name
+    for t in layout.tensors:
+        kind = t.type.name
         histogram[kind] += 1
         is_matrix = sum(1 for d in t.shape if d > 1) >= 2
         if not is_matrix:
@@ -95,4 +96,4 @@ def summarize_tier(path: Path, tier: str) -> TierSummary:
             raise SpecQuantError(f"{path}: tensor {t.name} is {kind}, not a {tier} type")
     if not any(histogram[k] for k in intended):
         raise SpecQuantError(f"{path}: no tensor of the {tier} types")
-    return TierSummary(dict(sorted(histogram.items())), fallbacks, read_hparams(reader))
+    return TierSummary(dict(sorted(histogram.items())), fallbacks, read_hparams(layout.metadata))

@@ -12,9 +12,11 @@ import threading
 import time
 from pathlib import Path
 
+import gguf
 import pytest
 
 from converters.convert import Progress, convert
+from converters.gguf_to_f16 import ArrayLength, check_layout
 from runtime.decode.llama_backend import LlamaBackend, LoadOptions
 from runtime.errors import Cancelled
 from runtime.models.cache import DEMO_NAME, TIERS, ModelDir, sha256_file
@@ -144,3 +146,23 @@ def test_kill_mid_conversion_is_repaired(isolated_cache: Path) -> None:
     assert not list(model.path.glob("*.partial"))
     for tier in TIERS:
         assert sha256_file(model.tier_path(tier)) == manifest["tiers"][tier]["sha256"]
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_the_header_walk_reads_what_ggufs_reader_reads(demo_model: ModelDir, tier: str) -> None:
+    """Tiers are checked from `check_layout`'s walk (gguf's reader takes seconds on a large vocabulary): it
+    must agree with the library on every tensor and every metadata value."""
+    path = demo_model.tier_path(tier)
+    layout, reader = check_layout(path), gguf.GGUFReader(path)
+    assert [(t.name, t.shape, t.type) for t in layout.tensors] == [
+        (t.name, tuple(int(d) for d in t.shape), t.tensor_type) for t in reader.tensors
+    ]
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF."):  # the reader's own entries for the header's counts
+            continue
+        ours = layout.metadata[key]
+        if field.types[0] == gguf.GGUFValueType.ARRAY:
+            assert ours == ArrayLength(len(field.data)), key
+        else:
+            assert ours == field.contents(), key
+    assert set(layout.metadata) == {k for k in reader.fields if not k.startswith("GGUF.")}
