@@ -9,7 +9,6 @@ as the official clients send it.
 from __future__ import annotations
 
 import math
-import re
 import time
 import uuid
 from collections.abc import Sequence
@@ -58,7 +57,6 @@ HONOURED = {
 MAX_TOOLS = 128  # OpenAI's own limit
 MAX_TOP_LOGPROBS = 20
 SPECQUANT_FIELDS = ("level", "preset", "parent", "draft", "allow_lossy")
-_SCHEMA_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 FINISH_REASON = {"eos": "stop", "stop": "stop", "max_tokens": "length", "length": "length"}
 MESSAGE_FIELDS = {
     "system": {"role", "content"},
@@ -188,36 +186,45 @@ def _response_format(given: dict[str, Any]) -> Grammar | None:
     extra = sorted(set(fmt) - {"type", "json_schema"})
     if extra:
         raise ApiError(400, f"unrecognized response_format field: {extra[0]}", f"response_format.{extra[0]}")
-    try:
-        if kind == "text":
-            return None
-        if kind == "json_object":
-            return Grammar.json_object()
-        if kind == "json_schema":
-            spec = fmt.get("json_schema")
-            where = "response_format.json_schema"
-            if not isinstance(spec, dict):
-                raise ApiError(400, f"{where} must be an object with a name and a schema", where)
-            name = spec.get("name")
-            if not isinstance(name, str) or not _SCHEMA_NAME.fullmatch(name):
-                raise ApiError(400, f"{where}.name must be 1-64 letters, digits, _ or -", f"{where}.name")
-            unknown = sorted(set(spec) - {"name", "schema", "strict", "description"})
-            if unknown:
-                raise ApiError(400, f"unrecognized {where} field: {unknown[0]}", f"{where}.{unknown[0]}")
-            strict = spec.get("strict") or False
-            if not isinstance(strict, bool):
-                raise ApiError(400, f"{where}.strict must be true or false", f"{where}.strict")
-            schema = spec.get("schema", {})
-            if not isinstance(schema, dict):
-                raise ApiError(400, f"{where}.schema must be a JSON schema object", f"{where}.schema")
-            try:
-                return Grammar.from_json_schema(schema, strict=strict)
-            except GrammarError as e:
-                raise ApiError(400, str(e), f"{where}.schema", code="unsupported_schema") from None
-    except RecursionError:  # a schema nested too deep for the compiler
-        raise ApiError(400, "response_format is nested too deeply", "response_format") from None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return Grammar.json_object()
+    if kind == "json_schema":
+        spec = fmt.get("json_schema")
+        where = "response_format.json_schema"
+        if not isinstance(spec, dict):
+            raise ApiError(400, f"{where} must be an object with a name and a schema", where)
+        _name(spec.get("name"), f"{where}.name")
+        unknown = sorted(set(spec) - {"name", "schema", "strict", "description"})
+        if unknown:
+            raise ApiError(400, f"unrecognized {where} field: {unknown[0]}", f"{where}.{unknown[0]}")
+        strict = spec.get("strict") or False
+        if not isinstance(strict, bool):
+            raise ApiError(400, f"{where}.strict must be true or false", f"{where}.strict")
+        return _schema_grammar(spec.get("schema", {}), strict, f"{where}.schema")
     raise ApiError(400, f"response_format.type must be text, json_object or json_schema, not {_short(kind)}",
                    "response_format.type")
+
+
+def _name(value: Any, where: str) -> str:
+    """A schema's or a function's name, by OpenAI's rule."""
+    if not isinstance(value, str) or not NAME.fullmatch(value):
+        raise ApiError(400, f"{where} must be 1-64 letters, digits, _ or -", where)
+    return value
+
+
+def _schema_grammar(schema: Any, strict: bool, where: str) -> Grammar:
+    """The grammar of a request's JSON schema (a response_format's, a tool's parameters), or a 400 naming
+    `where` with llguidance's words for what it cannot enforce."""
+    if not isinstance(schema, dict):
+        raise ApiError(400, f"{where} must be a JSON schema object", where)
+    try:
+        return Grammar.from_json_schema(schema, strict=strict)
+    except GrammarError as e:
+        raise ApiError(400, f"{where}: {e}", where, code="unsupported_schema") from None
+    except RecursionError:  # a schema nested too deep for the compiler
+        raise ApiError(400, f"{where} is nested too deeply", where) from None
 
 
 def _messages(value: Any) -> list[Message]:
@@ -281,9 +288,7 @@ def _past_calls(value: Any, where: str) -> list[dict[str, Any]]:
             raise ApiError(400, f"{at} has an unrecognized field: {extra[0]}", at)
         if not isinstance(call.get("id"), str) or not call["id"]:
             raise ApiError(400, f"{at}.id must be a non-empty string", f"{at}.id")
-        name, arguments = function.get("name"), function.get("arguments")
-        if not isinstance(name, str) or not NAME.fullmatch(name):
-            raise ApiError(400, f"{at}.function.name must be 1-64 letters, digits, _ or -", f"{at}.function.name")
+        name, arguments = _name(function.get("name"), f"{at}.function.name"), function.get("arguments")
         if not isinstance(arguments, str):
             raise ApiError(400, f"{at}.function.arguments must be a string (the arguments' JSON text)",
                            f"{at}.function.arguments")
@@ -342,24 +347,15 @@ def _tool(value: Any, where: str) -> Tool:
                    ("name", "description", "parameters", "strict"))
     if extra:
         raise ApiError(400, f"unrecognized {where}.function field: {extra[0]}", f"{where}.function.{extra[0]}")
-    name = function.get("name")
-    if not isinstance(name, str) or not NAME.fullmatch(name):
-        raise ApiError(400, f"{where}.function.name must be 1-64 letters, digits, _ or -", f"{where}.function.name")
-    description = typed(function, "description", str, f"{where}.function.description")
-    strict = typed(function, "strict", bool, f"{where}.function.strict") or False
-    parameters = function.get("parameters")
-    if parameters is None:
-        parameters = {"type": "object", "properties": {}}
-    where = f"{where}.function.parameters"
-    if not isinstance(parameters, dict):
-        raise ApiError(400, f"{where} must be a JSON schema object", where)
-    try:
-        Grammar.from_json_schema(parameters, strict=strict)  # refused here, naming the tool, not mid-answer
-    except GrammarError as e:
-        raise ApiError(400, f"{where}: {e}", where, code="unsupported_schema") from None
-    except RecursionError:
-        raise ApiError(400, f"{where} is nested too deeply", where) from None
-    return Tool(name, description and valid_unicode(description, f"{where}.description"), parameters, strict)
+    where = f"{where}.function"
+    name = _name(function.get("name"), f"{where}.name")
+    description = typed(function, "description", str, f"{where}.description")
+    strict = typed(function, "strict", bool, f"{where}.strict") or False
+    tool = Tool(name, description and valid_unicode(description, f"{where}.description"), strict=strict)
+    if function.get("parameters") is not None:
+        tool = replace(tool, parameters=function["parameters"])
+    _schema_grammar(tool.parameters, strict, f"{where}.parameters")  # refused here, naming the tool, not mid-answer
+    return tool
 
 
 def _content(value: Any, where: str) -> str:
