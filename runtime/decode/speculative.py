@@ -72,6 +72,11 @@ def _logprob(row: np.ndarray, token: int, top: int) -> TokenLogprob:
     return TokenLogprob(token, float(row[token]) - norm, tuple(best))
 
 
+def _certain(token: int, top: int) -> TokenLogprob:
+    """A token the grammar left as the only choice: log-probability 0, itself the only alternative."""
+    return TokenLogprob(token, 0.0, ((token, 0.0),)[:top])
+
+
 def take(step: Step, produced: int, max_tokens: int, is_end: Callable[[int], bool]) -> tuple[Step, str | None]:
     """The step cut where the answer ends: before an end-of-generation token ("eos") or at the token budget
     ("max_tokens"); else the whole step and None. One rule for the Engine and the benchmark's raw timing."""
@@ -183,7 +188,7 @@ def generate_steps(
         if constraint is not None:
             if constraint.done:  # only an end token may follow: no model needs asking
                 end = min(constraint.eos_tokens)
-                lp = () if logprobs is None else (TokenLogprob(end, 0.0, ((end, 0.0),)[:logprobs]),)
+                lp = () if logprobs is None else (_certain(end, logprobs),)
                 yield Step((end,), (False,), 0, 0, 0, 0.0, 0.0, logprobs=lp)
                 return
             if spec.forced:
@@ -272,7 +277,7 @@ def generate_steps(
         lps: tuple[TokenLogprob, ...] = ()
         if logprobs is not None:  # emitted[i] was chosen from rows[i]
             lps = (
-                *(TokenLogprob(t, 0.0, ((t, 0.0),)[:logprobs]) for t in forced),
+                *(_certain(t, logprobs) for t in forced),
                 *(_logprob(rows[i], t, logprobs) for i, t in enumerate(emitted)),
             )
         yield Step(tokens, flags, len(drafts), accepted, k, t1 - t0, t2 - t1, source, len(forced), lps)

@@ -329,25 +329,23 @@ class Engine(Answers):
         if not tokens:
             raise UserError("the prompt is empty")
         if len(tokens) > parent.n_ctx - reserve:
-            raise UserError(
-                f"the prompt is {len(tokens)} tokens; the context holds {parent.n_ctx} with {reserve} kept for "
-                "the answer: shorten it or raise the context size"
-            )
+            raise _too_long(len(tokens), parent, reserve)
         return tokens
 
     def tool_grammar(self, parent: LlamaBackend, request: ToolRequest, syntax: tools.CallSyntax) -> Grammar | None:
         """The grammar of an answer that may call `request`'s tools (the model's own `<tool_call>` token where
-        its vocabulary has one), kept per model: its compiled tables serve every later request alike."""
+        its vocabulary has one), kept per model and grammar text: the same tools again are neither validated
+        nor compiled again."""
         terms = []
         for word in (syntax.opener, syntax.closer):
             token = markup_token(parent.path, word) if word else None
             terms.append(json.dumps(word) if token is None else f"<[{token}]>")
-        grammar = tools.call_grammar(request, syntax, *terms)
-        if grammar is None:
+        source = tools.call_lark(request, syntax, *terms)
+        if source is None:
             return None
-        key = (str(parent.path), grammar.source)
-        cached = self._grammars.pop(key, None) or grammar
-        self._grammars[key] = cached
+        key = (str(parent.path), source)
+        cached = self._grammars.pop(key, None) or Grammar.from_lark(source)
+        self._grammars[key] = cached  # the most recently used last
         while len(self._grammars) > 16:
             self._grammars.pop(next(iter(self._grammars)))
         return cached
@@ -391,11 +389,7 @@ class Engine(Answers):
             fits, dropped = fewer, dropped - 1
         while fits is None:  # the template's turns were longer than estimated: one more, rarely needed
             if len(messages) - first - dropped <= 1:
-                kept = messages[:first] + messages[first + dropped :]
-                raise UserError(
-                    f"the prompt is {len(render(parent, kept))} tokens; the context holds {parent.n_ctx} "
-                    f"with {reserve} kept for the answer: shorten it or raise the context size"
-                )
+                raise _too_long(len(render(parent, messages[:first] + messages[first + dropped :])), parent, reserve)
             dropped += 1
             fits = self._fitted(render, parent, messages, first, dropped, budget, cancel)
         return fits, dropped
@@ -513,6 +507,13 @@ class Engine(Answers):
             )
         finally:  # bookkeeping after the answer is delivered: it can neither delay nor fail it
             self.save_estimates()
+
+
+def _too_long(n_tokens: int, parent: LlamaBackend, reserve: int) -> UserError:
+    return UserError(
+        f"the prompt is {n_tokens} tokens; the context holds {parent.n_ctx} with {reserve} kept for the answer: "
+        "shorten it or raise the context size"
+    )
 
 
 def _token_choice(parent: LlamaBackend, lp: TokenLogprob) -> TokenChoice:

@@ -179,10 +179,16 @@ def _call_with_object(call: dict[str, Any]) -> dict[str, Any]:
 
 
 def call_grammar(request: ToolRequest, syntax: CallSyntax, opener: str = "", closer: str = "") -> Grammar | None:
-    """The answer's grammar, or None when no tool may be called. `opener`/`closer` are Lark terms for the
-    syntax's opener and closer: a special token (`<[151657]>`) or a quoted string. A quoted opener needs a lazy
-    trigger under `auto` to tell the start of a call from the model's own text; a special token does not (no
-    text can spell it); without an opener, text is whatever does not start like a call."""
+    """The answer's grammar, or None when no tool may be called (`call_lark`'s text, compiled)."""
+    source = call_lark(request, syntax, opener, closer)
+    return None if source is None else Grammar.from_lark(source)
+
+
+def call_lark(request: ToolRequest, syntax: CallSyntax, opener: str = "", closer: str = "") -> str | None:
+    """The answer's grammar in llguidance's Lark, or None when no tool may be called. `opener`/`closer` are
+    Lark terms for the syntax's opener and closer: a special token (`<[151657]>`) or a quoted string. A quoted
+    opener needs a lazy trigger under `auto` to tell the start of a call from the model's own text; a special
+    token does not (no text can spell it); without an opener, text is whatever does not start like a call."""
     tools = request.callable
     if not tools:
         return None
@@ -195,7 +201,7 @@ def call_grammar(request: ToolRequest, syntax: CallSyntax, opener: str = "", clo
         lines.append(f"call: {call}")
         lines.append("start: call" if request.choice != "auto" else "start: TEXT | call")
         lines.append(r'TEXT: /(.|\n)*/ & ~/\{"name"(.|\n)*/')
-        return Grammar.from_lark("\n".join(lines))
+        return "\n".join(lines)
     lines.append(f'body: "\\n" ({call}) "\\n" {closer}')
     # After the last call, a line break may come before the end: models trained on "\n<tool_call>" between
     # calls often write one, and it must not force another call.
@@ -208,7 +214,7 @@ def call_grammar(request: ToolRequest, syntax: CallSyntax, opener: str = "", clo
     else:
         lines.append(f"start: TEXT | TEXT {opener} body {more}")
     lines.append(r"TEXT: /(.|\n)*/")
-    return Grammar.from_lark("\n".join(lines))
+    return "\n".join(lines)
 
 
 # --- the answer, split -----------------------------------------------------------------------------------
