@@ -309,7 +309,13 @@ def _tools(given: dict[str, Any], messages: list[Message]) -> ToolRequest | None
         if any(m["role"] == "tool" or m.get("tool_calls") for m in messages):
             return ToolRequest((), "none")
         return None
-    if not isinstance(value, list):
+    return tool_request(value, choice, True if parallel is None else parallel)
+
+
+def tool_request(value: Any, choice: Any, parallel: bool = True) -> ToolRequest:
+    """OpenAI's `tools` (a non-empty list) and `tool_choice` (None: auto), checked: a 400 names the field at
+    fault. The benchmark's tools workload reads its prompts' tools with this too."""
+    if not isinstance(value, list) or not value:
         raise ApiError(400, "tools must be an array of functions", "tools")
     if len(value) > MAX_TOOLS:
         raise ApiError(400, f"tools holds {len(value)} tools; at most {MAX_TOOLS}", "tools")
@@ -333,7 +339,7 @@ def _tools(given: dict[str, Any], messages: list[Message]) -> ToolRequest | None
     elif choice not in CHOICES:
         raise ApiError(400, f"tool_choice must be auto, none, required or a function, not {_short(choice)}",
                        "tool_choice")
-    return ToolRequest(tuple(tools), choice, True if parallel is None else parallel)
+    return ToolRequest(tuple(tools), choice, parallel)
 
 
 def _tool(value: Any, where: str) -> Tool:

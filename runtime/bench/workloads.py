@@ -7,7 +7,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from runtime.engine.tools import Tool, ToolRequest
+from runtime.api.schema import ApiError, tool_request
+from runtime.engine.tools import CHOICES, ToolRequest
 from runtime.errors import UserError
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets" / "prompts"
@@ -173,23 +174,15 @@ def load_prompts(files: list[str] | None, quick: bool, allow_exec: bool = False)
 
 
 def _tools(tools: Any, choice: Any, path: Path, line: int) -> ToolRequest | None:
-    """A prompt's tools (OpenAI's function tools) and tool_choice, checked now like a schema."""
+    """A prompt's tools (OpenAI's function tools) and tool_choice, checked now as the API checks them."""
     if tools is None:
         return None
-    if not isinstance(tools, list) or not tools or not isinstance(choice, str):
-        raise UserError(f"{path}:{line}: 'tools' must be a non-empty list and 'tool_choice' a string")
-    found = []
-    for tool in tools:
-        function = tool.get("function") if isinstance(tool, dict) else None
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            raise UserError(f"{path}:{line}: each tool must be {{'type': 'function', 'function': {{'name', ...}}}}")
-        parameters = function.get("parameters", {"type": "object", "properties": {}})
-        _schema(parameters, path, line)
-        found.append(Tool(function["name"], function.get("description"), parameters))
-    request = ToolRequest(tuple(found), choice, parallel=False)
-    if not request.callable and choice != "none":
-        raise UserError(f"{path}:{line}: tool_choice {choice!r} names no tool of the prompt's")
-    return request
+    if isinstance(choice, str) and choice not in CHOICES:  # a prompt file may name the function alone
+        choice = {"type": "function", "function": {"name": choice}}
+    try:
+        return tool_request(tools, choice, parallel=False)
+    except ApiError as e:
+        raise UserError(f"{path}:{line}: {e.message}") from None
 
 
 def _schema(schema: Any, path: Path, line: int) -> dict[str, Any] | None:
