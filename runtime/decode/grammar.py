@@ -183,15 +183,9 @@ class Grammar:
                 raise GrammarError(f"the JSON schema is not valid JSON: {e}") from None
         if not isinstance(schema, Mapping):
             raise GrammarError(f"a JSON schema must be a JSON object, not {type(schema).__name__}")
-        schema = copy.deepcopy(dict(schema))
-        if close_objects:
-            _close_objects(schema)
-        own = schema.get("x-guidance")
-        chosen = isinstance(own, dict) and any(k.startswith("whitespace") for k in own)
+        schema, defaults, overrides = _prepared(schema, strict, whitespace, close_objects)
         try:
-            source = LLMatcher.grammar_from_json_schema(
-                schema, defaults=None if chosen else _whitespace_options(whitespace), overrides={"lenient": not strict}
-            )
+            source = LLMatcher.grammar_from_json_schema(schema, defaults=defaults, overrides=overrides)
         except (ValueError, TypeError) as e:
             raise GrammarError(f"unsupported JSON schema: {_one_line(str(e))}") from None
         return cls._validated(source, "unsupported JSON schema")
@@ -237,14 +231,24 @@ def lark_json(
     schema: Mapping[str, Any], strict: bool = True, whitespace: Whitespace = "bounded", close_objects: bool = True
 ) -> str:
     """`schema` as the text after `%json` in a Lark grammar (`Grammar.from_lark`), read with the options
-    `Grammar.from_json_schema` takes (a schema's own `x-guidance` settings win)."""
+    `Grammar.from_json_schema` takes: the same defaults and overrides, in the schema's own `x-guidance`."""
+    schema, defaults, overrides = _prepared(schema, strict, whitespace, close_objects)
+    own = schema.get("x-guidance")
+    schema["x-guidance"] = {**(defaults or {}), **(own if isinstance(own, dict) else {}), **overrides}
+    return json.dumps(schema)  # ASCII: a lone surrogate stays an escape, which llguidance refuses by name
+
+
+def _prepared(
+    schema: Mapping[str, Any], strict: bool, whitespace: Whitespace, close_objects: bool
+) -> tuple[dict[str, Any], dict[str, Any] | None, dict[str, Any]]:
+    """A copy of `schema` (its objects closed where asked) with llguidance's defaults for it (the whitespace,
+    unless the schema's own `x-guidance` chooses it) and overrides (lenient unless strict)."""
     schema = copy.deepcopy(dict(schema))
     if close_objects:
         _close_objects(schema)
     own = schema.get("x-guidance")
-    options = {**_whitespace_options(whitespace), "lenient": not strict}
-    schema["x-guidance"] = {**options, **own} if isinstance(own, dict) else options
-    return json.dumps(schema)  # ASCII: a lone surrogate stays an escape, which llguidance refuses by name
+    chosen = isinstance(own, dict) and any(k.startswith("whitespace") for k in own)
+    return schema, None if chosen else _whitespace_options(whitespace), {"lenient": not strict}
 
 
 def _whitespace_options(whitespace: Whitespace) -> dict[str, Any]:
