@@ -205,3 +205,61 @@ def test_non_strict_ignores_what_it_cannot_enforce(tok) -> None:
     assert c.valid_prefix(doc) == len(doc)
     with pytest.raises(GrammarError, match="Unsatisfiable"):  # contradictions stay errors
         Grammar.from_json_schema({"type": "integer", "minimum": 5, "maximum": 2}, strict=False)
+
+
+# --- limits (runtime.decode.schema_limits) ---------------------------------------------------------------
+
+
+def _object(prefix: str, n: int, required: bool = False) -> dict:
+    names = [f"{prefix}{i}" for i in range(n)]
+    return {"type": "object", "properties": {name: {} for name in names}, **({"required": names} if required else {})}
+
+
+def _nested(depth: int) -> dict:
+    schema: dict = {"type": "string"}
+    for _ in range(depth):
+        schema = {"type": "array", "items": schema}
+    return schema
+
+
+@pytest.mark.parametrize(
+    ("schema", "named"),
+    [
+        (_object("k", 30_000), "more than 5000 properties"),  # the 409 KB schema that overflowed the stack
+        (_object("k", 401), "401 optional properties; at most 400"),
+        ({"anyOf": [{"const": i} for i in range(3_000)]}, "anyOf has 3000 branches; at most 500"),
+        ({"enum": list(range(1_001))}, "more than 1000 enum values"),
+        (_nested(70), "nested more than 64 levels deep"),
+        ({"type": "array", "prefixItems": [{"type": "string"}] * 10_001}, "more than 10000 objects"),
+    ],
+    ids=["properties", "optional", "branches", "enum", "depth", "nodes"],
+)
+def test_a_schema_over_a_limit_is_refused_before_compiling(schema: dict, named: str) -> None:
+    from runtime.decode.schema_limits import SchemaTooLarge
+
+    with pytest.raises(SchemaTooLarge, match=named):
+        Grammar.from_json_schema(schema)
+
+
+def test_the_limits_count_a_whole_request() -> None:
+    """The response format's schema and the tools' parameters share one budget."""
+    from runtime.decode.schema_limits import SchemaBudget, SchemaTooLarge
+
+    budget = SchemaBudget()
+    Grammar.from_json_schema(_object("a", 3_000, required=True), budget=budget)
+    with pytest.raises(SchemaTooLarge, match="more than 5000 properties"):
+        Grammar.from_json_schema(_object("b", 3_000, required=True), budget=budget)
+    Grammar.from_json_schema(_object("b", 3_000, required=True))  # alone it is within the limits
+
+
+def test_a_parser_limit_mid_answer_is_the_grammars_fault_not_the_engines(tok) -> None:
+    """Within the limits, two objects of 400 optional keys each in an anyOf still pass llguidance's row limit
+    (2,000 items) at the first key: a GrammarLimit, a UserError with a one-line reason."""
+    from runtime.decode.grammar import GrammarLimit
+
+    schema = {"anyOf": [_object("k", 400), _object("j", 400)]}
+    c = Grammar.from_json_schema(schema).constraint(tok)
+    with pytest.raises(GrammarLimit, match="too complex to follow this answer: Parser Error: Current row") as e:
+        c.consume(tok.tokenize_str('{"'))
+        c.bitmask()
+    assert "\n" not in str(e.value) and "non-verbose" not in str(e.value)

@@ -233,3 +233,27 @@ def test_a_greedy_draft_in_sampled_mode_fails_the_same_test(sampled_pair, monkey
     counts = sampled_first_tokens(parent, draft, prompt, SAMPLED, N_SAMPLES)
     stat, df = chi2_statistic(counts, expected, N_SAMPLES)
     assert stat > chi2_critical(df)
+
+
+def test_an_answers_cancel_is_unhooked_when_its_steps_end(micro_model: ModelDir) -> None:
+    """The server sets a request's cancel event when the request ends; the decodes after it (a cost probe, the
+    next answer's prefill) must not be aborted by it: it was llama.cpp's abort hook only while its steps ran."""
+    import threading
+
+    from runtime.errors import Cancelled
+
+    parent = load(micro_model, "f16")
+    try:
+        prompt = parent.tokenize(PROMPT, special=True)
+        cancel = threading.Event()
+        steps = generate_steps(parent, None, prompt, GREEDY, None, cancel)
+        next(steps)
+        cancel.set()  # while the steps run, the hook aborts a decode
+        parent.truncate(0)
+        with pytest.raises(Cancelled):
+            parent.decode(prompt, [len(prompt) - 1])
+        steps.close()  # the answer is over: its event stays set, as a finished request's does
+        parent.truncate(0)
+        assert parent.decode(prompt, [len(prompt) - 1]).shape == (1, parent.n_vocab)
+    finally:
+        parent.close()

@@ -48,6 +48,7 @@ import llguidance
 import numpy as np
 from llguidance import LLMatcher, LLTokenizer
 
+from runtime.decode.schema_limits import SchemaBudget
 from runtime.errors import SpecQuantError, UserError
 
 if TYPE_CHECKING:
@@ -75,6 +76,10 @@ class GrammarError(UserError, ValueError):
 
 class ConstraintError(SpecQuantError):
     """A token the grammar does not allow here, or a rollback past the first token; the state is unchanged."""
+
+
+class GrammarLimit(GrammarError):
+    """llguidance gave up mid-answer (a parser or lexer limit): the request's grammar, not the engine, is at fault."""
 
 
 # --- the tokenizer -------------------------------------------------------------------------------------------
@@ -126,6 +131,12 @@ def markup_token(path: str | os.PathLike[str], text: str) -> int | None:
     return _markup_tokens(str(Path(path).resolve())).get(text.encode())
 
 
+def markup_spellings(path: str | os.PathLike[str]) -> dict[str, int]:
+    """The markup tokens of the GGUF at `path` by spelling (`<|im_end|>`, `<tool_call>`): text that a message
+    may hold, which must stay text (runtime.engine.markup)."""
+    return {p.decode("utf-8", "replace"): i for p, i in _markup_tokens(str(Path(path).resolve())).items()}
+
+
 @functools.lru_cache(maxsize=8)
 def _markup_tokens(path: str) -> dict[bytes, int]:
     from runtime.decode.llama_backend import load_vocabulary
@@ -161,6 +172,7 @@ class Grammar:
         *,
         whitespace: Whitespace = "bounded",
         close_objects: bool = True,
+        budget: SchemaBudget | None = None,
     ) -> Grammar:
         """Compile a JSON schema (a dict or its JSON text).
 
@@ -175,6 +187,8 @@ class Grammar:
             does; without it, JSON Schema's default lets the model append keys of its own invention after the
             listed ones. Branches of an `allOf` (and definitions they reference) and objects combined with
             `anyOf`/`oneOf`/`allOf`/`$ref` siblings stay open, since closing them would change the intersection.
+        budget: the request's `SchemaBudget` (runtime.decode.schema_limits), shared by all its schemas; a schema
+            over a limit raises `SchemaTooLarge` (a `GrammarError`'s sibling: a `UserError`) before compiling.
         """
         if isinstance(schema, str):
             try:
@@ -183,6 +197,7 @@ class Grammar:
                 raise GrammarError(f"the JSON schema is not valid JSON: {e}") from None
         if not isinstance(schema, Mapping):
             raise GrammarError(f"a JSON schema must be a JSON object, not {type(schema).__name__}")
+        (budget or SchemaBudget()).check(schema)
         schema, defaults, overrides = _prepared(schema, strict, whitespace, close_objects)
         try:
             source = LLMatcher.grammar_from_json_schema(schema, defaults=defaults, overrides=overrides)
@@ -202,9 +217,9 @@ class Grammar:
 
     @classmethod
     def _validated(cls, source: str, what: str) -> Grammar:
-        is_error, messages = LLMatcher.validate_grammar_with_warnings(source)
+        is_error, messages = LLMatcher.validate_grammar_with_warnings(source, limits=_limits())
         if is_error:
-            raise GrammarError(f"{what}: {_one_line(messages[0])}")
+            raise GrammarError(f"{what}: {_reason(messages[0])}")
         return cls(source, tuple(_one_line(m) for m in messages))
 
     def __getstate__(self) -> dict[str, Any]:  # to a child process: the text, not the compiled matchers
@@ -220,18 +235,24 @@ class Grammar:
         vocabulary (lexer and token-trie tables); later ones copy that compiled matcher, which is much cheaper."""
         entry = self._compiled.get(id(tokenizer))
         if entry is None:
-            template = LLMatcher(tokenizer, self.source, log_level=0)
+            template = LLMatcher(tokenizer, self.source, log_level=0, limits=_limits())
             if template.is_error():
-                raise GrammarError(f"the grammar does not compile: {_one_line(template.get_error())}")
+                raise GrammarError(f"the grammar does not compile: {_reason(template.get_error())}")
             entry = self._compiled[id(tokenizer)] = (tokenizer, template)
         return Constraint(entry[1].deep_copy(), tokenizer)
 
 
 def lark_json(
-    schema: Mapping[str, Any], strict: bool = True, whitespace: Whitespace = "bounded", close_objects: bool = True
+    schema: Mapping[str, Any],
+    strict: bool = True,
+    whitespace: Whitespace = "bounded",
+    close_objects: bool = True,
+    budget: SchemaBudget | None = None,
 ) -> str:
     """`schema` as the text after `%json` in a Lark grammar (`Grammar.from_lark`), read with the options
-    `Grammar.from_json_schema` takes: the same defaults and overrides, in the schema's own `x-guidance`."""
+    `Grammar.from_json_schema` takes: the same defaults and overrides, in the schema's own `x-guidance`, and
+    the same limits."""
+    (budget or SchemaBudget()).check(schema)
     schema, defaults, overrides = _prepared(schema, strict, whitespace, close_objects)
     own = schema.get("x-guidance")
     schema["x-guidance"] = {**(defaults or {}), **(own if isinstance(own, dict) else {}), **overrides}
@@ -263,6 +284,27 @@ def _whitespace_options(whitespace: Whitespace) -> dict[str, Any]:
 
 def _one_line(message: str) -> str:
     return "; ".join(line.strip() for line in message.splitlines() if line.strip())[:600]
+
+
+_INTERNALS = ("<non-verbose", "stack backtrace", "note: run with", "panicked at", "Parser state", "Grammar:")
+
+
+def _reason(message: str) -> str:
+    """An llguidance error on one line, up to what names its internals (parser state, a grammar dump, a Rust
+    panic's location and backtrace), which say nothing about the schema's fault."""
+    kept = []
+    for line in message.splitlines():
+        if any(line.strip().startswith(m) for m in _INTERNALS) or line.startswith("   0:"):
+            break
+        kept.append(line)
+    return _one_line("\n".join(kept))[:400] or "llguidance gave no reason"
+
+
+@functools.lru_cache(maxsize=1)
+def _limits() -> llguidance.LLParserLimits:
+    """llguidance's default resource limits, with terse errors: a verbose one carries the parser's state and
+    the grammar, which are not for a client's eyes."""
+    return llguidance.LLParserLimits(verbose_errors=False)
 
 
 def _close_objects(root: dict[str, Any]) -> None:
@@ -370,7 +412,13 @@ class Constraint:
         self.seconds = 0.0  # spent in this constraint's calls: masks, forced tokens, consuming, rolling back
         self._timing = False
         if matcher.is_error():
-            raise GrammarError(f"the grammar does not compile: {_one_line(matcher.get_error())}")
+            raise GrammarError(f"the grammar does not compile: {_reason(matcher.get_error())}")
+
+    def _check(self) -> None:
+        """Raise `GrammarLimit` if llguidance has given up on this answer (a parser or lexer limit reached
+        mid-answer: the grammar is too large for what the model wrote), instead of masking everything."""
+        if self._m.is_error():
+            raise GrammarLimit(f"the grammar is too complex to follow this answer: {_reason(self._m.get_error())}")
 
     # --- state ---
     @property
@@ -394,6 +442,7 @@ class Constraint:
         """The allowed tokens now, as int32 words (shape (n_words,)); a view valid until the state changes."""
         if not self._mask_ok:
             self._m.unsafe_compute_mask_ptr(self._mask.ctypes.data, self._mask.nbytes)
+            self._check()
             self._mask_ok = True
         return self._mask[0]
 
@@ -425,6 +474,7 @@ class Constraint:
         if not batch:
             return 0
         n = self._m.validate_tokens(batch)
+        self._check()
         # llguidance's validate_tokens refuses an EOS once the grammar has stopped, though the mask allows it and
         # consume_token takes it (without holding it): count EOS tokens there as valid.
         if n < len(batch) and batch[n] in self.eos_tokens and self._stopped_after(batch[:n]):
@@ -478,7 +528,8 @@ class Constraint:
                 if not ok:
                     break
                 held += not (stopped and t in self.eos_tokens)
-        if not ok:  # validate_tokens said yes: llguidance disagreeing with itself
+        if not ok:  # validate_tokens said yes: a limit reached on the way, or llguidance disagreeing with itself
+            self._check()
             raise ConstraintError(f"llguidance refused tokens it had validated: {_one_line(self._m.get_error())}")
         self._n += held
 
@@ -521,6 +572,7 @@ class Constraint:
         _single_thread_executor().unsafe_compute_mask_ptr_with_draft_token(
             [(self._m, 0, [int(t) for t in draft[:n_valid]])], out.ctypes.data, self.n_words * 4, out.shape[0]
         )
+        self._check()
         return out, n_valid
 
 

@@ -6,10 +6,11 @@ rollback, and an abort hook. An upgrade of llama-cpp-python should touch this fi
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -171,9 +172,16 @@ class LlamaBackend:
             del self.tokens[n:]
 
     # --- cancellation -----------------------------------------------------------------------------
-    def set_abort_event(self, event: threading.Event | None) -> None:
-        """While set, llama.cpp aborts a running decode between graph nodes (prefill can be stopped)."""
-        self._abort_event = event
+    @contextlib.contextmanager
+    def abort_on(self, event: threading.Event | None) -> Iterator[None]:
+        """Within the block, a set `event` makes llama.cpp abort a running decode between graph nodes (prefill
+        can be stopped). The hook is cleared on leaving: an old job's event, set when its request ends, must
+        never abort a decode that is not that job's."""
+        previous, self._abort_event = self._abort_event, event
+        try:
+            yield
+        finally:
+            self._abort_event = previous
 
     def _should_abort(self, _data: ctypes.c_void_p) -> bool:
         ev = self._abort_event

@@ -18,6 +18,7 @@ and costs no draft step. Once the grammar is complete, the end token follows wit
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -156,15 +157,39 @@ def generate_steps(
     token) holds the answer to a grammar: it advances with every emitted token. `logprobs` (a count of
     alternatives, 0 for none) adds each token's `TokenLogprob`, read from the verify row that chose it.
     """
-    spec = spec or SpecConfig()
-    controller = controller or Controller(fixed_k=spec.k)
-    rng = np.random.default_rng(params.seed)
     seq = [int(t) for t in prompt]
     if not seq:
         raise ValueError("an empty prompt cannot be continued")
-    for model in (parent, draft):
-        if model is not None:
-            model.set_abort_event(cancel)  # Stop reaches a draft's long catch-up too
+    # `cancel` is llama.cpp's abort hook for this answer's decodes only (Stop reaches a draft's long catch-up
+    # too): bound on entry and cleared when the steps end, so no later decode (a cost probe, a calibration,
+    # the next answer's prefill) can be aborted by this answer's finished job.
+    with contextlib.ExitStack() as hooks:
+        for model in (parent, draft):
+            if model is not None:
+                hooks.enter_context(model.abort_on(cancel))
+        yield from _steps(
+            parent, draft, seq, params, spec or SpecConfig(), cancel, controller, draft_name, answer_tokens,
+            max_tokens, constraint, logprobs,
+        )
+
+
+def _steps(
+    parent: LlamaBackend,
+    draft: LlamaBackend | None,
+    seq: list[int],
+    params: SamplingParams,
+    spec: SpecConfig,
+    cancel: threading.Event | None,
+    controller: Controller | None,
+    draft_name: str,
+    answer_tokens: int,
+    max_tokens: int,
+    constraint: Constraint | None,
+    logprobs: int | None,
+) -> Iterator[Step]:
+    """The body of `generate_steps`, with the abort hooks bound."""
+    controller = controller or Controller(fixed_k=spec.k)
+    rng = np.random.default_rng(params.seed)
     ngram = NgramIndex() if spec.ngram else None
     offset = 0  # the draft's cache holds seq[offset : offset + draft.n_past]
     if draft is not None:
