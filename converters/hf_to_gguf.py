@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -221,6 +222,81 @@ def _check_heads(t: SafeTensor, hf_name: str, heads: int, head_dim: int, path: P
         )
 
 
+_EMBED = "model.embed_tokens.weight"
+_LM_HEAD = "lm_head.weight"
+_LAYER = re.compile(r"model\.layers\.(\d{1,10})\.")  # more digits than any int32 layer count: no layer of ours
+
+
+def check_against_tensors(config: dict[str, Any], source: dict[str, SafeTensor], directory: Path) -> None:
+    """Bound config.json's sizes by the tensors the checkpoint holds (their headers), before anything is sized by
+    them: 'vocab_size' and 'hidden_size' by the embedding (which pads the vocabulary), 'num_hidden_layers' by
+    the model.layers.N present (which the tensor names are built for), the heads and head size by every
+    layer's q_proj and k_proj (which size the Q/K permutation and the rope factors). check_config lets each
+    size be up to 2^31 - 1; these checks cost a few lookups per tensor present."""
+    config_path = directory / "config.json"
+    vocab_size, hidden = config["vocab_size"], config["hidden_size"]
+    embed = source.get(_EMBED)
+    if embed is None:
+        raise UserError(
+            f"{directory}: no tensor {_EMBED!r} in the checkpoint (config.json's 'vocab_size' is {vocab_size})"
+        )
+    for t in (embed, source.get(_LM_HEAD)):
+        if t is None:
+            continue
+        if len(t.shape) != 2 or t.shape[0] != vocab_size:
+            raise UserError(
+                f"{config_path}: 'vocab_size' {vocab_size} does not match {t.name} of shape {list(t.shape)}"
+            )
+        if t.shape[1] != hidden:
+            raise UserError(f"{config_path}: 'hidden_size' {hidden} does not match {t.name} of shape {list(t.shape)}")
+    n_layer = config["num_hidden_layers"]
+    layers = {int(m.group(1)) for m in map(_LAYER.match, source) if m}
+    if len(layers) != n_layer or max(layers, default=-1) != n_layer - 1:  # exactly 0 .. n_layer - 1
+        raise UserError(
+            f"{config_path}: 'num_hidden_layers' {n_layer} does not match the checkpoint, which has "
+            f"{_layer_spans(layers)}"
+        )
+    n_head = config["num_attention_heads"]
+    head_dim = config.get("head_dim") or hidden // n_head
+    for i in range(n_layer):
+        for proj, heads in (("q_proj", n_head), ("k_proj", config.get("num_key_value_heads") or n_head)):
+            hf_name = f"model.layers.{i}.self_attn.{proj}.weight"
+            t = source.get(hf_name)
+            if t is None:
+                raise UserError(f"{directory}: no tensor {hf_name!r} in the checkpoint")
+            _check_heads(t, hf_name, heads, head_dim, config_path)
+
+
+def _layer_spans(layers: set[int]) -> str:
+    """'tensors for layers 0-3, 5' (the first few runs), or 'no model.layers.N tensors'."""
+    if not layers:
+        return "no model.layers.N tensors"
+    spans: list[list[int]] = []
+    for i in sorted(layers):
+        if spans and i == spans[-1][1] + 1:
+            spans[-1][1] = i
+        else:
+            spans.append([i, i])
+    text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans[:4])
+    return f"tensors for layers {text}{', ...' if len(spans) > 4 else ''}"
+
+
+def _gguf_name(name_map: gguf.TensorNameMap, hf_name: str) -> str | None:
+    """The GGUF name of an HF tensor, through a name map built for block 0 only: a map for every layer costs
+    memory and time per layer (a hostile 'num_hidden_layers' used to grow past 1.3 GB building it)."""
+    suffixes = (".weight", ".bias")
+    m = _LAYER.match(hf_name)
+    if m is None:
+        return name_map.get_name(hf_name, try_suffixes=suffixes)
+    index = m.group(1)
+    if index != str(int(index)):  # "model.layers.01." is no layer name of ours
+        return None
+    name = name_map.get_name(f"model.layers.0.{hf_name[m.end() :]}", try_suffixes=suffixes)
+    if name is None or not name.startswith("blk.0."):
+        return None
+    return f"blk.{index}.{name[len('blk.0.') :]}"
+
+
 def plan_hf(directory: Path, name: str) -> F16Plan:
     """Check the checkpoint and plan its F16 tensors; nothing is read or written yet."""
     check_hf_dir(directory)
@@ -229,7 +305,6 @@ def plan_hf(directory: Path, name: str) -> F16Plan:
     spec = arch_spec(config, directory)
     config_path = directory / "config.json"
     check_config(config, config_path)
-    n_layer = config["num_hidden_layers"]
     n_head = config["num_attention_heads"]
     n_head_kv = config.get("num_key_value_heads") or n_head
     vocab_size = config["vocab_size"]
@@ -237,23 +312,18 @@ def plan_hf(directory: Path, name: str) -> F16Plan:
     if spec.permute_qk and head_dim % 2:
         raise UserError(f"{config_path}: head size {head_dim} is odd; rotary embeddings need an even one")
     source = read_checkpoint(directory)  # headers only: shapes bound what config.json may claim
-    embed = source.get("model.embed_tokens.weight")
-    if embed is not None and (len(embed.shape) != 2 or embed.shape[0] != vocab_size):
-        raise UserError(
-            f"{config_path}: 'vocab_size' {vocab_size} does not match model.embed_tokens.weight of shape "
-            f"{list(embed.shape)}"
-        )
-    name_map = gguf.TensorNameMap(spec.arch, n_layer)
-    tied = bool(config.get("tie_word_embeddings", False)) or "lm_head.weight" not in source
+    check_against_tensors(config, source, directory)
+    name_map = gguf.TensorNameMap(spec.arch, 1)  # block 0 only: _gguf_name maps every layer through it
+    tied = bool(config.get("tie_word_embeddings", False)) or _LM_HEAD not in source
 
     planned: list[PlannedTensor] = []
     rope = llama3_rope_factors(config, head_dim)
     if rope is not None:
         planned.append(PlannedTensor("rope_freqs.weight", rope.shape, np.dtype(np.float32), lambda r=rope: [r]))
     for hf_name, t in source.items():
-        if hf_name.endswith(_IGNORED_SUFFIXES) or (tied and hf_name == "lm_head.weight"):
+        if hf_name.endswith(_IGNORED_SUFFIXES) or (tied and hf_name == _LM_HEAD):
             continue
-        gguf_name = name_map.get_name(hf_name, try_suffixes=(".weight", ".bias"))
+        gguf_name = _gguf_name(name_map, hf_name)
         if gguf_name is None:
             raise UserError(f"{t.file}: unexpected tensor {hf_name!r} for {spec.arch.name.lower()}")
         stats.source_dtypes.add(t.dtype)

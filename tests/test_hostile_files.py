@@ -6,7 +6,11 @@ at one field. Also model names, deleting linked model folders, and an interrupte
 from __future__ import annotations
 
 import json
+import os
 import struct
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import gguf
@@ -17,7 +21,7 @@ from converters.convert import Progress, convert
 from runtime import cli
 from runtime.errors import UserError
 from runtime.models.cache import ModelDir, check_name, delete_model, fsync_file, list_models
-from tests.conftest import assert_one_line_error, run_cli
+from tests.conftest import REPO, assert_one_line_error, run_cli
 
 # A one-layer llama config: small enough that every case below is a few kilobytes.
 CONFIG = {
@@ -176,6 +180,139 @@ def test_head_count_that_does_not_match_the_weights(tmp_path: Path, isolated_cac
     d = hf_dir(tmp_path, shard=safetensors(tensors, bytes(2048 + 7680)))
     code, lines = convert_cli(str(d), capsys=capsys)
     assert_refused(isolated_cache, code, lines, "config.json", f"4 heads of size 16 do not match tensor {q!r}")
+
+
+# A whole (if tiny) checkpoint that gets past every check: a 4 x 2 embedding, one layer of one head of size 2,
+# and a byte-level BPE tokenizer of 4 tokens. The cases below bend config.json or drop a tensor.
+TINY_CONFIG = {**CONFIG, "hidden_size": 2, "num_attention_heads": 1, "num_key_value_heads": 1, "vocab_size": 4}
+Q, K = "model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight"
+TINY_TENSORS = {EMBED: [4, 2], Q: [2, 2], K: [2, 2]}
+TINY_TOKENIZER = {
+    "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+    "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "c": 2, "ab": 3}, "merges": ["a b"]},
+}
+
+
+def tiny_hf_dir(root: Path, config: dict[str, object], tensors: dict[str, list[int]] | None = None) -> Path:
+    """TINY_CONFIG updated by `config`, with `tensors` (name -> shape, F16 zeros; TINY_TENSORS unless told)."""
+    header, offset = {}, 0
+    for name, shape in (TINY_TENSORS if tensors is None else tensors).items():
+        size = 2 * int(np.prod(shape))
+        header[name] = {"dtype": "F16", "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    d = hf_dir(root, shard=safetensors(header, bytes(offset)))
+    (d / "config.json").write_text(json.dumps({**TINY_CONFIG, **config}))
+    (d / "tokenizer.json").write_text(json.dumps(TINY_TOKENIZER))
+    return d
+
+
+def without(name: str) -> dict[str, list[int]]:
+    return {k: v for k, v in TINY_TENSORS.items() if k != name}
+
+
+# config.json sizes the old converter looped or allocated by before it read a tensor: each is now bounded by
+# the tensors present, and refused in milliseconds instead of growing past gigabytes.
+HUGE = 2**31 - 1
+SIZED_BY_CONFIG = {
+    # gguf's tensor name table, built for every layer: past 1.3 GB in 40 s (issue #40).
+    "num_hidden_layers": (
+        {"num_hidden_layers": HUGE},
+        None,
+        ["config.json", f"'num_hidden_layers' {HUGE} does not match the checkpoint", "tensors for layers 0"],
+    ),
+    # The token list padded to vocab_size: a MemoryError (issue #40).
+    "vocab_size without an embedding": (
+        {"vocab_size": HUGE},
+        without(EMBED),
+        [f"no tensor {EMBED!r} in the checkpoint", f"'vocab_size' is {HUGE}"],
+    ),
+    # Llama 3 rope factors, one per pair of head dimensions: 4 GB of float64 and a Python loop of 2^29 steps.
+    "head_dim": (
+        {"head_dim": 2**30, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}},
+        None,
+        ["config.json", f"1 heads of size {2**30} do not match tensor {Q!r} of shape [2, 2]"],
+    ),
+}
+_CHILD_MEMORY = 2 * 2**30  # bytes of address space: the old converter ran out of it, or of time, on each case
+
+
+def run_cli_within(memory: int, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """`specquant ARGS` in a child process allowed `memory` bytes of address space (where the OS can limit it)."""
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}  # no per-core BLAS buffers
+
+    def limit() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+
+    return subprocess.run(
+        [sys.executable, "-m", "runtime.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=timeout,
+        preexec_fn=None if sys.platform == "win32" else limit,
+    )
+
+
+@pytest.mark.parametrize("case", SIZED_BY_CONFIG)
+def test_config_sizes_are_bounded_by_the_tensors_present(case: str, tmp_path: Path, isolated_cache: Path) -> None:
+    """Issue #40: `specquant convert` of a tiny checkpoint whose config.json claims 2^31 - 1 layers (or vocabulary
+    entries, or head size) answers one line, quickly, in 2 GB of address space."""
+    change, tensors, needles = SIZED_BY_CONFIG[case]
+    d = tiny_hf_dir(tmp_path, change, tensors)
+    start = time.monotonic()
+    try:
+        result = run_cli_within(_CHILD_MEMORY, "convert", str(d), timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"specquant convert was still running after 30 s on config.json {change}")
+    assert_one_line_error(result, str(d), *needles)
+    assert time.monotonic() - start < 30
+    assert not isolated_cache.exists() or not any(isolated_cache.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("config", "tensors", "needles"),
+    [
+        ({"num_hidden_layers": 2}, None, ["config.json", "'num_hidden_layers' 2 does not match", "for layers 0"]),
+        (
+            {"num_hidden_layers": 2},
+            {**TINY_TENSORS, "model.layers.2.self_attn.q_proj.weight": [2, 2]},
+            ["'num_hidden_layers' 2 does not match the checkpoint, which has tensors for layers 0, 2"],
+        ),
+        ({}, {EMBED: [4, 2]}, ["'num_hidden_layers' 1 does not match the checkpoint, which has no model.layers.N"]),
+        ({"vocab_size": 5}, None, ["config.json", f"'vocab_size' 5 does not match {EMBED} of shape [4, 2]"]),
+        ({"hidden_size": 4}, None, ["config.json", f"'hidden_size' 4 does not match {EMBED} of shape [4, 2]"]),
+        ({}, {**TINY_TENSORS, "lm_head.weight": [5, 2]}, ["'vocab_size' 4 does not match lm_head.weight of shape"]),
+        ({}, without(Q), [f"no tensor {Q!r} in the checkpoint"]),
+        ({}, without(K), [f"no tensor {K!r} in the checkpoint"]),
+        (
+            {"num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 2},
+            None,
+            [f"2 heads of size 2 do not match tensor {Q!r} of shape [2, 2]"],
+        ),
+    ],
+)
+def test_config_must_match_the_tensors_present(
+    config: dict[str, object],
+    tensors: dict[str, list[int]] | None,
+    needles: list[str],
+    tmp_path: Path,
+    isolated_cache: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    d = tiny_hf_dir(tmp_path, config, tensors)
+    code, lines = convert_cli(str(d), capsys=capsys)
+    assert_refused(isolated_cache, code, lines, str(d), *needles)
+
+
+def test_the_tiny_checkpoint_gets_past_the_checks(tmp_path: Path) -> None:
+    """The cases above fail for the size or tensor they change, not because the checkpoint was never valid."""
+    from converters.hf_to_gguf import plan_hf
+
+    plan = plan_hf(tiny_hf_dir(tmp_path, {}), "tiny")
+    assert [t.name for t in plan.tensors] == ["token_embd.weight", "blk.0.attn_q.weight", "blk.0.attn_k.weight"]
 
 
 @pytest.mark.parametrize(
