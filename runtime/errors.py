@@ -21,6 +21,10 @@ class ModelError(UserError):
     its model manager)."""
 
 
+class ContextTooLong(UserError):
+    """A prompt longer than the context leaves room for (the API answers 400 `context_length_exceeded`)."""
+
+
 class Cancelled(SpecQuantError):
     """The user asked to stop; whatever was half-written has been removed."""
 

@@ -12,7 +12,7 @@ import pytest
 from runtime.decode.sampling import SamplingParams
 from runtime.decode.text_stream import split_stop
 from runtime.engine.engine import ChatOptions, Engine, EngineSettings
-from runtime.errors import Cancelled, UserError
+from runtime.errors import Cancelled, ContextTooLong, UserError
 from runtime.models.cache import DEMO_NAME, ModelDir
 from tests.conftest import copy_of_demo
 
@@ -155,6 +155,8 @@ def test_context_overflow_drops_oldest_turns_but_keeps_system(root: Path) -> Non
         _, chunks = collect(small, messages, ChatOptions(max_tokens=16))
         assert chunks[-1].stats.dropped_turns > 0
         assert chunks[-1].stats.prompt_tokens + 16 <= 512
+        with pytest.raises(ContextTooLong, match="allow dropping its oldest turns"):  # the API's default
+            collect(small, messages, ChatOptions(max_tokens=16, trim=False))
         with pytest.raises(UserError, match="the context holds 512"):
             collect(small, user("word " * 1000), ChatOptions(max_tokens=16))
     finally:
@@ -241,3 +243,34 @@ def test_damaged_tier_is_a_clear_error(demo_model: ModelDir, tmp_path: Path) -> 
 def test_unknown_model_is_a_clear_error(root: Path) -> None:
     with pytest.raises(UserError, match="no model 'nope'"):
         Engine("nope", root=root)
+
+
+def test_a_prompt_prefix_is_reused_only_under_the_same_cache_key(engine: Engine) -> None:
+    """How fast an answer starts must not tell one party what another asked (ChatOptions.cache_key)."""
+    greedy = ChatOptions(max_tokens=4, sampling=SamplingParams())
+    ask = user("Tell me about the moon and its phases.")
+    collect(engine, ask, replace(greedy, cache_key="window"))
+    _, other = collect(engine, ask, replace(greedy, cache_key="api"))
+    assert other[-1].stats.reused_tokens == 0
+    _, same = collect(engine, ask, replace(greedy, cache_key="api"))
+    assert same[-1].stats.reused_tokens == same[-1].stats.prompt_tokens - 1
+
+
+def test_a_finished_answers_cancel_does_not_abort_a_later_cost_probe(engine: Engine) -> None:
+    """The false 503s: the server sets a request's cancel event as the request ends; a cost probe that decodes
+    before the next answer must not be aborted by it."""
+    cancel = threading.Event()
+    collect(engine, user("Say hi."), ChatOptions(max_tokens=4, sampling=SamplingParams()), cancel)
+    cancel.set()
+    costs, cached = engine.costs("f16", ["q8_0"], refresh=True)
+    assert not cached and costs.c["q8_0"] > 0
+
+
+def test_costs_measured_under_load_are_measured_again_at_most_once_in_a_while(engine: Engine) -> None:
+    """An answer that ran much faster than the costs said marks them stale; under a load that comes and goes
+    every answer would do so, and each re-measurement costs seconds: once per REMEASURE_S at most."""
+    engine._measured_at.clear()
+    engine._stale.add("f16")
+    assert engine.costs("f16")[1] is False  # measured again
+    engine._stale.add("f16")
+    assert engine.costs("f16")[1] is True  # just measured: kept

@@ -432,14 +432,38 @@ def test_the_schema_reads_text_parts_roles_stops_and_our_options() -> None:
     assert not call.stream and not call.include_usage
 
 
+def test_the_schema_takes_what_real_clients_send() -> None:
+    """Names on messages, a chat that ends with the assistant, an assistant that said nothing, and newer
+    fields that cannot change the answer (issue #40); trimming a long chat only when asked."""
+    from runtime.engine.engine import ChatOptions
+
+    call = parse(
+        messages=[
+            {"role": "system", "content": "Be brief.", "name": "rules"},
+            {"role": "user", "content": "Hi", "name": "ann"},
+            {"role": "assistant", "content": None, "name": "helper"},
+        ],
+        prompt_cache_key="k", safety_identifier="s", verbosity="medium", store=True, metadata={"a": "b"},
+    )
+    assert call.messages == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+                             {"role": "assistant", "content": ""}]  # the names are not shown to the model
+    assert call.options.trim is False and ChatOptions().trim is True  # the window and the CLI trim
+    assert parse(specquant={"trim": True}).options.trim is True
+
+
 @pytest.mark.parametrize(
     ("body", "param"),
     [
         ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
          "messages[0].content[0]"),
-        ({"messages": [{"role": "assistant", "content": "hi"}]}, "messages[0].role"),
+        ({"messages": [{"role": "robot", "content": "hi"}]}, "messages[0].role"),
         ({"messages": [{"role": "tool", "content": "42"}]}, "messages[0].tool_call_id"),
-        ({"messages": [{"role": "user", "content": "hi", "name": "bob"}]}, "messages[0].name"),
+        ({"messages": [{"role": "user", "content": "hi", "name": ["bob"]}]}, "messages[0].name"),
+        ({"messages": [{"role": "user", "content": None}]}, "messages[0].content"),
+        ({"verbosity": "low"}, "verbosity"),
+        ({"metadata": "tag"}, "metadata"),
+        ({"stream": True, "stream_options": {"include_obfuscation": 1}}, "stream_options.include_obfuscation"),
+        ({"specquant": {"trim": "yes"}}, "specquant.trim"),
         ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
         ({"stream_options": {"include_usage": True}}, "stream_options"),
         ({"stream": True, "stream_options": {"include_usage": "yes"}}, "stream_options.include_usage"),

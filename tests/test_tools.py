@@ -164,6 +164,30 @@ def test_the_parser_holds_back_what_may_start_a_call_and_keeps_text_that_does_no
     assert content == "" and [d.name for d in deltas if d.name] == ["add"]
 
 
+@pytest.mark.parametrize("syntax", [GENERIC, LLAMA3], ids=["hermes-form", "llama-form"])
+def test_a_call_cut_anywhere_is_dropped_or_whole_and_never_leaks_its_wrapper(syntax) -> None:
+    """The token limit may fall anywhere in a call: in its opener, its name, its arguments or its closing.
+    Only complete calls come out, each in one piece (a client given a half-written call's pieces may repair
+    them into a call to make), and with tool_choice required nothing of a cut call becomes content."""
+    calls = [("get_weather", '{"city": "Pa}ris", "unit": "celsius"}'), ("add", '{"a": 12}')]
+    if syntax is LLAMA3:
+        calls = calls[:1]
+    answer = "\n".join(call_text(name, arguments, syntax) for name, arguments in calls)
+    closes = [answer.index(a) + len(a) for _, a in calls]  # where each call's arguments end
+    for cut in range(len(answer) + 1):
+        for size in (1, 4, len(answer)):
+            parser, content, deltas = CallParser(syntax, calls_only=True), "", []
+            for i in range(0, cut, size):
+                text, found = parser.feed(answer[i : min(i + size, cut)])
+                content, deltas = content + text, deltas + found
+            text, found = parser.feed("", final=True)
+            deltas += found
+            assert content + text == "", (cut, size)
+            assert len({d.index for d in deltas}) == len(deltas) and all(d.id and d.name for d in deltas)
+            got = [(c["function"]["name"], c["function"]["arguments"]) for c in assemble(deltas)]
+            assert got == [c for c, end in zip(calls, closes, strict=True) if cut >= end], (cut, size)
+
+
 # --- the grammar -------------------------------------------------------------------------------------------
 def test_auto_allows_text_or_text_then_calls_and_required_starts_with_the_call(demo_gguf: Path) -> None:
     tokenizer = tokenizer_for(demo_gguf)

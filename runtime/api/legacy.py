@@ -90,8 +90,10 @@ def text_completion(
     text: str,
     last: Chunk | None = None,
     logprobs: dict[str, Any] | None = None,
+    streamed: bool = False,
 ) -> dict[str, Any]:
-    """A whole `text_completion`, or one streamed piece of it (the one with `last` ends the stream)."""
+    """A whole `text_completion`, or one streamed piece of it (the one with `last` ends the stream and carries
+    our facts; a stream's usage comes only in the extra chunk `include_usage` asks for)."""
     out: dict[str, Any] = {
         "id": call_id,
         "object": "text_completion",
@@ -107,6 +109,7 @@ def text_completion(
         ],
     }
     if last is not None:
-        out["usage"] = usage(last)
+        if not streamed:
+            out["usage"] = usage(last)
         out["specquant"] = api_facts(last)
     return out

@@ -2,8 +2,8 @@
 own types, and the responses (whole, streamed chunks, errors) built from the Engine's Chunks.
 
 Every field OpenAI defines is either honoured, accepted at the value that means "not used" (`n: 1`,
-`logprobs: false`), or refused with a 400 naming it: nothing is silently ignored. `null` counts as absent,
-as the official clients send it.
+`logprobs: false`), accepted and ignored where it cannot change the answer (`IGNORED`: caching hints, tags),
+or refused with a 400 naming it. `null` counts as absent, as the official clients send it.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 
 from runtime.decode.grammar import Grammar, GrammarError
 from runtime.decode.sampling import SEED_MAX
+from runtime.decode.schema_limits import SchemaBudget, SchemaTooLarge
 from runtime.engine.chat import ChatOptions, Chunk, Message, TokenChoice, answer_facts
 from runtime.engine.tools import CHOICES, NAME, CallDelta, Tool, ToolRequest, assemble
 from runtime.errors import UserError
@@ -40,29 +41,43 @@ NOT_USED: dict[str, tuple[Any, ...]] = {
     "frequency_penalty": (0, 0.0),
     "logit_bias": ({},),
     "modalities": (["text"],),
-    "store": (False,),
     "audio": (),
     "prediction": (),
     "web_search_options": (),
     "reasoning_effort": (),
-    "metadata": (),
-    "service_tier": ("auto", "default"),
+    "moderation": (),  # OpenAI's moderation may block the answer
+    "service_tier": ("auto", "default", "flex", "scale", "priority", "fast"),  # how OpenAI queues it, not what
+    "verbosity": ("medium",),  # OpenAI's default; low or high would change the answer's length
+}
+# Fields that do not change the answer, accepted (their type checked) and ignored: caching hints and tags for
+# OpenAI's own bookkeeping (stored completions, abuse monitoring). Nothing is stored here.
+IGNORED: dict[str, type] = {
+    "prompt_cache_key": str,
+    "prompt_cache_options": dict,
+    "prompt_cache_retention": str,
+    "safety_identifier": str,
+    "metadata": dict,
+    "store": bool,
 }
 HONOURED = {
     "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed", "stop",
     "stream", "stream_options", "user",  # user: the caller's own tag for its users, nothing to do here
     "response_format", "tools", "tool_choice", "parallel_tool_calls", "logprobs", "top_logprobs",
     "top_k", "min_p", "specquant",  # our extensions
+    *IGNORED,
 }
 MAX_TOOLS = 128  # OpenAI's own limit
 MAX_TOP_LOGPROBS = 20
-SPECQUANT_FIELDS = ("level", "preset", "parent", "draft", "allow_lossy")
+SPECQUANT_FIELDS = ("level", "preset", "parent", "draft", "allow_lossy", "trim")
 FINISH_REASON = {"eos": "stop", "stop": "stop", "max_tokens": "length", "length": "length"}
+# `name` (a participant's name; LangChain sends it for named messages, and a tool's name on its results) is
+# accepted and not shown to the model: most templates have no place for it, and text a template writes
+# outside a message's content is read as its markup (runtime.engine.markup), so a name must not get there.
 MESSAGE_FIELDS = {
-    "system": {"role", "content"},
-    "user": {"role", "content"},
-    "assistant": {"role", "content", "tool_calls", "refusal"},
-    "tool": {"role", "content", "tool_call_id"},
+    "system": {"role", "content", "name"},
+    "user": {"role", "content", "name"},
+    "assistant": {"role", "content", "tool_calls", "refusal", "name"},
+    "tool": {"role", "content", "tool_call_id", "name"},
 }
 
 
@@ -103,6 +118,8 @@ def parse_chat(body: Any, base: ChatOptions, n_ctx: int) -> ChatCall:
         raise ApiError(400, "the request body must be a JSON object")
     given = {k: v for k, v in body.items() if v is not None}
     check_fields(given, HONOURED)
+    for name, kind in IGNORED.items():
+        typed(given, name, kind)
     model = typed(given, "model", str)
     if "messages" not in given:
         raise ApiError(400, "missing required parameter: messages", "messages")
@@ -110,10 +127,11 @@ def parse_chat(body: Any, base: ChatOptions, n_ctx: int) -> ChatCall:
     max_tokens = integer(given, "max_completion_tokens", 1, n_ctx) or integer(given, "max_tokens", 1, n_ctx)
     stream, include_usage = stream_flags(given)
     changes = sampling_changes(given, base, max_tokens)
-    grammar = _response_format(given)
+    budget = SchemaBudget()  # the limits count the response format's schema and every tool's together
+    grammar = _response_format(given, budget)
     if grammar is not None:
         changes["grammar"] = grammar
-    request = _tools(given, messages)
+    request = _tools(given, messages, budget)
     if request is not None:
         if grammar is not None and request.callable:
             raise ApiError(400, "response_format together with tools is not supported by SpecQuant: use one, or "
@@ -151,9 +169,11 @@ def stream_flags(given: dict[str, Any]) -> tuple[bool, bool]:
     stream_options = typed(given, "stream_options", dict) or {}
     if stream_options and not stream:
         raise ApiError(400, "stream_options is only allowed with stream: true", "stream_options")
-    unknown = set(stream_options) - {"include_usage"}
+    # include_obfuscation: OpenAI pads its chunks against length side channels; a local server has none to pad.
+    unknown = set(stream_options) - {"include_usage", "include_obfuscation"}
     if unknown:
         raise ApiError(400, f"unrecognized stream option: {sorted(unknown)[0]}", "stream_options")
+    typed(stream_options, "include_obfuscation", bool, "stream_options.include_obfuscation")
     return stream, bool(typed(stream_options, "include_usage", bool, "stream_options.include_usage"))
 
 
@@ -175,7 +195,7 @@ def sampling_changes(given: dict[str, Any], base: ChatOptions, max_tokens: int |
     return changes
 
 
-def _response_format(given: dict[str, Any]) -> Grammar | None:
+def _response_format(given: dict[str, Any], budget: SchemaBudget) -> Grammar | None:
     """`response_format`: text (None), any JSON object, or a JSON schema. `strict: true` (OpenAI's structured
     outputs) enforces every keyword or refuses the schema with a 400 naming what is unsupported; without it,
     keywords the grammar engine cannot enforce are ignored, as OpenAI's non-strict mode does."""
@@ -202,7 +222,7 @@ def _response_format(given: dict[str, Any]) -> Grammar | None:
         strict = spec.get("strict") or False
         if not isinstance(strict, bool):
             raise ApiError(400, f"{where}.strict must be true or false", f"{where}.strict")
-        return _schema_grammar(spec.get("schema", {}), strict, f"{where}.schema")
+        return _schema_grammar(spec.get("schema", {}), strict, f"{where}.schema", budget)
     raise ApiError(400, f"response_format.type must be text, json_object or json_schema, not {_short(kind)}",
                    "response_format.type")
 
@@ -214,13 +234,15 @@ def _name(value: Any, where: str) -> str:
     return value
 
 
-def _schema_grammar(schema: Any, strict: bool, where: str) -> Grammar:
+def _schema_grammar(schema: Any, strict: bool, where: str, budget: SchemaBudget | None = None) -> Grammar:
     """The grammar of a request's JSON schema (a response_format's, a tool's parameters), or a 400 naming
-    `where` with llguidance's words for what it cannot enforce."""
+    `where` with llguidance's words for what it cannot enforce, or the limit it is over."""
     if not isinstance(schema, dict):
         raise ApiError(400, f"{where} must be a JSON schema object", where)
     try:
-        return Grammar.from_json_schema(schema, strict=strict)
+        return Grammar.from_json_schema(schema, strict=strict, budget=budget)
+    except SchemaTooLarge as e:
+        raise ApiError(400, f"{where}: {e}", where, code="schema_too_large") from None
     except GrammarError as e:
         raise ApiError(400, f"{where}: {e}", where, code="unsupported_schema") from None
     except RecursionError:  # a schema nested too deep for the compiler
@@ -250,9 +272,11 @@ def _messages(value: Any) -> list[Message]:
         if role == "assistant" and m.get("tool_calls") is not None:
             message["tool_calls"] = _past_calls(m["tool_calls"], f"{where}.tool_calls")
             call_ids.update(c["id"] for c in message["tool_calls"])
-            message["content"] = "" if m.get("content") is None else _content(m["content"], f"{where}.content")
+        if role == "assistant" and m.get("content") is None:  # OpenAI's own replies may say nothing
+            message["content"] = ""
         else:
             message["content"] = _content(m.get("content"), f"{where}.content")
+        typed(m, "name", str, f"{where}.name")
         if role == "tool":
             call_id = m.get("tool_call_id")
             if not isinstance(call_id, str) or not call_id:
@@ -266,10 +290,8 @@ def _messages(value: Any) -> list[Message]:
         out.append(message)
     if total > MAX_CONTENT_CHARS:
         raise ApiError(400, f"the messages hold {total} characters; at most {MAX_CONTENT_CHARS}", "messages")
-    if out[-1]["role"] not in ("user", "tool"):
-        raise ApiError(400, "the last message must be from the user (or a tool's result)",
-                       f"messages[{len(out) - 1}].role")
-    return out
+    return out  # it may end with any role: after an assistant's or a system message comes a new assistant turn
+
 
 
 def _past_calls(value: Any, where: str) -> list[dict[str, Any]]:
@@ -297,7 +319,7 @@ def _past_calls(value: Any, where: str) -> list[dict[str, Any]]:
     return calls
 
 
-def _tools(given: dict[str, Any], messages: list[Message]) -> ToolRequest | None:
+def _tools(given: dict[str, Any], messages: list[Message], budget: SchemaBudget) -> ToolRequest | None:
     """`tools`, `tool_choice` and `parallel_tool_calls`; None when the request has no tools (a chat that
     only shows past calls still gets a ToolRequest, so they render as the model expects)."""
     value = given.get("tools")
@@ -309,17 +331,18 @@ def _tools(given: dict[str, Any], messages: list[Message]) -> ToolRequest | None
         if any(m["role"] == "tool" or m.get("tool_calls") for m in messages):
             return ToolRequest((), "none")
         return None
-    return tool_request(value, choice, True if parallel is None else parallel)
+    return tool_request(value, choice, True if parallel is None else parallel, budget)
 
 
-def tool_request(value: Any, choice: Any, parallel: bool = True) -> ToolRequest:
+def tool_request(value: Any, choice: Any, parallel: bool = True, budget: SchemaBudget | None = None) -> ToolRequest:
     """OpenAI's `tools` (a non-empty list) and `tool_choice` (None: auto), checked: a 400 names the field at
     fault. The benchmark's tools workload reads its prompts' tools with this too."""
     if not isinstance(value, list) or not value:
         raise ApiError(400, "tools must be an array of functions", "tools")
     if len(value) > MAX_TOOLS:
         raise ApiError(400, f"tools holds {len(value)} tools; at most {MAX_TOOLS}", "tools")
-    tools = [_tool(t, f"tools[{i}]") for i, t in enumerate(value)]
+    budget = budget or SchemaBudget()
+    tools = [_tool(t, f"tools[{i}]", budget) for i, t in enumerate(value)]
     names = [t.name for t in tools]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
@@ -342,7 +365,7 @@ def tool_request(value: Any, choice: Any, parallel: bool = True) -> ToolRequest:
     return ToolRequest(tuple(tools), choice, parallel)
 
 
-def _tool(value: Any, where: str) -> Tool:
+def _tool(value: Any, where: str, budget: SchemaBudget) -> Tool:
     function = value.get("function") if isinstance(value, dict) else None
     if not isinstance(value, dict) or value.get("type") != "function" or not isinstance(function, dict):
         raise ApiError(400, f'{where} must be {{"type": "function", "function": {{"name", ...}}}}', where)
@@ -360,7 +383,7 @@ def _tool(value: Any, where: str) -> Tool:
     tool = Tool(name, description and valid_unicode(description, f"{where}.description"), strict=strict)
     if function.get("parameters") is not None:
         tool = replace(tool, parameters=function["parameters"])
-    _schema_grammar(tool.parameters, strict, f"{where}.parameters")  # refused here, naming the tool, not mid-answer
+    _schema_grammar(tool.parameters, strict, f"{where}.parameters", budget)  # refused here (naming the tool)
     return tool
 
 
@@ -419,6 +442,9 @@ def _specquant(given: dict[str, Any]) -> dict[str, Any]:
     lossy = typed(ext, "allow_lossy", bool, "specquant.allow_lossy")
     if lossy is not None:
         out["allow_lossy"] = lossy
+    # Whatever the server's own options say: a chat too long for the context is a 400, as OpenAI's, unless the
+    # request asks for its oldest turns to be dropped (the answer's `dropped_turns` says how many were).
+    out["trim"] = bool(typed(ext, "trim", bool, "specquant.trim"))
     return out
 
 
@@ -548,7 +574,8 @@ def stream_chunk(
     logprobs: Sequence[TokenChoice] | None = None,
     called: bool = False,
 ) -> dict[str, Any]:
-    """One `chat.completion.chunk`; the one with `finish` (the last Chunk) carries usage and the facts."""
+    """One `chat.completion.chunk`; the one with `finish` (the last Chunk) carries our facts. Never usage: as
+    OpenAI's, only the extra last chunk of `include_usage` has it (a client adds up every usage it sees)."""
     out: dict[str, Any] = {
         "id": call_id,
         "object": "chat.completion.chunk",
@@ -564,13 +591,12 @@ def stream_chunk(
         ],
     }
     if finish is not None:
-        out["usage"] = usage(finish)
         out["specquant"] = api_facts(finish)
     return out
 
 
 def usage_chunk(piece: dict[str, Any], last: Chunk) -> dict[str, Any]:
     """`stream_options.include_usage`: after the stream's last `piece`, one like it with no choices and the
-    usage."""
+    usage (the facts are on the finishing chunk already)."""
     head = {k: piece[k] for k in ("id", "object", "created", "model")}
-    return head | {"choices": [], "usage": usage(last), "specquant": api_facts(last)}
+    return head | {"choices": [], "usage": usage(last)}

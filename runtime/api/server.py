@@ -9,13 +9,16 @@ What a web page or a broken client cannot do (docs/api.md, "Security"): web page
 are kept out by runtime.api.guard; a body must arrive within BODY_DEADLINE_S and hold at most
 MAX_BODY bytes (and runtime.api.schema's message caps); a stream whose reader stops reading is cancelled
 after STALL_S, or once it falls BACKLOG chunks behind; at most MAX_CONNECTIONS connections are served at
-once (uvicorn answers 503 beyond); and a cancelled request leaves the engine's queue at once.
+once (uvicorn answers 503 beyond), and to make room for a new one the oldest idle connection is dropped; a
+request's head must arrive within HEADER_TIMEOUT_S (runtime.api.connections); and a cancelled request leaves
+the engine's queue at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import hmac
 import json
@@ -40,6 +43,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from runtime.api import legacy
 from runtime.api import schema as api_schema
 from runtime.api.guard import BrowserGuard
+from runtime.api.offload import ParseThreads, TooSlow
 from runtime.api.schema import DEFAULT_PORT, ApiError
 from runtime.engine.engine import ChatOptions, Chunk, EngineSettings
 from runtime.engine.thread import EngineThread, Failure, Job, QueueFull
@@ -54,6 +58,8 @@ BODY_DEADLINE_S = 30.0  # a body still arriving after this is a stalled or hosti
 STALL_S = 30.0  # a stream's reader that takes no data for this long has gone: its answer is cancelled
 BACKLOG = 1024  # chunks a stream's reader may fall behind before its answer is cancelled
 MAX_CONNECTIONS = 64
+HEADER_TIMEOUT_S = 10.0  # a request's head (or the next one on a kept-alive connection) must come within this
+PARSE_DEADLINE_S = 10.0  # a request whose schemas take longer to compile is refused (400), not waited for
 DRAIN = 4  # an oversized body is read (and dropped) up to this many times the cap before the 413
 
 
@@ -75,6 +81,8 @@ class ServeConfig:
     max_body: int = MAX_BODY
     body_deadline_s: float = BODY_DEADLINE_S
     stall_s: float = STALL_S
+    header_timeout_s: float = HEADER_TIMEOUT_S
+    parse_deadline_s: float = PARSE_DEADLINE_S
 
 
 def check_config(config: ServeConfig) -> None:
@@ -116,6 +124,7 @@ class Service:
         self.defaults = defaults
         self.config = config
         self.jobs: set[Job] = set()
+        self.parser = ParseThreads()
 
     def cancel_all(self) -> None:
         """Cancel this API's jobs (the window's own, on a shared engine thread, are left alone)."""
@@ -155,7 +164,12 @@ class Service:
         body = await self._read_json(request)
         d = self.defaults()
         parse = api_schema.parse_chat if kind == "chat" else legacy.parse_completion
-        call = parse(body, d.options, d.settings.n_ctx)
+        try:  # off the event loop: compiling a request's schemas is native code that cannot yield
+            call = await self.parser.run(self.config.parse_deadline_s, parse, body, d.options, d.settings.n_ctx)
+        except TooSlow as e:
+            words = f"the request's schemas {e} to compile: make them smaller"
+            raise ApiError(400, words, code="schema_too_large") from None
+        call = dataclasses.replace(call, options=dataclasses.replace(call.options, cache_key=cache_key(body)))
         model = call.model or d.model
         if not _is_cached(model):
             raise self._unknown_model(model)
@@ -188,7 +202,7 @@ class Service:
         watcher = asyncio.create_task(_on_disconnect(request.receive, finish))
         streaming = False
         try:
-            first = await _next_chunk(events)
+            first = await _next_chunk(events, "prompt" if kind == "text" else "messages")
             if call.stream:
                 streaming = True  # the stream's own end calls finish()
                 events_of = self._chat_stream if kind == "chat" else self._text_stream
@@ -257,7 +271,7 @@ class Service:
                 break
             chunk = await _next_chunk(events)
         _check_complete(chunk)
-        yield legacy.text_completion(call_id, model, created, "", chunk), chunk
+        yield legacy.text_completion(call_id, model, created, "", chunk, streamed=True), chunk
 
     async def _stream(
         self, pieces: AsyncIterator[tuple[dict[str, Any], Chunk]], include_usage: bool, finish: Callable[[], None]
@@ -342,6 +356,13 @@ class Service:
         return ApiError(404, f"model {name!r} is not in the cache (cached: {known})", "model", code="model_not_found")
 
 
+def cache_key(body: dict[str, Any]) -> str:
+    """Which prompt prefixes a request may reuse (ChatOptions.cache_key): API clients never share the window's,
+    and a client that names its own cache (`prompt_cache_key`, else `user`) shares only with that name."""
+    own = body.get("prompt_cache_key") or body.get("user")
+    return f"api:{own}" if isinstance(own, str) else "api"
+
+
 def _is_cached(name: str) -> bool:
     """Whether `name` is a complete model in the cache (one manifest read, not a listing of the cache)."""
     try:
@@ -351,11 +372,14 @@ def _is_cached(name: str) -> bool:
     return bool(manifest and manifest.get("complete"))
 
 
-async def _next_chunk(events: asyncio.Queue[Any]) -> Chunk:
-    """The job's next Chunk; its Failure as an ApiError (Status events are for the window)."""
+async def _next_chunk(events: asyncio.Queue[Any], prompt: str = "messages") -> Chunk:
+    """The job's next Chunk; its Failure as an ApiError (Status events are for the window). `prompt`: the
+    request's field that a prompt too long for the context is blamed on."""
     while True:
         event = await events.get()
         if isinstance(event, Failure):
+            if event.kind == "context":  # OpenAI's code: clients look for it to shorten the chat and retry
+                raise ApiError(400, event.reason, prompt, code="context_length_exceeded")
             if event.kind in ("user", "model"):
                 raise ApiError(400, event.reason)
             if event.kind == "cancelled":
@@ -461,12 +485,16 @@ def create_app(service: Service) -> Starlette:
 
 
 def uvicorn_server(service: Service) -> Any:
-    """A uvicorn Server for the app, our logging kept (no access log: RequestLog says what is needed)."""
+    """A uvicorn Server for the app, our logging kept (no access log: RequestLog says what is needed), on h11
+    with the connection limits of runtime.api.connections."""
     import uvicorn
 
+    from runtime.api.connections import protocol
+
+    http = protocol(service.config.header_timeout_s, service.config.stall_s)
     config = uvicorn.Config(
         create_app(service), log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=5,
-        limit_concurrency=MAX_CONNECTIONS,
+        limit_concurrency=MAX_CONNECTIONS, http=http,
     )
     return uvicorn.Server(config)
 

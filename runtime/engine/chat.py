@@ -47,6 +47,12 @@ class ChatOptions:
     tools: ToolRequest | None = None  # tools the model may call (runtime.engine.tools); the grammar is theirs
     logprobs: int | None = None  # each token's log-probability and this many alternatives (None: not asked)
     raw_prompt: bool = False  # the last message's content is the prompt as it is, without the chat template
+    # A chat too long for the context loses its oldest turns (the window and the CLI keep their own chats
+    # going); False: it is refused (ContextTooLong), as the API does unless a request asks (OpenAI's 400).
+    trim: bool = True
+    # Whose KV cache this answer may reuse: a prompt prefix is kept only from an answer with the same key, so
+    # how fast an answer starts never tells one party (the window, an API client) what another one asked.
+    cache_key: str = ""
 
     def __post_init__(self) -> None:
         if self.level not in ("auto", *router.LEVELS):

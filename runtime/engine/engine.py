@@ -20,7 +20,7 @@ from typing import Any
 
 from runtime.decode.cost_model import NGRAM, Controller, Estimates, Offer
 from runtime.decode.costs import MachineCosts, load_or_measure
-from runtime.decode.grammar import Grammar, markup_token, tokenizer_for
+from runtime.decode.grammar import Grammar, markup_spellings, markup_token, tokenizer_for
 from runtime.decode.llama_backend import LlamaBackend, LoadOptions
 from runtime.decode.sampling import SamplingParams, recommended
 from runtime.decode.speculative import SpecConfig, Step, TokenLogprob, generate_steps, take
@@ -29,9 +29,10 @@ from runtime.engine import tools
 from runtime.engine.chat import Answer, ChatOptions, Chunk, Message, Stats, TokenChoice
 from runtime.engine.decide import Decision, decide
 from runtime.engine.interface import Answers
+from runtime.engine.markup import chat_tokens
 from runtime.engine.plain_estimate import PlainEstimate
 from runtime.engine.tools import ToolRequest
-from runtime.errors import Cancelled, ModelError, UserError, readable
+from runtime.errors import Cancelled, ContextTooLong, ModelError, UserError, readable
 from runtime.machine import rpc
 from runtime.machine.hardware import Inventory, inventory
 from runtime.models.cache import DEMO_NAME, ModelDir, atomic_write_text, cache_root, check_name, list_models
@@ -47,6 +48,7 @@ log = logging.getLogger("specquant.engine")
 EXPECTED_ANSWER_TOKENS = {"low": 16, "medium": 48, "high": 96}
 SHORT_ANSWER_TOKENS = 8  # "Answer with the letter": the letter, maybe a few words and the end token
 ESTIMATES_FILE = "controller.json"
+REMEASURE_S = 600.0  # the least time between two measurements of a parent's costs that answers ask for
 # What a prompt asks for says more about its answer's length than its level does: code, stories and
 # explanations run long whatever their level.
 LONG_ANSWER_INTENTS = frozenset(
@@ -125,6 +127,8 @@ class Engine(Answers):
         self._estimates: dict[str, Estimates] | None = None
         self._costs: dict[str, MachineCosts] = {}
         self._stale: set[str] = set()  # parents whose costs an answer showed were measured under load
+        self._measured_at: dict[str, float] = {}  # when this process last measured each parent's costs
+        self._cache_key = ""  # ChatOptions.cache_key of the answer whose prompt the KV caches hold
         router.warm_up()
 
     # --- decisions (runtime.engine.decide) ----------------------------------------------------------
@@ -185,7 +189,11 @@ class Engine(Answers):
         """This machine's costs for `parent` and its `drafts` (runtime.decode.costs): cached in the model's folder,
         else measured now (a few seconds, once per machine, kernels and tiers); and whether they were cached.
         Every Estimates of this parent starts from them."""
-        refresh = refresh or parent in self._stale
+        # Costs an answer showed were measured under load are measured again, at most once per REMEASURE_S:
+        # under a load that comes and goes (a busy server) every answer would otherwise pay seconds for it.
+        last = self._measured_at.get(parent)
+        if parent in self._stale and (last is None or time.monotonic() - last >= REMEASURE_S):
+            refresh = True
         self._stale.discard(parent)
         known = self._costs.get(parent)
         if known is not None and not refresh and all(d in known.c for d in drafts):
@@ -204,6 +212,8 @@ class Engine(Answers):
             tiers = sorted(set(drafts) | set(costs.c))
             costs, cached = load_or_measure(self.model.path, key, lambda: loaded(parent), backends, parent, True)
         self._costs[parent] = costs
+        if not cached:
+            self._measured_at[parent] = time.monotonic()
         for name, est in (self._estimates or {}).items():
             if name.startswith(f"{parent}:"):
                 est.seed(costs.shape())
@@ -310,18 +320,24 @@ class Engine(Answers):
 
         template = parent.metadata().get("tokenizer.chat_template")
         if not template:
-            text = "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "
+            def render(chat: list[Message]) -> str:
+                return "".join(f"{m['role']}: {m['content']}\n" for m in chat) + "assistant: "
         else:
             formatter = self._formatters.get(template)
             if formatter is None:  # compiling a template takes milliseconds: once per model
                 bos = parent.detokenize([parent.bos], special=True) if parent.bos >= 0 else ""
                 eos = parent.detokenize([parent.eos], special=True) if parent.eos >= 0 else ""
                 formatter = self._formatters[template] = Jinja2ChatFormatter(template, eos, bos)
-            try:
-                text = formatter(messages=list(messages), tools=tools).prompt
-            except Exception as e:  # a template's own raise_exception, or a Jinja error
-                raise UserError(f"the model's chat template rejected this chat: {e}") from None
-        return parent.tokenize(text, add_bos=False, special=True)
+
+            def render(chat: list[Message]) -> str:
+                try:
+                    return formatter(messages=chat, tools=tools).prompt
+                except Exception as e:  # a template's own raise_exception, or a Jinja error
+                    raise UserError(f"the model's chat template rejected this chat: {e}") from None
+
+        # Only the template's own markup is special: `<|im_end|>` in what a message says stays text.
+        text = functools.partial(parent.tokenize, add_bos=False, special=False)
+        return chat_tokens(messages, render, text, markup_spellings(parent.path))
 
     def raw_prompt(self, parent: LlamaBackend, text: str, reserve: int) -> list[int]:
         """A completion's prompt: the text as it is (special tokens read as text), with the model's BOS."""
@@ -357,9 +373,10 @@ class Engine(Answers):
 
     def fit_context(
         self, parent: LlamaBackend, messages: list[Message], reserve: int, cancel: threading.Event | None = None,
-        tools: list[dict[str, Any]] | None = None,
+        tools: list[dict[str, Any]] | None = None, trim: bool = True,
     ) -> tuple[list[int], int]:
-        """Drop the oldest turns (never the system prompt, never the last message) until the prompt fits.
+        """Drop the oldest turns (never the system prompt, never the last message) until the prompt fits;
+        without `trim`, a chat that does not fit is refused (ContextTooLong) whole.
 
         Linear in the chat's length, so a flood of messages cannot hold the engine: each turn is tokenized
         once, the turns to drop are found by running totals, and the chat is rendered again only to confirm
@@ -370,6 +387,9 @@ class Engine(Answers):
         tokens = render(parent, messages)
         if len(tokens) <= budget:
             return tokens, 0
+        if not trim:
+            fix = "shorten the chat, allow dropping its oldest turns (the API's specquant.trim)"
+            raise _too_long(len(tokens), parent, reserve, fix)
         first = 1 if messages and messages[0]["role"] == "system" else 0
         sizes = []
         for m in messages:
@@ -408,11 +428,12 @@ class Engine(Answers):
     def stream_chat(
         self, messages: Sequence[Message], options: ChatOptions | None = None, cancel: threading.Event | None = None
     ) -> Iterator[Chunk]:
-        """Answer the last user message of `messages`, streaming Chunks; the last has done=True."""
+        """Answer `messages` with the next assistant turn, streaming Chunks; the last has done=True. The chat
+        may end with any role: after an assistant's or a system message the model writes a new turn."""
         options = options or ChatOptions()
-        if not messages or messages[-1].get("role") not in ("user", "tool"):
-            raise UserError("the chat must end with a user message (or a tool's result)")
-        decision = self.decide(messages[-1]["content"], options)
+        if not messages:
+            raise UserError("the chat is empty: it needs at least one message")
+        decision = self.decide(_routed_text(messages), options)
         route, choice, placement = decision.route, decision.choice, decision.placement
         parent, draft = self.pair(choice, placement)
         reserve = min(options.max_tokens, parent.n_ctx // 4)
@@ -422,12 +443,15 @@ class Engine(Answers):
         elif options.tools is not None:
             syntax = tools.syntax_for(parent.metadata().get("tokenizer.chat_template"))
             shown, template_tools = tools.prepare(messages, options.tools, syntax)
-            prompt, dropped = self.fit_context(parent, shown, reserve, cancel, template_tools)
+            prompt, dropped = self.fit_context(parent, shown, reserve, cancel, template_tools, options.trim)
             tool_grammar = self.tool_grammar(parent, options.tools, syntax)
             if tool_grammar is not None:  # else (tool_choice none) the answer is all text
-                grammar, calls = tool_grammar, tools.CallParser(syntax)
+                grammar, calls = tool_grammar, tools.CallParser(syntax, options.tools.choice != "auto")
         else:
-            prompt, dropped = self.fit_context(parent, list(messages), reserve, cancel)
+            prompt, dropped = self.fit_context(parent, list(messages), reserve, cancel, trim=options.trim)
+        if options.cache_key != self._cache_key:  # another party's prefix must not speed this answer up
+            self.reset_caches()
+            self._cache_key = options.cache_key
         reused = min(parent.common_prefix(prompt), len(prompt) - 1)
         spec = replace(self.settings.spec, ngram=self.settings.spec.ngram and choice.ngram)
         if choice.k is not None:  # a fixed draft length (pinned by the user or calibrated)
@@ -509,11 +533,20 @@ class Engine(Answers):
             self.save_estimates()
 
 
-def _too_long(n_tokens: int, parent: LlamaBackend, reserve: int) -> UserError:
-    return UserError(
+def _too_long(n_tokens: int, parent: LlamaBackend, reserve: int, fix: str = "shorten it") -> ContextTooLong:
+    return ContextTooLong(
         f"the prompt is {n_tokens} tokens; the context holds {parent.n_ctx} with {reserve} kept for the answer: "
-        "shorten it or raise the context size"
+        f"{fix} or raise the context size"
     )
+
+
+def _routed_text(messages: Sequence[Message]) -> str:
+    """What the router judges: the last message when it is the user's or a tool's result (the answer follows
+    it), else the last user message (a chat ending with an assistant's or a system message), else the last."""
+    if messages[-1]["role"] in ("user", "tool"):
+        return messages[-1]["content"]
+    users = [m for m in messages if m["role"] == "user"]
+    return (users[-1] if users else messages[-1])["content"]
 
 
 def _token_choice(parent: LlamaBackend, lp: TokenLogprob) -> TokenChoice:

@@ -27,7 +27,7 @@ from runtime import child
 from runtime.engine.chat import ChatOptions, Chunk, Message
 from runtime.engine.engine import Engine, EngineSettings
 from runtime.engine.interface import Answers, LoadedEngine
-from runtime.errors import Cancelled, ModelError, SpecQuantError, UserError, readable
+from runtime.errors import Cancelled, ContextTooLong, ModelError, SpecQuantError, UserError, readable
 from runtime.machine import rpc
 
 FIRST_TOKEN_TIMEOUT_S = 600.0
@@ -38,6 +38,7 @@ _ERRORS: dict[str, type[SpecQuantError]] = {
     "WorkerError": rpc.WorkerError,
     "ModelError": ModelError,
     "UserError": UserError,
+    "ContextTooLong": ContextTooLong,
     "Cancelled": Cancelled,
 }
 

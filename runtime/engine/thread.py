@@ -27,7 +27,7 @@ from typing import Any
 from runtime.engine.engine import ChatOptions, Chunk, EngineSettings, Message
 from runtime.engine.interface import Answers, LoadedEngine
 from runtime.engine.process import open_engine
-from runtime.errors import Cancelled, ModelError, SpecQuantError, UserError, readable
+from runtime.errors import Cancelled, ContextTooLong, ModelError, SpecQuantError, UserError, readable
 from runtime.machine.rpc import WorkerError
 
 log = logging.getLogger("specquant.worker")
@@ -45,8 +45,9 @@ class Status:
 
 @dataclass(frozen=True)
 class Failure:
-    """The job ended without a last Chunk. `kind`: cancelled (reason ""), user (bad input), model (a model
-    missing or damaged: see the model manager), worker (a worker down or lost: runtime.machine.rpc) or internal."""
+    """The job ended without a last Chunk. `kind`: cancelled (reason ""), user (bad input), context (a prompt too
+    long for the context), model (a model missing or damaged: see the model manager), worker (a worker down or
+    lost: runtime.machine.rpc) or internal."""
 
     reason: str
     kind: str
@@ -245,6 +246,8 @@ class EngineThread(Answers):
             _tell(job, Failure(str(e), "model"))
         except WorkerError as e:  # the next job starts anew: on the workers, or here while they are down
             _tell(job, Failure(str(e), "worker"))
+        except ContextTooLong as e:
+            _tell(job, Failure(str(e), "context"))
         except UserError as e:
             _tell(job, Failure(str(e), "user"))
         except Exception as e:  # the worker must survive anything and say what happened
@@ -275,7 +278,7 @@ class EngineThread(Answers):
 
 
 _FAILURES: dict[str, type[SpecQuantError]] = {
-    "cancelled": Cancelled, "user": UserError, "model": ModelError, "worker": WorkerError
+    "cancelled": Cancelled, "user": UserError, "model": ModelError, "worker": WorkerError, "context": ContextTooLong
 }
 
 

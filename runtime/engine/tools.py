@@ -19,7 +19,8 @@ or Llama 3.x's, one call that is the whole answer: `{"name": "get_weather", "par
   drafts for the speculative loop; the arguments follow the tool's parameter schema. `auto` lets the model
   write text, and a call only after it (a lazy trigger, as llguidance's structural tags do); `required` and a
   named function start with the call.
-* `CallParser`: splits the streamed answer into content and `CallDelta`s (OpenAI's `delta.tool_calls`).
+* `CallParser`: splits the streamed answer into content and `CallDelta`s (OpenAI's `delta.tool_calls`), each
+  call whole once it is complete: a call cut off at the token limit is dropped.
 """
 
 from __future__ import annotations
@@ -222,7 +223,8 @@ def call_lark(request: ToolRequest, syntax: CallSyntax, opener: str = "", closer
 
 @dataclass(frozen=True)
 class CallDelta:
-    """A piece of a tool call, as OpenAI streams it: the first piece of a call has its id and name."""
+    """A tool call in OpenAI's `delta.tool_calls` shape: the parser sends each call whole, once it is complete
+    (its id, name and arguments in one piece); `assemble` also joins calls sent in several pieces."""
 
     index: int
     id: str | None = None
@@ -231,22 +233,25 @@ class CallDelta:
 
 
 class CallParser:
-    """Feeds on the answer's text; returns the content to show and the tool-call pieces found so far.
+    """Feeds on the answer's text; returns the content to show and the tool calls completed so far.
 
     The grammar fixes the calls' wrapper, so this reads exactly that form; text that does not follow it (no
-    grammar: `choice: none`) stays content.
+    grammar: `choice: none`) stays content. A call goes out only once it is complete, never in pieces: an
+    answer cut at the token limit inside a call (`final` before its end) drops that call, so no client can
+    take a half-written call, or its arguments repaired into valid JSON, for one the model made.
     """
 
-    def __init__(self, syntax: CallSyntax = GENERIC) -> None:
+    def __init__(self, syntax: CallSyntax = GENERIC, calls_only: bool = False) -> None:
         self.syntax = syntax
+        # tool_choice required or a function: the answer is calls alone, so what a cut leaves of a call's opener
+        # is its wrapper, not content (under auto it may be the model's own text).
+        self.calls_only = calls_only
         self.head = re.compile(re.escape(syntax.start) + r'([A-Za-z0-9_-]{1,64})", "' + syntax.key + '": ')
         self.buffer = ""
         self.calls = 0
         self.text = False  # without an opener: the answer began as text, so it is all content
         self.in_call = False
-        self.named = False  # the current call's name has been sent
-        self.args = ""  # the current call's arguments, sent or not
-        self.sent = 0  # characters of `args` sent
+        self.name: str | None = None  # the current call's name, once its head is read
 
     def feed(self, text: str, final: bool = False) -> tuple[str, list[CallDelta]]:
         self.buffer += text
@@ -256,32 +261,21 @@ class CallParser:
                 found, content = self._content(content, final)
                 if not found:
                     break
-                self.in_call, self.named, self.args, self.sent = True, False, "", 0
-            if not self.named:
+                self.in_call, self.name = True, None
+            if self.name is None:
                 m = self.head.match(self.buffer)
                 if m is None:
-                    if final:  # cut off before the name: nothing to call
-                        self.in_call = False
-                        self.buffer = ""
                     break
-                deltas.append(CallDelta(self.calls, f"call_{uuid.uuid4().hex[:24]}", m.group(1), ""))
-                self.buffer = self.buffer[m.end() :]
-                self.named = True
-            self.args += self.buffer
-            self.buffer = ""
-            end = self._end_of_call(final)
+                self.name, self.buffer = m.group(1), self.buffer[m.end() :]
+            end = self._end_of_call(self.buffer, final)
             if end is None:
-                hold = 0 if final else len(self.syntax.tail)
-                upto = max(self.sent, len(self.args) - hold)
-                if upto > self.sent:
-                    deltas.append(CallDelta(self.calls, arguments=self.args[self.sent : upto]))
-                    self.sent = upto
                 break
-            if end > self.sent:
-                deltas.append(CallDelta(self.calls, arguments=self.args[self.sent : end]))
-            self.buffer = self.args[end + len(self.syntax.tail) :]
+            deltas.append(CallDelta(self.calls, f"call_{uuid.uuid4().hex[:24]}", self.name, self.buffer[:end]))
+            self.buffer = self.buffer[end + len(self.syntax.tail) :]
             self.calls += 1
             self.in_call = False
+        if final and self.in_call:  # cut off inside a call (or before its name): nothing to call
+            self.in_call, self.buffer = False, ""
         return content, deltas
 
     def _content(self, content: str, final: bool) -> tuple[bool, str]:
@@ -294,6 +288,9 @@ class CallParser:
                     return True, content
                 if start.startswith(self.buffer) and not final:
                     return False, content  # may still become a call
+                if self.calls_only:  # cut off before the call's name
+                    self.buffer = ""
+                    return False, content
                 self.text = True
             if self.calls:  # nothing follows a call but the end
                 self.buffer = self.buffer.strip()
@@ -309,25 +306,37 @@ class CallParser:
         while not final and cut > 0 and self.buffer[cut - 1] == "\n":  # may come before a call
             cut -= 1
         piece = self.buffer[:cut]
-        if self.calls and final:  # after calls only a break, or a next call cut off, can follow
+        if (self.calls or self.calls_only) and final:  # only a break, or a call cut off, can follow a call
             piece = piece.strip("\n")
             piece = "" if opener.startswith(piece) else piece
         self.buffer = self.buffer[cut:]
         return False, content + piece
 
-    def _end_of_call(self, final: bool) -> int | None:
-        """Where the current call's arguments end (its tail follows), if they are complete JSON."""
+    def _end_of_call(self, args: str, final: bool) -> int | None:
+        """Where the current call's arguments end in `args` (its tail follows), if they are complete JSON. At
+        the answer's end a tail cut short counts: the grammar fixes every character after the arguments."""
         tail = self.syntax.tail
-        if not self.syntax.opener:  # the call ends with the answer
-            return len(self.args) - len(tail) if final and self.args.endswith(tail) else None
-        start = 0
-        while (at := self.args.find(tail, start)) >= 0:
-            try:
-                json.loads(self.args[:at])
-                return at
-            except ValueError:
+        if self.syntax.opener:
+            start = 0
+            while (at := args.find(tail, start)) >= 0:
+                if _is_json(args[:at]):
+                    return at
                 start = at + 1
+        if final:
+            for at in range(max(0, len(args) - len(tail)), len(args) + 1):
+                # A number at the very end may have been cut short ("12" of "123"): not complete.
+                open_number = at == len(args) and args[-1:].isdigit()
+                if tail.startswith(args[at:]) and not open_number and _is_json(args[:at]):
+                    return at
         return None
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _partial_suffix(text: str, word: str) -> int:
