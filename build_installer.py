@@ -9,7 +9,12 @@ The parts live in the `installer` package; docs/installers.md, "Building install
 
 import sys
 
-from installer.build import main
+try:
+    from installer.build import main
+except ModuleNotFoundError as e:  # a bare Python: everything else goes into the build environment it makes
+    needs = f"it needs {e.name} in this Python: pip install platformdirs filelock"
+    print(f"build_installer.py: error: {needs}", file=sys.stderr)
+    sys.exit(2)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -25,7 +25,9 @@ WHEELS=${SPECQUANT_WHEELS:-${XDG_CACHE_HOME:-$HOME/.cache}/specquant/wheels}/$FL
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-wheel=$(ls "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl 2>/dev/null | head -n 1 || true)
+# The first wheel of this version in the folder, if any (a glob that matches nothing stays as it is).
+first_wheel() { for w in "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl; do [ -f "$w" ] && echo "$w"; break; done; }
+wheel=$(first_wheel)
 # A wheel built with other flags (an older SpecQuant's flavour, e.g. before GGML_RPC) is rebuilt.
 if [ -n "$wheel" ] && [ "$(cat "$WHEELS/FLAGS" 2>/dev/null)" != "$FLAGS" ]; then
   echo "setup.sh: $WHEELS was built with other flags; rebuilding" >&2
@@ -33,25 +35,25 @@ if [ -n "$wheel" ] && [ "$(cat "$WHEELS/FLAGS" 2>/dev/null)" != "$FLAGS" ]; then
   wheel=""
 fi
 if [ -z "$wheel" ]; then
-  echo "setup.sh: building llama-cpp-python $LLAMA_VERSION ($FLAVOUR) into $WHEELS; about 7 minutes on 2 cores, once" >&2
+  echo "setup.sh: building llama-cpp-python $LLAMA_VERSION ($FLAVOUR) into $WHEELS: llama.cpp is compiled once," \
+    "6 to 25 minutes on 2 cores" >&2
   tmp=$work/wheel
-  # The compiler's progress, every 10%, from ninja's "[done/total]" lines; the whole log only on failure.
+  # The compiler's progress every 10%, from ninja's "[done/total]" lines as they come, and the end of the
+  # log only on failure. Python does the filtering: awk and sed may buffer a pipe (mawk, Debian's default
+  # awk, held every line back until the build ended), and BSD sed has no -u.
   if ! CMAKE_ARGS="$FLAGS" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc 2>/dev/null || echo 2) \
-    "$PY" -m pip wheel -v --no-deps --no-cache-dir "llama-cpp-python==$LLAMA_VERSION" -w "$tmp" 2>&1 \
-    | tee "$work/build.log" \
-    | sed -un 's/^ *\[\([0-9][0-9]*\)\/\([0-9][0-9]*\)\].*/\1 \2/p' \
-    | awk '{ p = int(100 * $1 / $2); if (p >= next_p) { printf "setup.sh: compiling llama.cpp %d%% (%d of %d)\n", p, $1, $2 > "/dev/stderr"; fflush("/dev/stderr"); next_p = p - p % 10 + 10 } }'
+    "$PY" installer/progress.py --log "$work/build.log" --label "setup.sh: compiling llama.cpp" -- \
+    "$PY" -m pip wheel -v --no-deps --no-cache-dir "llama-cpp-python==$LLAMA_VERSION" -w "$tmp"
   then
-    tail -n 40 "$work/build.log" >&2
     echo "setup.sh: building llama-cpp-python failed (the lines above are the end of its log)" >&2
     exit 1
   fi
   mkdir -p "$WHEELS"
   printf '%s\n' "$FLAGS" > "$WHEELS/FLAGS"
-  built=$(ls "$tmp"/llama_cpp_python-*.whl)
+  built=$(echo "$tmp"/llama_cpp_python-*.whl)
   cp "$built" "$WHEELS/.partial"            # copy, then rename: a finished wheel appears in one step
   mv "$WHEELS/.partial" "$WHEELS/$(basename "$built")"
-  wheel=$(ls "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl | head -n 1)
+  wheel=$(first_wheel)
 fi
 
 # llama.cpp's own speculative decoder, built from the source llama-cpp-python vendors, with the flavour's
@@ -73,13 +75,17 @@ if [ "${1:-}" = "bench" ] && [ ! -x "$WHEELS/llama.cpp/llama-speculative-simple"
   rm -rf "$WHEELS/llama.cpp" && mv "$WHEELS/.llama.cpp.partial" "$WHEELS/llama.cpp"
 fi
 
-# Qt's runtime libraries and a font, for the offscreen GUI tests; only what is missing, only where apt exists.
+# Qt's runtime libraries and a font, for the offscreen GUI tests, and Xvfb with Qt's X11 libraries, for the
+# installer test's run in a window; only what is missing, only where apt exists.
 if [ "${1:-}" = "test" ] && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   missing=""
-  for pkg in libegl1 libgl1 libxkbcommon0 libfontconfig1 libglib2.0-0 libdbus-1-3 fonts-dejavu-core; do
+  for pkg in libegl1 libgl1 libxkbcommon0 libfontconfig1 libglib2.0-0 libdbus-1-3 fonts-dejavu-core \
+    xvfb xauth libxkbcommon-x11-0 libxcb-cursor0 libxcb-icccm4 libxcb-image0 libxcb-keysyms1 libxcb-randr0 \
+    libxcb-render-util0 libxcb-shape0 libxcb-xfixes0 libxcb-xinerama0 libxcb-xkb1; do
     dpkg -s "$pkg" >/dev/null 2>&1 || missing="$missing $pkg"
   done
   if [ -n "$missing" ]; then
+    # shellcheck disable=SC2086  # a list of package names
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
   fi
 fi

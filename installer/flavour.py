@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
 
+from installer import progress
 from runtime.errors import UserError
 from runtime.models.cache import default_wheel_dir
 
@@ -83,32 +83,35 @@ def check_wheel(folder: Path) -> Path:
 
 
 def build_wheel(flavour: str, folder: Path) -> Path:
-    """Compile llama-cpp-python with the flavour's flags into `folder` (about 7 minutes on 2 cores, once).
+    """Compile llama-cpp-python with the flavour's flags into `folder` (6 to 25 minutes on 2 cores, once),
+    showing the compiler's progress; its whole log stays in `folder`'s parent as build-FLAVOUR.log.
 
     `pip wheel --no-cache-dir`: pip's wheel cache ignores CMAKE_ARGS and could return another flavour.
     """
     flags = FLAVOURS[flavour]
     print(
-        f"build_installer: building llama-cpp-python {LLAMA_VERSION} ({flavour}) into {folder}; "
-        "about 7 minutes on 2 cores, once",
+        f"build_installer: building llama-cpp-python {LLAMA_VERSION} ({flavour}) into {folder}: llama.cpp is "
+        "compiled once, 6 to 25 minutes on 2 cores",
         file=sys.stderr,
     )
     env = dict(os.environ, CMAKE_ARGS=flags, CMAKE_BUILD_PARALLEL_LEVEL=str(os.cpu_count() or 2))
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    log = folder.parent / f"build-{flavour}.log"
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [
             sys.executable,
             "-m",
             "pip",
             "wheel",
-            "-q",
+            "-v",  # ninja's "[done/total]" lines, for the progress
             "--no-deps",
             "--no-cache-dir",
             f"llama-cpp-python=={LLAMA_VERSION}",
             "-w",
             tmp,
         ]
-        if subprocess.run(cmd, env=env).returncode != 0:
-            raise UserError(f"could not build llama-cpp-python ({flavour}): see pip's output above")
+        if progress.run(cmd, log, "build_installer: compiling llama.cpp", env=env) != 0:
+            raise UserError(f"could not build llama-cpp-python ({flavour}): its log's end is above, all of it in {log}")
         built = next(Path(tmp).glob("llama_cpp_python-*.whl"))
         folder.mkdir(parents=True, exist_ok=True)
         for old in folder.glob(f"llama_cpp_python-{LLAMA_VERSION}-*.whl"):

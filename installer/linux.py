@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import subprocess
 import tarfile
@@ -29,6 +30,29 @@ def install_script(meta: Meta) -> str:
 
 def uninstall_script(meta: Meta) -> str:
     return fill("uninstall.sh", name=meta.name, slug=meta.slug)
+
+
+# A symbol version an ELF file needs, as its dynamic string table spells it: between NULs, which adjacent
+# names share (hence look-arounds: a match that consumed the NUL would hide the next name).
+_GLIBC = re.compile(rb"(?<=\x00)GLIBC_(\d+)\.(\d+)(?:\.\d+)?(?=\x00)")
+
+
+def glibc_needed(folder: Path) -> tuple[tuple[int, int], Path | None]:
+    """The newest glibc any ELF file under `folder` asks for, and which file: the oldest glibc the bundle runs
+    on. PyInstaller never bundles glibc itself, so every GLIBC_x.y named in the bundle is a requirement."""
+    newest: tuple[tuple[int, int], Path | None] = ((0, 0), None)
+    for path in sorted(folder.rglob("*")):
+        if path.is_symlink() or not path.is_file():
+            continue
+        with open(path, "rb") as f:
+            if f.read(4) != b"\x7fELF":
+                continue
+            data = f.read()
+        for major, minor in _GLIBC.findall(data):
+            version = (int(major), int(minor))
+            if version > newest[0]:
+                newest = (version, path)
+    return newest
 
 
 def _add_text(tar: tarfile.TarFile, name: str, text: str, mode: int) -> None:

@@ -5,12 +5,14 @@ Made on macOS only; the Info.plist is tested everywhere.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from installer.artefact import TEMPLATES
 from installer.bundle import link_cli
 from installer.metadata import BUNDLE_ID, PUBLISHER, Meta
 from runtime.errors import SpecQuantError
@@ -33,6 +35,17 @@ def info_plist(meta: Meta) -> dict[str, Any]:
     }
 
 
+def codesign_command(app: Path, identity: str) -> list[str]:
+    """Seal the whole .app again: PyInstaller signed every binary inside, but the `specquant` link is added
+    afterwards, which breaks the bundle's seal (and a downloaded app with a broken seal is called "damaged",
+    with no way to open it). A Developer ID gets the hardened runtime that notarisation requires; "-" is an
+    ad-hoc signature, for unsigned builds."""
+    if identity == "-":
+        return ["codesign", "--force", "--sign", "-", str(app)]
+    return ["codesign", "--force", "--sign", identity, "--options", "runtime", "--timestamp",
+            "--entitlements", str(TEMPLATES / "entitlements.plist"), str(app)]
+
+
 def package(dist: Path, out: Path, meta: Meta) -> list[Path]:
     """Move the .app into `out` and wrap it in a compressed disk image with a link to /Applications."""
     base = meta.artefact_base("macos")
@@ -40,6 +53,9 @@ def package(dist: Path, out: Path, meta: Meta) -> list[Path]:
     shutil.rmtree(app, ignore_errors=True)
     (dist / f"{meta.name}.app").rename(app)
     link_cli(app / "Contents" / "MacOS")
+    identity = os.environ.get("SPECQUANT_CODESIGN_IDENTITY") or "-"
+    if subprocess.run(codesign_command(app, identity)).returncode != 0:
+        raise SpecQuantError(f"codesign could not sign {app.name} as {identity!r}")
     hdiutil = shutil.which("hdiutil")
     if hdiutil is None:
         return [app]

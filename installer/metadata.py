@@ -13,6 +13,11 @@ PUBLISHER = "SpecQuant contributors"
 BUNDLE_ID = "org.specquant.SpecQuant"
 
 
+def this_arch() -> str:
+    """This machine's architecture as file names spell it: `x86_64` (Windows says AMD64), `arm64`."""
+    return platform.machine().lower().replace("amd64", "x86_64") or "unknown"
+
+
 @dataclass(frozen=True)
 class Meta:
     name: str  # shown in menus and used in file names: "SpecQuant"
@@ -25,9 +30,10 @@ class Meta:
         """The name as a file and folder name: "specquant"."""
         return re.sub(r"[^a-z0-9]+", "-", self.name.lower()).strip("-") or "specquant"
 
-    def artefact_base(self, os_name: str) -> str:
-        """`SpecQuant-0.1.0-linux-x86_64`, with `-demo` when the demo model is inside."""
-        arch = platform.machine().lower().replace("amd64", "x86_64") or "unknown"
+    def artefact_base(self, os_name: str, arch: str | None = None) -> str:
+        """`SpecQuant-0.1.0-linux-x86_64`, with `-demo` when the demo model is inside; `arch` defaults to
+        this machine's."""
+        arch = arch or this_arch()
         base = f"{re.sub(r'[^A-Za-z0-9._-]+', '-', self.name)}-{self.version}-{os_name}-{arch}"
         return base + ("-demo" if self.with_demo else "")
 

@@ -8,6 +8,7 @@ import json
 import os
 import plistlib
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -22,7 +23,8 @@ from pathlib import Path
 import pytest
 
 from converters import sources
-from installer import bundle, flavour, lean, linux, macos, windows
+from installer import bundle, flavour, lean, linux, macos, selftest, windows
+from installer.linux import glibc_needed
 from installer.metadata import Meta, read_meta
 from runtime.errors import UserError
 from runtime.machine import cpu_variant
@@ -100,7 +102,10 @@ def test_inno_setup_script_has_name_version_start_menu_and_uninstaller() -> None
     text = windows.inno_script(META, "SpecQuant-1.2.3-windows-x86_64", "SpecQuant-1.2.3-windows-x86_64-setup")
     sections = iss_sections(text)
     assert '#define AppName "SpecQuant"' in sections[""] and '#define AppVersion "1.2.3"' in sections[""]
-    setup = dict(line.split("=", 1) for line in sections["Setup"])
+    setup = dict(line.split("=", 1) for line in sections["Setup"] if not line.startswith("#"))
+    # Signed only when compiled with /DSign (a release with a certificate: installer/signing.py).
+    signing = sections["Setup"][sections["Setup"].index("#ifdef Sign"):]
+    assert signing[:3] == ["#ifdef Sign", "SignTool=specquant", "#endif"]
     assert setup["AppName"] == "{#AppName}" and setup["AppVersion"] == "{#AppVersion}"
     assert re.fullmatch(r"\{\{[0-9A-F-]{36}\}", setup["AppId"])
     assert setup["PrivilegesRequired"] == "lowest" and setup.get("Uninstallable", "yes") == "yes"
@@ -127,6 +132,101 @@ def test_metadata_comes_from_pyproject() -> None:
     assert meta.slug == "specquant"
     assert meta.artefact_base("linux").startswith(f"SpecQuant-{meta.version}-linux-")
     assert Meta("My App", "1", "", with_demo=True).artefact_base("linux").endswith("-demo")
+
+
+# --- the Linux tarball's install and uninstall scripts, on a stand-in bundle --------------------------------
+
+ODD = "Dossier partagé"  # a space and a letter beyond ASCII
+
+
+def stand_in_tarball(folder: Path) -> Path:
+    """A real tarball (linux.write_tarball) around a bundle whose program only says it started."""
+    bundle_dir = folder / "bundle"
+    bundle_dir.mkdir(parents=True)
+    program = bundle_dir / "specquant-app"
+    program.write_text('#!/bin/sh\necho "started $0"\n')
+    program.chmod(0o755)
+    (bundle_dir / "specquant").symlink_to("specquant-app")
+    tarball = folder / f"{META.artefact_base('linux')}.tar.gz"
+    linux.write_tarball(bundle_dir, REPO / "assets" / "icon.png", META, tarball)
+    return tarball
+
+
+def unpacked(tarball: Path, into: Path) -> Path:
+    with tarfile.open(tarball) as tar:
+        tar.extractall(into, filter="tar")
+    (top,) = into.iterdir()
+    return top
+
+
+@pytest.mark.parametrize("xdg", [False, True], ids=["default", "XDG_DATA_HOME"])
+def test_install_to_menu_from_odd_paths_and_uninstall_keeps_the_models(tmp_path: Path, xdg: bool) -> None:
+    top = unpacked(stand_in_tarball(tmp_path / f"{ODD} téléchargé"), tmp_path / ODD / "décompressé ici")
+    home = tmp_path / f"maison {ODD}"
+    home.mkdir()
+    data = tmp_path / f"données {ODD}" if xdg else home / ".local/share"
+    env = {"XDG_DATA_HOME": str(data)} if xdg else {}
+    installed = run_clean(["sh", str(top / "install.sh")], home, 60, **env)
+    assert installed.returncode == 0, installed.stderr
+    program = data / "specquant-app"
+    assert f"installed in {program}" in installed.stdout
+
+    desktop = data / "applications" / "specquant.desktop"
+    entry = parse_desktop(desktop.read_text(encoding="utf-8"))
+    (exec_path,) = shlex.split(entry["Exec"])  # the spec's quoting, for a path without ", `, $ or \
+    assert exec_path == str(program / "specquant-app") and entry["TryExec"] == exec_path
+    assert subprocess.run([exec_path], capture_output=True, text=True).stdout.startswith("started ")
+    if shutil.which("desktop-file-validate"):
+        checked = subprocess.run(["desktop-file-validate", str(desktop)], capture_output=True, text=True)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert (data / "icons/hicolor/256x256/apps/specquant.png").read_bytes() == (REPO / "assets/icon.png").read_bytes()
+    assert os.readlink(home / ".local/bin/specquant-app") == str(program / "specquant-app")
+
+    # The user's models and chats, settings and a source install's compiled wheels.
+    (data / "specquant/models/demo").mkdir(parents=True)
+    (data / "specquant/conversations.sqlite3").write_bytes(b"chats")
+    (home / ".config/SpecQuant").mkdir(parents=True)
+    (home / ".cache/specquant/wheels").mkdir(parents=True)
+    (home / ".cache/specquant/cpu-variant").mkdir(parents=True)
+    removed = run_clean(["sh", str(program / "uninstall.sh")], home, 60, **env)
+    assert removed.returncode == 0, removed.stderr
+    assert not program.exists() and not desktop.exists() and not (home / ".local/bin/specquant").exists()
+    assert not (data / "icons/hicolor/256x256/apps/specquant.png").exists()
+    assert (data / "specquant/conversations.sqlite3").read_bytes() == b"chats" and (data / "specquant/models").is_dir()
+    assert f"still in {data / 'specquant'}" in removed.stdout
+
+    assert run_clean(["sh", str(top / "install.sh")], home, 60, **env).returncode == 0
+    bogus = run_clean(["sh", str(program / "uninstall.sh"), "--everything"], home, 60, **env)
+    assert_one_line_error(bogus, "--everything", "--delete-data")
+    assert program.is_dir()
+    purged = run_clean(["sh", str(program / "uninstall.sh"), "--delete-data"], home, 60, **env)
+    assert purged.returncode == 0, purged.stderr
+    assert not (data / "specquant").exists() and not (home / ".config/SpecQuant").exists()
+    assert not (home / ".cache/specquant/cpu-variant").exists()
+    assert (home / ".cache/specquant/wheels").is_dir()  # a source install's wheels are not the bundle's
+    assert not program.exists()
+
+
+def test_install_refuses_a_relative_xdg_data_home_and_an_unquotable_folder(tmp_path: Path) -> None:
+    top = unpacked(stand_in_tarball(tmp_path / "src"), tmp_path / "unpacked")
+    home = tmp_path / "home"
+    home.mkdir()
+    relative = run_clean(["sh", str(top / "install.sh")], home, 60, XDG_DATA_HOME="share")
+    assert_one_line_error(relative, "XDG_DATA_HOME 'share'", "absolute")
+    dollar = run_clean(["sh", str(top / "install.sh")], home, 60, XDG_DATA_HOME=str(tmp_path / "a$b"))
+    assert_one_line_error(dollar, "a$b")
+    assert not (home / ".local").exists()
+
+
+def test_glibc_floor_is_the_newest_version_any_library_needs(tmp_path: Path) -> None:
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib/libold.so").write_bytes(b"\x7fELF....\x00GLIBC_2.17\x00GLIBC_2.2.5\x00")
+    # Adjacent names share their NULs: the newest one here follows another directly.
+    (tmp_path / "lib/libnew.so").write_bytes(b"\x7fELF....\x00GLIBC_2.28\x00GLIBC_2.34\x00GLIBC_PRIVATE\x00")
+    (tmp_path / "notes.txt").write_bytes(b"\x00GLIBC_2.99\x00")  # not an ELF file
+    (tmp_path / "lib/link.so").symlink_to("libnew.so")
+    assert linux.glibc_needed(tmp_path) == ((2, 34), tmp_path / "lib/libnew.so")
+    assert linux.glibc_needed(tmp_path / "lib" / "..")[0] == (2, 34)
 
 
 # --- what goes into the bundle --------------------------------------------------------------------------
@@ -196,6 +296,12 @@ def test_bad_out_and_missing_wheel_folder_are_one_line_errors(tmp_path: Path) ->
     assert_one_line_error(build_installer("--out", str(tmp_path / "out"), "--wheels", str(missing)), "no such folder")
 
 
+def test_build_installer_in_a_bare_python_names_what_it_needs() -> None:
+    bare = subprocess.run([sys.executable, "-I", "-S", str(REPO / "build_installer.py"), "--help"],
+                          capture_output=True, text=True, cwd=REPO)
+    assert_one_line_error(bare, "pip install platformdirs filelock")
+
+
 # --- the runtime's side of a bundle ---------------------------------------------------------------------
 
 
@@ -231,31 +337,25 @@ def test_linux_bundle_installs_and_passes_its_self_test(tmp_path: Path) -> None:
     assert re.search(rf"{re.escape(str(tarballs[0]))}\s+[\d.]+ MB\s+sha256 [0-9a-f]{{64}}", built.stdout)
     build_s = time.monotonic() - started
 
-    unpacked = tmp_path / "unpacked"
-    with tarfile.open(tarballs[0]) as tar:
-        tar.extractall(unpacked, filter="tar")
-    (top,) = unpacked.iterdir()
-    home = tmp_path / "home"
-    home.mkdir()
-    installed = run_clean(["sh", str(top / "install.sh")], home, timeout=120)
-    assert installed.returncode == 0, installed.stderr
-    shutil.rmtree(unpacked)  # the installed copy must stand alone
-
-    program = home / ".local/share/specquant-app"
-    entry = parse_desktop((home / ".local/share/applications/specquant.desktop").read_text())
-    assert entry["Exec"] == f'"{program}/specquant-app"'
-    assert (home / ".local/share/icons/hicolor/256x256/apps/specquant.png").is_file()
-    assert os.readlink(home / ".local/bin/specquant") == str(program / "specquant")
-
-    routed = run_clean([str(program / "specquant"), "route", "hello", "--json"], home, timeout=120)
-    assert routed.returncode == 0, routed.stderr
-    assert '"level"' in routed.stdout
-
-    checked = run_clean([str(program / "specquant-app"), "--self-test"], home, timeout=900, QT_QPA_PLATFORM="offscreen")
-    assert checked.returncode == 0, checked.stderr[-3000:]
-    assert "self-test passed" in checked.stdout
-    models = home / ".local/share/specquant/models"
+    # The release job's own self-test (installer/selftest.py): installed from and into folders named with a
+    # space and an accent, the glibc floor, the self-test offscreen and in a window on Xvfb.
+    installed = selftest.linux_install(tarballs[0], tmp_path)
+    home, program = installed.home, installed.program
+    assert " " in str(program) and not str(program).isascii()
+    needed, by = glibc_needed(program)
+    print(f"glibc floor {needed[0]}.{needed[1]} ({by.relative_to(program) if by else None})")
+    assert needed >= (2, 17)  # the scan found the bundle's requirements (this machine's own floor may be higher)
+    if shutil.which("objdump"):  # binutils' own reading of the version references agrees
+        refs = [subprocess.run(["objdump", "-p", str(f)], capture_output=True, text=True).stdout
+                for f in program.rglob("*") if f.is_file() and not f.is_symlink() and f.read_bytes()[:4] == b"\x7fELF"]
+        versions = {tuple(map(int, v)) for out in refs for v in re.findall(r"\bGLIBC_(\d+)\.(\d+)", out)}
+        assert max(versions) == needed, (max(versions), needed)
+    selftest.self_test(program / "specquant-app", installed.env(QT_QPA_PLATFORM="offscreen"), "offscreen")
+    models = installed.models
     assert (models / "smollm2-135m-instruct" / "manifest.json").is_file()  # converted offline from the bundle
+    assert shutil.which("xvfb-run", path=CLEAN_PATH), "xvfb-run is missing: `./setup.sh test` installs it as root"
+    selftest.self_test(program / "specquant-app", installed.env(), "on Xvfb", wrap=selftest.XVFB)
+    selftest.routes(program / "specquant", installed.env())
 
     # The CPU variant was proven by the first start (in a child) and this start reads the verdict.
     info = run_clean([str(program / "specquant"), "info", "--json"], home, timeout=120)
@@ -302,9 +402,5 @@ def test_linux_bundle_installs_and_passes_its_self_test(tmp_path: Path) -> None:
         worker.kill()
         worker.wait(10)
 
-    removed = run_clean(["sh", str(program / "uninstall.sh")], home, timeout=60)
-    assert removed.returncode == 0, removed.stderr
-    assert not program.exists() and not (home / ".local/bin/specquant").exists()
-    assert not (home / ".local/share/applications/specquant.desktop").exists()
-    assert models.is_dir()  # the user's models outlive the program
+    selftest.linux_uninstall(installed)  # the program goes, the models stay
     print(f"build {build_s:.0f} s, total {time.monotonic() - started:.0f} s")

@@ -1,9 +1,10 @@
 #!/bin/sh
 # Install @NAME@ @VERSION@ for this user: no root, nothing written outside $HOME.
 #   program   ${XDG_DATA_HOME:-~/.local/share}/@SLUG@-app (replaced on each install)
-#   menu      .../applications/@SLUG@.desktop and the hicolor icon
+#   menu      .../applications/@SLUG@.desktop and .../icons/hicolor/256x256/apps/@SLUG@.png
 #   commands  ~/.local/bin/specquant-app and ~/.local/bin/specquant (links)
-# Models and conversations live apart, in .../specquant, so reinstalling or uninstalling keeps them.
+# Models and conversations live apart, in .../specquant, so reinstalling or uninstalling keeps them (unless
+# uninstall.sh is given --delete-data).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 data=${XDG_DATA_HOME:-$HOME/.local/share}
@@ -11,7 +12,13 @@ dest=$data/@SLUG@-app
 bin=$HOME/.local/bin
 icons=$data/icons/hicolor/256x256/apps
 
+# The XDG spec ignores a relative XDG_DATA_HOME; installing relative to wherever this runs would be worse.
+case "$data" in
+  /*) ;;
+  *) echo "install.sh: XDG_DATA_HOME '$data' is not an absolute path; set it to one, or unset it" >&2; exit 2 ;;
+esac
 # The menu entry quotes the program's path; these characters would need escapes the desktop spec barely defines.
+# Spaces and letters beyond ASCII need none.
 case "$dest" in
   *[\"\`\$\\%]*) echo "install.sh: cannot install into $dest (it contains a quote, \$, %, \` or \\)" >&2; exit 2 ;;
 esac

@@ -27,6 +27,10 @@ Compression=lzma2
 SolidCompression=yes
 WizardStyle=modern
 Uninstallable=yes
+; A signed release: `iscc /DSign "/Sspecquant=signtool sign ... $f"` signs the setup and its uninstaller.
+#ifdef Sign
+SignTool=specquant
+#endif
 
 [Files]
 Source: "@BUNDLE@\*"; DestDir: "{app}"; Flags: ignoreversion recursesubdirs createallsubdirs

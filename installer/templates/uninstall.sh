@@ -1,6 +1,14 @@
 #!/bin/sh
-# Remove @NAME@: the program, its menu entry, icon and command links. Models and conversations are kept.
+# Remove @NAME@: the program, its menu entry, icon and command links.
+#   uninstall.sh                 keeps your models and conversations (in ${XDG_DATA_HOME:-~/.local/share}/specquant)
+#   uninstall.sh --delete-data   removes them too, with the window's settings and the per-machine caches
 set -eu
+delete_data=no
+case "${1:-}" in
+  "") ;;
+  --delete-data) delete_data=yes ;;
+  *) echo "uninstall.sh: unknown option '$1' (the only one is --delete-data: remove your models and conversations too)" >&2; exit 2 ;;
+esac
 data=${XDG_DATA_HOME:-$HOME/.local/share}
 dest=$data/@SLUG@-app
 rm -f "$data/applications/@SLUG@.desktop" "$data/icons/hicolor/256x256/apps/@SLUG@.png"
@@ -13,4 +21,13 @@ for cmd in specquant-app specquant; do
 done
 rm -rf "$dest"
 command -v update-desktop-database >/dev/null 2>&1 && update-desktop-database -q "$data/applications" 2>/dev/null || true
-echo "@NAME@ is uninstalled. Your models and conversations are still in $data/specquant; delete that folder to remove them too."
+if [ "$delete_data" = yes ]; then
+  # Settings: Qt keeps them under the organisation name. Caches: only the per-machine verdicts (CPU kernels,
+  # workers); a source install's wheels stay.
+  cache=${XDG_CACHE_HOME:-$HOME/.cache}/specquant
+  rm -rf "$data/specquant" "${XDG_CONFIG_HOME:-$HOME/.config}/SpecQuant" "$cache/cpu-variant" "$cache/rpc"
+  echo "@NAME@ is uninstalled, and your models and conversations ($data/specquant) are deleted."
+else
+  echo "@NAME@ is uninstalled. Your models and conversations are still in $data/specquant:"
+  echo "delete that folder, or run this script again with --delete-data, to remove them too."
+fi

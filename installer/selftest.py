@@ -1,0 +1,250 @@
+"""A built installer's first run, as a user would have it, checked before the release job uploads it.
+
+    python -m installer.selftest TARGET [--out dist] [--no-xvfb]
+
+It installs (or unpacks) the file the way a user would, into folders whose names hold a space and a letter
+beyond ASCII, runs `specquant-app --self-test` (it sets up the bundled demo model, answers a prompt and exits
+0), then uninstalls, which must keep the user's models. Linux also checks the bundle's glibc floor and runs the
+self-test twice: offscreen, and in a window on a virtual X display (xvfb-run). Each check passed goes into a
+record beside the file, which `release collect` uploads and the release notes cite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from installer.linux import glibc_needed
+from installer.release import GLIBC_FLOOR, RECORD, Target, release_file, target, version
+from runtime.errors import SpecQuantError, UserError, run_command
+
+ODD = "Programme für alle"  # every folder the check installs into has a space and a non-ASCII letter
+CLEAN_PATH = "/usr/bin:/bin"  # Linux and macOS: no Python, nothing of the build's on PATH
+XVFB = ["xvfb-run", "--auto-servernum", "env", "QT_QPA_PLATFORM=xcb"]  # the app defaults to offscreen otherwise
+
+
+def checked(cmd: Sequence[str | Path], env: Mapping[str, str], what: str, timeout: float = 900) -> str:
+    """Run `cmd`; its stdout, or an error naming `what` with the end of its output."""
+    done = subprocess.run([str(c) for c in cmd], env=dict(env), capture_output=True, text=True, timeout=timeout,
+                          encoding="utf-8", errors="replace")
+    if done.returncode != 0:
+        tail = " | ".join((done.stdout + done.stderr).strip().splitlines()[-8:])
+        raise SpecQuantError(f"{what} failed with exit code {done.returncode}: {tail or 'no output'}")
+    return done.stdout
+
+
+def self_test(program: Path, env: Mapping[str, str], what: str, wrap: Sequence[str] = ()) -> None:
+    out = checked([*wrap, program, "--self-test"], env, what)
+    # A windowed Windows program has no stdout to print to: there its exit code is the verdict.
+    if sys.platform != "win32" and "self-test passed" not in out:
+        raise SpecQuantError(f"{what} exited 0 without saying 'self-test passed': {out.strip()[-300:]}")
+
+
+def routes(cli: Path, env: Mapping[str, str]) -> None:
+    """The command line answers too (on Windows a separate console program)."""
+    out = checked([cli, "route", "hello", "--json"], env, f"{cli.name} route")
+    if '"level"' not in out:
+        raise SpecQuantError(f"{cli.name} route printed no level: {out.strip()[-300:]}")
+
+
+# --- Linux -----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LinuxInstall:
+    home: Path
+    program: Path  # the installed bundle's folder
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """A fresh login's environment: this home, no Python on PATH, nothing inherited."""
+        return {"HOME": str(self.home), "PATH": CLEAN_PATH, **extra}
+
+    @property
+    def models(self) -> Path:
+        return self.home / ".local/share/specquant/models"
+
+
+def unpack(tarball: Path, into: Path) -> Path:
+    into.mkdir(parents=True)
+    with tarfile.open(tarball) as tar:
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(into, filter="tar")
+        else:  # Python before 3.10.12 has no extraction filters
+            tar.extractall(into)
+    (top,) = into.iterdir()
+    return top
+
+
+def linux_install(tarball: Path, work: Path) -> LinuxInstall:
+    """Unpack into an odd folder, run its install.sh for a fresh home there, and delete the unpacked copy."""
+    top = unpack(tarball, work / ODD / "unpacked")
+    home = work / ODD / "home"
+    home.mkdir(parents=True)
+    installed = LinuxInstall(home, home / ".local/share/specquant-app")
+    checked(["sh", top / "install.sh"], installed.env(), "install.sh")
+    shutil.rmtree(top.parent)  # the installed copy must stand alone
+    entry = home / ".local/share/applications/specquant.desktop"
+    if f'Exec="{installed.program}/specquant-app"' not in entry.read_text(encoding="utf-8"):
+        raise SpecQuantError(f"{entry} does not start {installed.program}/specquant-app")
+    if not (home / ".local/share/icons/hicolor/256x256/apps/specquant.png").is_file():
+        raise SpecQuantError("install.sh put no icon in the hicolor theme")
+    return installed
+
+
+def linux_uninstall(installed: LinuxInstall) -> None:
+    checked(["sh", installed.program / "uninstall.sh"], installed.env(), "uninstall.sh")
+    if installed.program.exists() or (installed.home / ".local/bin/specquant").exists():
+        raise SpecQuantError(f"uninstall.sh left {installed.program} or its command links behind")
+    if not installed.models.is_dir():
+        raise SpecQuantError(f"uninstall.sh deleted the user's models ({installed.models})")
+
+
+def linux(tarball: Path, work: Path, xvfb: bool = True) -> list[str]:
+    installed = linux_install(tarball, work)
+    checks = [f"installed into '{ODD}', menu entry and icon"]
+    needed, by = glibc_needed(installed.program)
+    if needed > GLIBC_FLOOR:
+        floor, where = ".".join(map(str, GLIBC_FLOOR)), by.relative_to(installed.program) if by else "?"
+        raise SpecQuantError(f"{where} needs glibc {needed[0]}.{needed[1]}, newer than {floor}: build on Ubuntu 22.04")
+    checks.append(f"needs glibc {needed[0]}.{needed[1]}")
+    self_test(installed.program / "specquant-app", installed.env(QT_QPA_PLATFORM="offscreen"), "self-test offscreen")
+    checks.append("self-test offscreen")
+    if xvfb:
+        if shutil.which("xvfb-run", path=CLEAN_PATH) is None:
+            raise UserError("xvfb-run is not installed (Debian and Ubuntu: apt install xvfb xauth); or pass --no-xvfb")
+        self_test(installed.program / "specquant-app", installed.env(), "self-test on Xvfb", wrap=XVFB)
+        checks.append("self-test in a window on Xvfb")
+    routes(installed.program / "specquant", installed.env())
+    checks.append("specquant route")
+    linux_uninstall(installed)
+    checks.append("uninstall keeps the models")
+    return checks
+
+
+# --- Windows ---------------------------------------------------------------------------------------------------
+
+
+def windows(setup: Path, work: Path) -> list[str]:
+    """A silent per-user install into an odd folder, the self-test, and a silent uninstall."""
+    folder, models = work / ODD / "SpecQuant", work / ODD / "models"
+    quiet = ["/VERYSILENT", "/SUPPRESSMSGBOXES", "/NORESTART"]
+    checked([setup, *quiet, "/CURRENTUSER", f"/DIR={folder}", f"/LOG={work / 'setup.log'}"], os.environ, setup.name)
+    checks = [f"installed per user into '{ODD}'"]
+    # The models go to a scratch folder rather than the runner's own AppData.
+    env = dict(os.environ, SPECQUANT_CACHE_DIR=str(models))
+    self_test(folder / "specquant-app.exe", env, "self-test")
+    checks.append("self-test")
+    routes(folder / "specquant.exe", env)
+    checks.append("specquant route")
+    checked([folder / "unins000.exe", *quiet], os.environ, "the uninstaller")
+    # The uninstaller hands over to a copy of itself in %TEMP% and returns at once: wait for it to finish.
+    for _ in range(120):
+        if not (folder / "specquant-app.exe").exists():
+            break
+        time.sleep(1)
+    else:
+        raise SpecQuantError(f"the uninstaller left {folder / 'specquant-app.exe'} after 2 minutes")
+    if not models.is_dir():
+        raise SpecQuantError(f"uninstalling deleted the user's models ({models})")
+    checks.append("uninstall keeps the models")
+    return checks
+
+
+# --- macOS -----------------------------------------------------------------------------------------------------
+
+
+def macos(dmg: Path, work: Path) -> list[str]:
+    """Copy the app out of the disk image as a user drags it, check its seal, and run the self-test."""
+    mount = work / "mount"
+    checked(["hdiutil", "attach", "-nobrowse", "-readonly", "-noautoopen", "-mountpoint", mount, dmg], os.environ,
+            "hdiutil attach")
+    try:
+        (app_in_image,) = mount.glob("*.app")
+        app = work / ODD / "Applications" / app_in_image.name
+        shutil.copytree(app_in_image, app, symlinks=True)
+    finally:
+        checked(["hdiutil", "detach", mount], os.environ, "hdiutil detach")
+    checked(["codesign", "--verify", "--deep", "--strict", app], os.environ, f"codesign --verify {app.name}")
+    checks = [f"copied into '{ODD}', signature sealed"]
+    home = work / ODD / "home"
+    home.mkdir()
+    env = {"HOME": str(home), "PATH": CLEAN_PATH}
+    self_test(app / "Contents/MacOS/specquant-app", env, "self-test")
+    checks.append("self-test")
+    routes(app / "Contents/MacOS/specquant", env)
+    checks.append("specquant route")
+    return checks
+
+
+# --- the record ------------------------------------------------------------------------------------------------
+
+
+def built_on(env: Mapping[str, str] | None = None) -> str:
+    """`GitHub runner ubuntu22 20261201.1 (Ubuntu 22.04.5 LTS, glibc 2.35)`, or this machine's system."""
+    env = os.environ if env is None else env
+    if sys.platform == "linux":
+        names = dict(line.split("=", 1) for line in Path("/etc/os-release").read_text().splitlines() if "=" in line)
+        system = f"{names.get('PRETTY_NAME', 'Linux').strip(chr(34))}, glibc {platform.libc_ver()[1]}"
+    elif sys.platform == "darwin":
+        system = f"macOS {platform.mac_ver()[0]} {platform.machine()}"
+    else:
+        system = platform.platform(terse=True)
+    if env.get("GITHUB_ACTIONS") == "true":
+        image = " ".join(filter(None, (env.get("ImageOS"), env.get("ImageVersion"))))  # the runner image's name
+        return f"GitHub runner {image or '?'} ({system})"
+    return system
+
+
+def run_checks(t: Target, artefact: Path, work: Path, xvfb: bool) -> list[str]:
+    expected = {"linux": "linux", "windows": "win32", "macos": "darwin"}[t.os]
+    if sys.platform != expected:
+        raise UserError(f"{artefact.name} is checked on {t.os}, and this is {sys.platform}")
+    if t.os == "linux":
+        return linux(artefact, work, xvfb)
+    if t.os == "windows":
+        return windows(artefact, work)
+    return macos(artefact, work)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m installer.selftest", description=__doc__.splitlines()[0])
+    p.add_argument("target", help="linux-x86_64, windows-x86_64, macos-arm64 or macos-x86_64")
+    p.add_argument("--out", type=Path, default=Path("dist"), help="build_installer.py's --out (default: dist)")
+    p.add_argument("--no-xvfb", action="store_true", help="Linux: skip the run on a virtual display (recorded)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+
+    def body() -> int:
+        t = target(args.target)
+        artefact = args.out / release_file(t, version())
+        if not artefact.is_file():
+            raise UserError(f"{artefact} does not exist: build it with build_installer.py --with-demo-model")
+        started = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="specquant-selftest-", ignore_cleanup_errors=True) as work:
+            checks = run_checks(t, artefact, Path(work), xvfb=not args.no_xvfb)
+        record = {"file": artefact.name, "target": t.key, "built_on": built_on(), "checks": checks,
+                  "seconds": round(time.monotonic() - started)}
+        artefact.with_name(artefact.name + RECORD).write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n",
+                                                             encoding="utf-8")
+        print(f"selftest: {artefact.name} passed: {'; '.join(checks)} ({record['seconds']} s)")
+        return 0
+
+    return run_command("selftest", body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
