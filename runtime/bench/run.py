@@ -163,6 +163,11 @@ def bench(
     sampling = None if sampled else GREEDY
     if sampled and any(c.stock for c in configs):
         raise UserError(f"--sampled: {STOCK}, {LOOKUP} and {ANCHOR} configurations run greedy only; leave them out")
+    # Checked against the configurations as asked: an anchor skipped for not being built is still refused here.
+    grammars = {id(p): Grammar.from_json_schema(p["schema"]) for p in prompts if p.get("schema") is not None}
+    if (grammars or any(p.get("tools") for p in prompts)) and any(c.stock for c in configs):
+        raise UserError(f"the {JSON} and {TOOLS} workloads answer under a grammar (a JSON schema, tool calls), "
+                        f"which {STOCK}, {LOOKUP} and {ANCHOR} configurations cannot: leave them out")
     skipped: dict[str, str] = {}
     tool = tool_path()
     if tool is None and any(c.anchor for c in configs):
@@ -177,10 +182,6 @@ def bench(
         if c.stock
     }
 
-    grammars = {id(p): Grammar.from_json_schema(p["schema"]) for p in prompts if p.get("schema") is not None}
-    if (grammars or any(p.get("tools") for p in prompts)) and any(c.stock for c in configs):
-        raise UserError(f"the {JSON} and {TOOLS} workloads answer under a grammar (a JSON schema, tool calls), "
-                        f"which {STOCK}, {LOOKUP} and {ANCHOR} configurations cannot: leave them out")
 
     def run(cfg: BenchConfig, p: dict[str, Any], n: int) -> dict[str, Any]:
         if cfg.stock:
