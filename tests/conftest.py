@@ -89,10 +89,19 @@ def micro_gguf(tmp_path_factory: pytest.TempPathFactory, demo_gguf: Path) -> Pat
     return write_micro_gguf(tmp_path_factory.mktemp("micro") / "micro-f16.gguf", demo_gguf, MicroSpec())
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """`specquant ARGS` in a child process, as a user would run it."""
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 600, memory: int | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`specquant ARGS` in a child process, as a user would run it; with `memory`, allowed that many bytes of
+    address space (where the OS can limit it)."""
     full_env = dict(os.environ)
     full_env.update(env or {})
+
+    def limit() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+
     return subprocess.run(
         [sys.executable, "-m", "runtime.cli", *args],
         capture_output=True,
@@ -100,6 +109,7 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600)
         env=full_env,
         cwd=REPO,
         timeout=timeout,
+        preexec_fn=limit if memory is not None and sys.platform != "win32" else None,
     )
 
 

@@ -6,10 +6,8 @@ at one field. Also model names, deleting linked model folders, and an interrupte
 from __future__ import annotations
 
 import json
-import os
 import struct
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,7 +19,7 @@ from converters.convert import Progress, convert
 from runtime import cli
 from runtime.errors import UserError
 from runtime.models.cache import ModelDir, check_name, delete_model, fsync_file, list_models
-from tests.conftest import REPO, assert_one_line_error, run_cli
+from tests.conftest import assert_one_line_error, run_cli
 
 # A one-layer llama config: small enough that every case below is a few kilobytes.
 CONFIG = {
@@ -234,26 +232,7 @@ SIZED_BY_CONFIG = {
     ),
 }
 _CHILD_MEMORY = 2 * 2**30  # bytes of address space: the old converter ran out of it, or of time, on each case
-
-
-def run_cli_within(memory: int, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    """`specquant ARGS` in a child process allowed `memory` bytes of address space (where the OS can limit it)."""
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}  # no per-core BLAS buffers
-
-    def limit() -> None:
-        import resource
-
-        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-
-    return subprocess.run(
-        [sys.executable, "-m", "runtime.cli", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        timeout=timeout,
-        preexec_fn=None if sys.platform == "win32" else limit,
-    )
+_ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}  # no per-core BLAS buffers in that space
 
 
 @pytest.mark.parametrize("case", SIZED_BY_CONFIG)
@@ -264,7 +243,7 @@ def test_config_sizes_are_bounded_by_the_tensors_present(case: str, tmp_path: Pa
     d = tiny_hf_dir(tmp_path, change, tensors)
     start = time.monotonic()
     try:
-        result = run_cli_within(_CHILD_MEMORY, "convert", str(d), timeout=30)
+        result = run_cli("convert", str(d), env=_ONE_THREAD, timeout=30, memory=_CHILD_MEMORY)
     except subprocess.TimeoutExpired:
         pytest.fail(f"specquant convert was still running after 30 s on config.json {change}")
     assert_one_line_error(result, str(d), *needles)
