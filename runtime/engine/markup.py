@@ -75,7 +75,8 @@ def text_tokens(text: str, tokenize: Callable[[str], list[int]], markup: Mapping
     special tokens off, as Hugging Face's tokenizers do: where that happens, each such spelling in the text is
     tokenized in two parts (its first character, then the rest), which spell the same text with no markup."""
     tokens = tokenize(text) if text else []
-    found = {spelling for spelling, token in markup.items() if token in tokens and len(spelling) > 1}
+    held = set(tokens)  # one pass over a long content, not one per markup token
+    found = {spelling for spelling, token in markup.items() if token in held and len(spelling) > 1}
     if not found:
         return tokens
     tokens = []
