@@ -58,14 +58,17 @@ def test_stats_carry_the_speedup_against_the_measured_parent_step(engine: Engine
     assert s.drafted > 0 and s.cycles > 2 and s.tokens > s.first_tokens
     # The parent's measured plain step (the probe's, refined by plain steps here), scaled to this answer's
     # speed, plus the loop's per-token work: within a small factor of the estimate itself.
-    step = engine.estimates("f16", greedy=True).step_s()
-    assert s.plain_step_s is not None and step is not None and 0.6 * step < s.plain_step_s < 2 * step
-    assert s.speedup_note is None, s.speedup_note  # a quiet machine: nothing stands against the claim
     d = s.as_dict()
     assert d["plain_step_s"] == pytest.approx(s.plain_step_s, abs=1e-5)
+    assert d["machine_cap"] is not None and d["machine_cap"] >= 1.0  # the probe's cap for the demo's draft
+    if s.speedup_note is not None:  # the machine's speed changed under the answer: no claim, and the reason
+        assert d["speedup"] is None and d["saved_s"] is None and speedup_text(answer_facts(answer.last)) == ""
+        assert any(why in s.speedup_note for why in ("speed changed", "as slowly", "exceed")), s.speedup_note
+        return
+    step = engine.estimates("f16", greedy=True).step_s()
+    assert s.plain_step_s is not None and step is not None and 0.6 * step < s.plain_step_s < 2 * step
     assert d["speedup"] == pytest.approx(s.plain_s / s.elapsed_s, abs=1e-3)
     assert d["saved_s"] == pytest.approx(s.plain_s - s.elapsed_s, abs=1e-4) and d["spec_off"] is None
-    assert d["machine_cap"] is not None and d["machine_cap"] >= 1.0  # the probe's cap for the demo's draft
     facts = answer_facts(answer.last)
     for key in ("plain_step_s", "plain_s", "speedup", "saved_s", "elapsed_s", "spec_off", "machine_cap"):
         assert facts[key] == d[key], key
@@ -116,13 +119,16 @@ def test_status_bar_and_meta_line_show_the_speedup_and_the_chart_one_point_per_c
     assert w.speed_chart.plain_rate == pytest.approx(1 / s.plain_step_s)
     qtbot.waitUntil(lambda: w.speed_chart.paints > 0, timeout=30_000)  # a guard against a hang
 
-    assert s.speedup_note is None, s.speedup_note
-    check_speedup_text(w.speedup.text(), s, "f16")
-    assert w.speedup.text() == speedup_text(answer_facts(last))
-    assert f"{s.elapsed_s:.2f} s" in w.speedup.toolTip()
-    check_speedup_text(w.transcript.toPlainText(), s, "f16")  # the meta line under the answer
     stored = w.store.messages(w.conversation)[-1].meta
-    assert stored["speedup"] == pytest.approx(s.speedup, abs=1e-3)
+    if s.speedup_note is not None:  # the machine's speed changed under the answer (tests/test_plain_estimate.py)
+        assert w.speedup.text() == "" and s.speedup_note in w.speedup.toolTip()
+        assert "×" not in w.transcript.toPlainText() and stored["speedup"] is None
+    else:
+        check_speedup_text(w.speedup.text(), s, "f16")
+        assert w.speedup.text() == speedup_text(answer_facts(last))
+        assert f"{s.elapsed_s:.2f} s" in w.speedup.toolTip()
+        check_speedup_text(w.transcript.toPlainText(), s, "f16")  # the meta line under the answer
+        assert stored["speedup"] == pytest.approx(s.speedup, abs=1e-3)
 
     # A new answer starts a new chart.
     assert ask(qtbot, w, "Now say hello.")
