@@ -16,7 +16,8 @@ from app.settings import load_settings
 from app.speed_chart import MAX_POINTS, REPAINT_MS, SpeedChart
 from app.worker import DELIVER_MS, GUI_SHARE, EngineWorker, Pace
 from runtime.engine.chat import SAME_TIME, Chunk, Stats, answer_facts, speedup_text, stats_line
-from runtime.engine.engine import ESTIMATES_FILE, ChatOptions, Engine
+from runtime.engine.engine import ChatOptions, Engine
+from runtime.engine.measurements import ESTIMATES_FILE
 from tests.test_app import ask, open_window
 
 PROMPT = "Name three primary colors."

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -12,6 +11,7 @@ import pytest
 from runtime.decode.sampling import SamplingParams
 from runtime.decode.text_stream import split_stop
 from runtime.engine.engine import ChatOptions, Engine, EngineSettings
+from runtime.engine.prompt import fit_context
 from runtime.errors import Cancelled, ContextTooLong, UserError
 from runtime.models.cache import DEMO_NAME, ModelDir
 from tests.conftest import copy_of_demo
@@ -182,7 +182,7 @@ def test_a_flood_of_turns_is_fitted_in_a_few_renders_dropping_only_what_it_must(
             messages += [{"role": "user", "content": f"Turn {i}: tell me more."}]
             messages += [{"role": "assistant", "content": "Ok."}]
         messages += user("Reply with OK.")
-        tokens, dropped = small.fit_context(parent, messages, 64)
+        tokens, dropped = fit_context(small.render, parent, messages, 64)
         assert small.renders <= 4  # linear: not one render per dropped turn (the old loop made ~1000)
         assert len(tokens) <= 512 - 64
         # The fewest turns: keeping one more would not fit.
@@ -190,7 +190,7 @@ def test_a_flood_of_turns_is_fitted_in_a_few_renders_dropping_only_what_it_must(
         stop = threading.Event()
         stop.set()
         with pytest.raises(Cancelled):
-            small.fit_context(parent, messages, 64, stop)
+            fit_context(small.render, parent, messages, 64, stop)
     finally:
         small.close()
 
@@ -229,7 +229,7 @@ def test_stop_strings_are_held_back_and_cut() -> None:
 
 
 def test_damaged_tier_is_a_clear_error(demo_model: ModelDir, tmp_path: Path) -> None:
-    shutil.copytree(demo_model.path, tmp_path / DEMO_NAME)
+    copy_of_demo(demo_model, tmp_path, own=("q4_k_m",))  # its own q4_k_m, cut short in place
     with open(tmp_path / DEMO_NAME / "q4_k_m.gguf", "r+b") as f:
         f.truncate(1000)
     damaged = Engine(DEMO_NAME, root=tmp_path)
@@ -269,8 +269,8 @@ def test_a_finished_answers_cancel_does_not_abort_a_later_cost_probe(engine: Eng
 def test_costs_measured_under_load_are_measured_again_at_most_once_in_a_while(engine: Engine) -> None:
     """An answer that ran much faster than the costs said marks them stale; under a load that comes and goes
     every answer would do so, and each re-measurement costs seconds: once per REMEASURE_S at most."""
-    engine._measured_at.clear()
-    engine._stale.add("f16")
+    engine.measurements._measured_at.clear()
+    engine.measurements.mark_stale("f16")
     assert engine.costs("f16")[1] is False  # measured again
-    engine._stale.add("f16")
+    engine.measurements.mark_stale("f16")
     assert engine.costs("f16")[1] is True  # just measured: kept

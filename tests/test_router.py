@@ -180,6 +180,6 @@ def test_without_an_intent_the_other_features_decide() -> None:
     ],
 )
 def test_the_answer_length_prior_follows_what_is_asked(text: str, tokens: int) -> None:
-    from runtime.engine.engine import expected_answer_tokens
+    from runtime.engine.answer_plan import expected_answer_tokens
 
     assert expected_answer_tokens(route(text)) == tokens

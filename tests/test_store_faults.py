@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 from runtime.engine.chat import Chunk
-from runtime.engine.engine import ESTIMATES_FILE, ChatOptions, Engine, EngineSettings
+from runtime.engine.engine import ChatOptions, Engine, EngineSettings
+from runtime.engine.measurements import ESTIMATES_FILE
 from runtime.engine.thread import EngineThread, Failure, Job, Status
 from runtime.errors import UserError
 from runtime.models.cache import DEMO_NAME, ModelDir

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from runtime.engine.chat import Answer, ChatOptions, Chunk, Message, collect
 
 if TYPE_CHECKING:
-    from runtime.engine.engine import EngineSettings
+    from runtime.engine.options import EngineSettings
     from runtime.machine.hardware import Inventory
     from runtime.machine.rpc import WorkerFacts
     from runtime.models.cache import ModelDir

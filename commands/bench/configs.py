@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runtime.bench.anchor import ANCHOR, ANCHOR_PAIR
+from commands.bench.anchor import ANCHOR, ANCHOR_PAIR
 from runtime.decode.cost_model import NGRAM
 from runtime.decode.sampling import SamplingParams
 from runtime.engine.engine import ChatOptions

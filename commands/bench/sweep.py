@@ -8,8 +8,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from runtime.bench.report import num_text
-from runtime.bench.runners import batch_costs
+from commands.bench.report import num_text
+from commands.bench.runners import batch_costs
 from runtime.decode.cost_model import speedup
 from runtime.decode.llama_backend import LlamaBackend, LoadOptions
 from runtime.decode.sampling import SamplingParams

@@ -15,8 +15,8 @@ CHILD_TIMEOUT_S = 600.0
 
 def _child(root: str, model: str, settings: Any, config: str, prompt: str, max_tokens: int, out: Connection) -> None:
     try:
-        from runtime.bench.configs import parse_config
-        from runtime.bench.runners import run_engine
+        from commands.bench.configs import parse_config
+        from commands.bench.runners import run_engine
         from runtime.engine.engine import Engine
         from runtime.machine.resources import PeakMemory
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from runtime.bench.memory import format_memory
-from runtime.bench.stats import ratio_text
+from commands.bench.memory import format_memory
+from commands.bench.stats import ratio_text
 
 
 def num_text(x: float | None, width: int, digits: int) -> str:

@@ -13,15 +13,15 @@ from typing import Any
 
 import psutil
 
+from commands.bench.anchor import ANCHOR, LlamaCppRunner, missing_reason, tool_path
+from commands.bench.configs import DEFAULT_CONFIGS, GREEDY, LOOKUP, STOCK, BenchConfig, parse_config
+from commands.bench.memory import measure as measure_memory
+from commands.bench.report import format_table, write_plots, write_report
+from commands.bench.runners import StockRunner, agreement, batch_costs, run_engine
+from commands.bench.stats import bootstrap, cost_cap
+from commands.bench.sweep import format_sweep, predicted_speedup, sweep
+from commands.bench.workloads import JSON, TOOLS, load_prompts, score
 from converters.convert import ensure_demo
-from runtime.bench.anchor import ANCHOR, LlamaCppRunner, missing_reason, tool_path
-from runtime.bench.configs import DEFAULT_CONFIGS, GREEDY, LOOKUP, STOCK, BenchConfig, parse_config
-from runtime.bench.memory import measure as measure_memory
-from runtime.bench.report import format_table, write_plots, write_report
-from runtime.bench.runners import StockRunner, agreement, batch_costs, run_engine
-from runtime.bench.stats import bootstrap, cost_cap
-from runtime.bench.sweep import format_sweep, predicted_speedup, sweep
-from runtime.bench.workloads import JSON, TOOLS, load_prompts, score
 from runtime.decode.cost_model import NGRAM
 from runtime.decode.grammar import Grammar
 from runtime.engine.engine import Engine

@@ -7,7 +7,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from runtime.bench.configs import GREEDY, BenchConfig
+from commands.bench.configs import GREEDY, BenchConfig
 from runtime.decode.grammar import Grammar
 from runtime.decode.llama_backend import LlamaBackend
 from runtime.decode.sampling import SamplingParams

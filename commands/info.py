@@ -1,0 +1,80 @@
+"""`specquant info`: the model, the hardware, the placement plan per level and, with --costs, what
+speculation costs on this machine."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from commands.common import add_engine_flags, gb, load_engine
+from runtime.models.cache import ModelDir
+
+NAME = "info"
+HELP = "show the model, the hardware and the placement plan"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_engine_flags(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--costs",
+        action="store_true",
+        help="measure (once, at most ~10 s; cached) what speculation costs here: v(n), c, each draft's cap",
+    )
+    p.add_argument("--refresh", action="store_true", help="with --costs: measure again, ignoring the cache")
+
+
+def main(args: argparse.Namespace) -> int:
+    from runtime.decode.costs import format_costs
+    from runtime.machine import rpc
+    from runtime.machine.hardware import ensure_backends
+    from runtime.plan.policy import PRESETS
+
+    engine = load_engine(args, isolated=False)  # one-shot: a lost worker ends it with one line (runtime.machine.rpc)
+    try:
+        from runtime.engine.chat import ChatOptions
+
+        # What an answer at each level would run on: the same decision as a chat's (runtime.engine.decide).
+        plans = {level: engine.decide("", ChatOptions(level=level)).placement.as_dict() for level in PRESETS["exact"]}
+        out = {
+            "model": engine.model.name,
+            "path": str(engine.model.path),
+            "reconstructed": engine.manifest.get("reconstructed"),
+            "tiers": ModelDir(engine.model.root, engine.model.name).tier_rows(engine.manifest),
+            "hardware": engine.hardware.as_dict(),
+            "cpu_kernels": ensure_backends().as_dict(),
+            "placement": plans,
+            "n_ctx": engine.settings.n_ctx,
+            "workers": [w.as_dict() for w in engine.workers],
+        }
+        costs = None
+        if args.costs:
+            drafts = [t for t in ("q8_0", "q4_k_m") if t in engine.manifest["tiers"]]
+            costs, cached = engine.costs("f16", drafts, refresh=args.refresh)
+            out["costs"] = costs.as_dict() | {"cached": cached}
+        if args.json:
+            print(json.dumps(out, indent=2))
+        else:
+            print(f"model   {out['model']} ({out['path']})" + ("  [reconstructed f16]" if out["reconstructed"] else ""))
+            for r in out["tiers"]:
+                print(f"  {r['tier']:<7} {gb(r['bytes']):>9}")
+            hw = out["hardware"]
+            gpus = ", ".join(g["name"] for g in hw["gpus"]) or "none"
+            print(
+                f"machine {hw['cpu']}, {hw['physical_cores']} cores, {hw['ram_available_gb']} GB RAM free, GPUs: {gpus}"
+            )
+            print(f"kernels {ensure_backends().describe()}")
+            for w in engine.workers:
+                mem = sum(t for _, t in w.devices) / 1e9
+                print(
+                    f"worker  {w.endpoint}: protocol {w.version}, {len(w.devices)} device(s), {mem:.1f} GB, "
+                    f"round trip {w.rtt_s * 1000:.2f} ms, clears memory at {w.clear_bps / 1e9:.0f} GB/s "
+                    f"(here {rpc.local_clear_speed() / 1e9:.0f} GB/s)"
+                )
+            for level, p in plans.items():
+                print(f"  {level:<6} {p['reason']}")
+            if costs is not None:
+                print(format_costs(costs, out["costs"]["cached"]))
+    finally:
+        engine.close()
+    return 0

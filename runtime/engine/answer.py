@@ -1,0 +1,174 @@
+"""What comes back from an answer: a stream of `Chunk`s, each with the answer's cumulative `Stats`, and the
+whole `Answer` they make. Plain data: the engine makes them; the CLI, the window, the API, the calibration and
+the benchmark read them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from runtime.plan.placement import Plan
+from runtime.plan.policy import Choice
+from runtime.plan.router import Route
+
+if TYPE_CHECKING:
+    from runtime.engine.tools import CallDelta
+
+
+@dataclass(frozen=True)
+class Stats:
+    tokens: int = 0
+    prompt_tokens: int = 0
+    reused_tokens: int = 0  # prompt tokens whose KV cache was kept from the previous turn
+    dropped_turns: int = 0  # oldest turns dropped to fit the context
+    ttft_s: float = 0.0
+    first_tokens: int = 0  # tokens of the first cycle, which also paid for the prefill
+    end_token: int = 0  # 1 once the answer ended at an end-of-generation token: not shown, but computed
+    decode_s: float = 0.0  # time after the first cycle
+    drafted: int = 0
+    accepted: int = 0
+    ngram_accepted: int = 0  # accepted tokens proposed by n-gram lookup
+    tier_accepted: int = 0  # accepted tokens proposed by the draft tier
+    ngram_drafted: int = 0  # tokens proposed by n-gram lookup
+    tier_drafted: int = 0  # tokens proposed by the draft tier
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    cycles: int = 0
+    forced: int = 0  # tokens the grammar forced: emitted without a draft or a logit row
+    grammar_s: float = 0.0  # time spent computing the grammar's masks and moving its state
+    stop_reason: str | None = None  # eos | max_tokens | stop | length | cancelled
+    # What plain decoding at the same precision would pay per token after the first: the machine's measured
+    # step, scaled to this answer's own speed, plus the loop's per-token work (runtime.engine.plain_estimate). None
+    # while no plain step was ever timed: then no speed-up is claimed.
+    plain_step_s: float | None = None
+    spec_off: str | None = None  # on the last Chunk of an answer nothing was drafted for: why
+    speedup_note: str | None = None  # why no speed-up is claimed although a plain step is known
+    machine_cap: float | None = None  # the cost model's cap for the draft on this machine (runtime.decode.costs)
+
+    @property
+    def tok_per_s(self) -> float:
+        """Decode speed: tokens after the first cycle over the time after it (prefill excluded)."""
+        n = self.tokens - self.first_tokens
+        return n / self.decode_s if n > 0 and self.decode_s > 0 else 0.0
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def elapsed_s(self) -> float:
+        """From the start of the prefill to the latest token."""
+        return self.ttft_s + self.decode_s
+
+    @property
+    def plain_s(self) -> float | None:
+        """What plain decoding would have taken: the same first cycle (the prefill and first token cost both the
+        same), then one measured parent step per further token, the end-of-generation token included (plain
+        decoding computes it too)."""
+        if self.plain_step_s is None or self.tokens <= self.first_tokens:
+            return None
+        return self.ttft_s + (self.tokens + self.end_token - self.first_tokens) * self.plain_step_s
+
+    @property
+    def speedup(self) -> float | None:
+        """Plain time over actual time (1.4: arrived 1.4 times sooner); None when it cannot be known."""
+        plain = None if self.speedup_note else self.plain_s
+        return plain / self.elapsed_s if plain is not None and self.elapsed_s > 0 else None
+
+    @property
+    def saved_s(self) -> float | None:
+        plain = None if self.speedup_note else self.plain_s
+        return None if plain is None else plain - self.elapsed_s
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "tokens": self.tokens,
+            "tok_per_s": round(self.tok_per_s, 3),
+            "ttft_s": round(self.ttft_s, 4),
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "acceptance": None if self.acceptance is None else round(self.acceptance, 4),
+            "ngram_accepted": self.ngram_accepted,
+            "tier_accepted": self.tier_accepted,
+            "ngram_drafted": self.ngram_drafted,
+            "tier_drafted": self.tier_drafted,
+            "draft_s": round(self.draft_s, 4),
+            "verify_s": round(self.verify_s, 4),
+            "cycles": self.cycles,
+            "prompt_tokens": self.prompt_tokens,
+            "reused_tokens": self.reused_tokens,
+            "dropped_turns": self.dropped_turns,
+            "stop_reason": self.stop_reason,
+            **_speedup_facts(self),
+        }
+
+
+def _round(x: float | None, digits: int) -> float | None:
+    return None if x is None else round(x, digits)
+
+
+def _speedup_facts(s: Stats) -> dict[str, Any]:
+    """What speculation bought, against plain decoding by the same parent (Stats.as_dict and answer_facts)."""
+    return {
+        "elapsed_s": round(s.elapsed_s, 4),
+        "plain_step_s": _round(s.plain_step_s, 5),
+        "plain_s": _round(s.plain_s, 4),
+        "speedup": _round(s.speedup, 3),
+        "saved_s": _round(s.saved_s, 4),
+        "spec_off": s.spec_off,
+        "speedup_note": s.speedup_note,
+        "machine_cap": s.machine_cap,
+    }
+
+
+@dataclass(frozen=True)
+class TokenChoice:
+    """A token of the answer with its log-probability under the parent (after a grammar's mask) and the most
+    likely tokens in its place, as (text, bytes, logprob): what OpenAI's `logprobs` report."""
+
+    text: str
+    bytes: bytes
+    logprob: float
+    top: tuple[tuple[str, bytes, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class Chunk:
+    text: str  # new text since the previous chunk
+    tokens: tuple[int, ...]
+    from_draft: tuple[bool, ...]  # per token: proposed by the draft and accepted
+    route: Route
+    choice: Choice
+    placement: Plan
+    stats: Stats  # cumulative for this answer
+    done: bool = False
+    draft_chars: tuple[bool, ...] = ()  # per character of `text`: from a draft token (for highlighting)
+    calls: tuple[CallDelta, ...] = ()  # tool-call pieces (with tools, call text is here, not in `text`)
+    logprobs: tuple[TokenChoice, ...] = ()  # per token of `tokens`, when ChatOptions.logprobs asked
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A whole answer: its text, its token ids and the last Chunk (stats, route, choice, placement)."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    last: Chunk
+
+
+def collect(chunks: Iterable[Chunk], on_text: Callable[[str], None] | None = None) -> Answer:
+    """Gather a stream of Chunks into an Answer; `on_text` sees each piece of text as it comes."""
+    parts: list[str] = []
+    ids: list[int] = []
+    last = None
+    for chunk in chunks:
+        if chunk.text:
+            parts.append(chunk.text)
+            if on_text is not None:
+                on_text(chunk.text)
+        ids.extend(chunk.tokens)
+        last = chunk
+    if last is None:
+        raise ValueError("the stream ended without its last chunk")
+    return Answer("".join(parts), tuple(ids), last)

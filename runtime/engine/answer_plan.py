@@ -1,0 +1,122 @@
+"""One answer, decided and set up before its first decode (`prepare`): the decision (level, parent and draft,
+placement), the loaded pair, the prompt, the grammar and tool-call parser, the speculation settings, the
+sampling and the controller. `runtime.engine.generate.run` then runs it."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from runtime.decode.cost_model import Controller
+from runtime.decode.grammar import Grammar
+from runtime.decode.llama_backend import LlamaBackend
+from runtime.decode.sampling import SamplingParams, recommended
+from runtime.decode.speculative import SpecConfig
+from runtime.engine import prompt as prompts
+from runtime.engine import tools
+from runtime.engine.decide import Decision
+from runtime.engine.options import ChatOptions, Message
+from runtime.engine.plain_estimate import PlainEstimate
+from runtime.errors import UserError
+from runtime.plan.router import Route
+
+if TYPE_CHECKING:
+    from runtime.engine.engine import Engine
+
+# The router's level as a prior on the answer's length before the answer itself says more: a draft's
+# catch-up must be repaid within the rest of the answer.
+EXPECTED_ANSWER_TOKENS = {"low": 16, "medium": 48, "high": 96}
+SHORT_ANSWER_TOKENS = 8  # "Answer with the letter": the letter, maybe a few words and the end token
+# What a prompt asks for says more about its answer's length than its level does: code, stories and
+# explanations run long whatever their level.
+LONG_ANSWER_INTENTS = frozenset(
+    ["to write", "to explain", "to describe", "to summarise", "to design", "to propose", "to compare", "to analyse",
+     "to evaluate"]
+)
+
+
+def expected_answer_tokens(route: Route) -> int:
+    """The horizon prior of the controller, before the answer itself says more."""
+    if route.short_answer:
+        return SHORT_ANSWER_TOKENS
+    if route.intent in LONG_ANSWER_INTENTS:
+        return EXPECTED_ANSWER_TOKENS["high"]
+    return EXPECTED_ANSWER_TOKENS[route.level]
+
+
+@dataclass
+class AnswerPlan:
+    """Everything one answer runs with; made by `prepare`, run by `runtime.engine.generate.run`."""
+
+    model: Engine  # the model's state: its estimates learn from the answer, and are saved after it
+    options: ChatOptions
+    decision: Decision
+    parent: LlamaBackend
+    draft: LlamaBackend | None
+    prompt: list[int]
+    dropped: int  # oldest turns dropped to fit the context
+    reused: int  # prompt tokens whose KV cache is kept from the previous answer
+    grammar: Grammar | None
+    calls: tools.CallParser | None  # with tools: the call text goes out as calls
+    spec: SpecConfig
+    sampling: SamplingParams
+    controller: Controller
+    plain: PlainEstimate  # what plain decoding would cost: the honest speed-up
+    draft_bytes_ratio: float  # the draft tier's size over the parent's (for why nothing was drafted)
+
+
+def prepare(
+    model: Engine, messages: Sequence[Message], options: ChatOptions, cancel: threading.Event | None = None
+) -> AnswerPlan:
+    """Decide how `messages` are answered under `options` and set it up: load the pair, build and fit the
+    prompt, compile the tool grammar, and measure the machine's costs where a draft runs."""
+    if not messages:
+        raise UserError("the chat is empty: it needs at least one message")
+    decision = model.decide(prompts.routed_text(messages), options)
+    choice = decision.choice
+    parent, draft = model.pair(choice, decision.placement)
+    reserve = min(options.max_tokens, parent.n_ctx // 4)
+    grammar, calls = options.grammar, None
+    if options.raw_prompt:
+        prompt, dropped = prompts.raw_prompt(parent, messages[-1]["content"], reserve), 0
+    elif options.tools is not None:
+        syntax = tools.syntax_for(parent.metadata().get("tokenizer.chat_template"))
+        shown, template_tools = tools.prepare(messages, options.tools, syntax)
+        prompt, dropped = prompts.fit_context(
+            model.render, parent, shown, reserve, cancel, template_tools, options.trim
+        )
+        tool_grammar = model.tool_grammar(parent, options.tools, syntax)
+        if tool_grammar is not None:  # else (tool_choice none) the answer is all text
+            grammar, calls = tool_grammar, tools.CallParser(syntax, options.tools.choice != "auto")
+    else:
+        prompt, dropped = prompts.fit_context(model.render, parent, list(messages), reserve, cancel, trim=options.trim)
+    model.claim_caches(options.cache_key)
+    reused = min(parent.common_prefix(prompt), len(prompt) - 1)
+    spec = model.settings.spec
+    spec = replace(spec, ngram=spec.ngram and choice.ngram)
+    if choice.k is not None:  # a fixed draft length (pinned by the user or calibrated)
+        spec = replace(spec, k=choice.k)
+    if options.draft_window is not None:
+        spec = replace(spec, draft_window=options.draft_window)
+    if choice.draft is None and not choice.ngram:  # plain decoding: one token per step, even where a
+        spec = replace(spec, forced=False)  # grammar leaves no choice (the baseline speed-ups are against)
+    params = sampling(parent, options)
+    measured = model.measurements
+    if draft is not None or spec.ngram:  # the machine's costs decide from the first cycle on
+        measured.costs(choice.parent, [choice.draft] if draft is not None and choice.draft else [])
+    controller = Controller(measured.estimates(choice.parent, params.greedy), fixed_k=spec.k)
+    plain = PlainEstimate.start(controller.estimates, measured.known_costs(choice.parent), choice.draft)
+    tiers = model.manifest["tiers"]
+    ratio = tiers[choice.draft]["bytes"] / max(1, tiers[choice.parent]["bytes"]) if choice.draft in tiers else 0.0
+    return AnswerPlan(
+        model, options, decision, parent, draft, prompt, dropped, reused, grammar, calls, spec, params, controller,
+        plain, ratio,
+    )
+
+
+def sampling(parent: LlamaBackend, options: ChatOptions) -> SamplingParams:
+    """The request's sampling: its own, or the model's recommendation, with its overrides on top."""
+    base = options.sampling if options.sampling is not None else recommended(parent.metadata())
+    return replace(base, **dict(options.sampling_overrides)) if options.sampling_overrides else base
