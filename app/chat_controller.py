@@ -1,5 +1,6 @@
-"""The chat flow without widgets: the answer in flight, its requests to the engine thread, and what is stored
-when it ends. The window shows what this reports (as gpt4all-chat keeps its `Chat` apart from the view).
+"""The chat flow without widgets: a new turn (the conversation and the user's message), regenerate and answer
+at higher precision, the answer in flight, its requests to the engine thread, and what is stored when it ends.
+The window shows what this reports (as gpt4all-chat keeps its `Chat` apart from the view).
 
 One answer at a time. A message is stored before anything can fail; the answer when it completes (a
 regenerated one replaces the old only then); a stopped answer keeps the part written so far.
@@ -12,11 +13,28 @@ from dataclasses import dataclass, field
 
 from PySide6.QtCore import QObject, Signal
 
-from app.store import Store
+from app.store import Store, StoredMessage
 from app.transcript import draft_mask
 from app.worker import ChatRequest, EngineWorker
 from runtime.engine.chat import ChatOptions, Chunk, Message, answer_facts
 from runtime.engine.engine import EngineSettings
+from runtime.plan.policy import more_precise
+
+TITLE_CHARS = 60  # a new conversation's title: the first message's words, cut here
+
+
+class AtHighestPrecision(Exception):
+    """An answer at higher precision was asked for one that already came from the top tier (F16)."""
+
+
+@dataclass(frozen=True)
+class Turn:
+    """What to answer: the conversation's messages up to the question, and the answer a regenerate replaces."""
+
+    conversation: int
+    messages: list[StoredMessage]
+    replaces: int | None = None  # the old answer, deleted once the new one is complete
+    parent: str | None = None  # the tier an answer at higher precision is pinned to
 
 
 @dataclass
@@ -53,6 +71,43 @@ class ChatController(QObject):
         worker.finished.connect(self._on_finished)
         worker.failed.connect(self._on_failed)
 
+    # --- turns: what to answer (the window checks first that no answer is in flight) ------------------
+    def new_turn(self, conversation: int | None, text: str) -> Turn:
+        """Store the user's `text` (in a new conversation titled by it when `conversation` is None) before
+        anything can fail, and return the turn that answers it."""
+        if conversation is None:
+            title = " ".join(text.split())
+            ellipsis = "…" if len(title) > TITLE_CHARS else ""
+            conversation = self.store.create(title[:TITLE_CHARS] + ellipsis)
+        self.store.add_message(conversation, "user", text)
+        return Turn(conversation, self.store.messages(conversation))
+
+    def regenerate_turn(self, conversation: int, higher: bool = False) -> Turn | None:
+        """The turn that answers the last user message again, replacing the last answer (None when the
+        conversation does not end in one); `higher` pins the next more precise tier than the old answer's
+        (AtHighestPrecision when it came from F16)."""
+        messages = self.store.messages(conversation)
+        if not messages or messages[-1].role != "assistant":
+            return None
+        old = messages[-1]
+        parent = more_precise(old.meta.get("parent", "f16")) if higher else None
+        if higher and parent is None:
+            raise AtHighestPrecision("That answer already came from F16, the highest precision.")
+        return Turn(conversation, messages[:-1], replaces=old.id, parent=parent)
+
+    def regenerate_choices(self, conversation: int | None) -> tuple[bool, bool]:
+        """Whether the conversation's last answer can be regenerated, and whether at higher precision."""
+        last = self.store.last_message(conversation) if conversation is not None else None
+        if last is None or last.role != "assistant":
+            return False, False
+        return True, more_precise(last.meta.get("parent", "f16")) is not None
+
+    def answer(self, turn: Turn, model: str, settings: EngineSettings, options: ChatOptions) -> Live:
+        """Start answering `turn` (its options built with `turn.parent`)."""
+        history = [m.as_chat() for m in turn.messages]
+        return self.start(turn.conversation, history, model, settings, options, turn.replaces)
+
+    # --- the answer in flight ------------------------------------------------------------------------
     def start(
         self,
         conversation: int,

@@ -1,4 +1,5 @@
-"""The main window: conversations, transcript, input, status bar; inference on the worker thread."""
+"""The main window: conversations, transcript, input, status bar; inference on the worker thread. It wires the
+panels (built in app.window_panels, which sets their widgets on it) to the chat flow (app.chat_controller)."""
 
 from __future__ import annotations
 
@@ -6,40 +7,29 @@ from dataclasses import replace
 from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QEvent, QSettings, Qt, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import (
-    QComboBox,
-    QHBoxLayout,
     QInputDialog,
-    QLabel,
-    QLineEdit,
-    QListWidget,
     QListWidgetItem,
     QMainWindow,
-    QMenu,
     QMessageBox,
-    QPushButton,
     QSplitter,
-    QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
-from app.chat_controller import ChatController, Live, answer_meta
+from app import window_panels as panels
+from app.chat_controller import AtHighestPrecision, ChatController, Live, Turn, answer_meta
 from app.models_dialog import ModelsDialog
 from app.settings import AppSettings, load_settings, save_settings
 from app.settings_dialog import SettingsDialog
-from app.stats_bar import StatsBar
-from app.store import Store, StoredMessage
+from app.store import Store
 from app.theme import apply_look
-from app.transcript import TranscriptView
-from app.widgets import ErrorBanner, InputBox
 from app.worker import EngineWorker
 from runtime.engine.chat import Chunk
 from runtime.engine.thread import EngineThread
 from runtime.errors import UserError
 from runtime.models.cache import DEMO_NAME, cache_root, list_models
-from runtime.plan.policy import more_precise
 
 API_QUEUE = 32  # API requests that may wait for the engine (the window's own never wait on this bound)
 
@@ -59,7 +49,7 @@ class MainWindow(QMainWindow):
         self.resize(1100, 720)
         self.models = ModelsDialog(self.release_engine, self)
         self._build()
-        self._build_menus()
+        panels.menus(self)
 
         # The engine thread, shared with the local API server; its bound is for API clients only.
         self.runner = EngineThread(max_queue=API_QUEUE)
@@ -94,107 +84,20 @@ class MainWindow(QMainWindow):
 
     # --- layout ------------------------------------------------------------------------------------
     def _build(self) -> None:
-        self.search = QLineEdit()
-        self.search.setPlaceholderText("Search conversations")
-        self.search.setAccessibleName("Search conversations")
-        self.search.setClearButtonEnabled(True)
-        self.search.textChanged.connect(self.refresh_conversations)
-        self.conversations = QListWidget()
-        self.conversations.setAccessibleName("Conversations")
-        self.conversations.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.conversations.setTextElideMode(Qt.TextElideMode.ElideRight)
-        self.conversations.currentItemChanged.connect(self._on_conversation_selected)
-        new = QPushButton("&New chat")
-        new.clicked.connect(self.new_conversation)
-        self.rename_button = QPushButton("Rena&me")
-        self.rename_button.clicked.connect(self.rename_conversation)
-        self.delete_button = QPushButton("Dele&te")
-        self.delete_button.clicked.connect(self.delete_conversation)
-        buttons = QHBoxLayout()
-        for b in (new, self.rename_button, self.delete_button):
-            buttons.addWidget(b)
-        side = QWidget()
-        side_layout = QVBoxLayout(side)
-        side_layout.setContentsMargins(8, 8, 4, 8)
-        side_layout.addWidget(self.search)
-        side_layout.addWidget(self.conversations, 1)
-        side_layout.addLayout(buttons)
-
-        self.banner = ErrorBanner()
-        self.banner.action.connect(self._on_banner_action)
-        self.model_box = QComboBox()
-        self.model_box.setAccessibleName("Model")
-        self.model_box.activated.connect(lambda _: self.select_model(self.model_box.currentData() or ""))
-        manage = QPushButton("&Models…")
-        manage.clicked.connect(self.show_models)
-        settings = QPushButton("&Settings…")
-        settings.clicked.connect(self.show_settings)
-        top = QHBoxLayout()
-        top.addWidget(QLabel("Model:", buddy=self.model_box))
-        top.addWidget(self.model_box, 1)
-        top.addWidget(manage)
-        top.addWidget(settings)
-
-        self.welcome = QWidget()
-        welcome_layout = QVBoxLayout(self.welcome)
-        if self.models.demo_shipped:
-            text = QLabel(
-                "<h2>Welcome to SpecQuant</h2><p>There is no model on this computer yet. The demo model "
-                "(SmolLM2-135M-Instruct) comes with SpecQuant: setting it up takes about 15 seconds and needs "
-                "no network.</p><p>You can add your own models later under <b>Models…</b>.</p>"
-            )
-            self.demo_button = QPushButton("Set up the demo model")
-            self.demo_button.clicked.connect(self.setup_demo)
-        else:  # a build made without the demo model
-            text = QLabel(
-                "<h2>Welcome to SpecQuant</h2><p>There is no model on this computer yet. Add one under "
-                "<b>Models…</b>: a Hugging Face repo id (downloaded once), a Hugging Face model folder, or a "
-                ".gguf file. SpecQuant converts it once into three precision tiers.</p>"
-            )
-            self.demo_button = QPushButton("Add a model…")
-            self.demo_button.clicked.connect(self.show_models)
-        text.setWordWrap(True)
-        self.demo_button.setDefault(True)
-        welcome_layout.addStretch(1)
-        welcome_layout.addWidget(text)
-        welcome_layout.addWidget(self.demo_button, 0, Qt.AlignmentFlag.AlignLeft)
-        welcome_layout.addStretch(2)
-
-        self.transcript = TranscriptView()
-        self.transcript.copied.connect(lambda _: self.statusBar().showMessage("Code copied", 2000))
-        self.input = InputBox()
-        self.input.submitted.connect(self.send)
-        self.send_button = QPushButton("Send")
-        self.send_button.setToolTip("Send (Enter)")
-        self.send_button.clicked.connect(self.send)
-        self.stop_button = QPushButton("Stop")
-        self.stop_button.setToolTip("Stop the answer (Esc)")
-        self.stop_button.clicked.connect(self.stop)
-        self.regenerate_button = QToolButton()
-        self.regenerate_button.setText("Regenerate")
-        self.regenerate_button.setAccessibleName("Regenerate the last answer")
-        self.regenerate_button.setPopupMode(QToolButton.ToolButtonPopupMode.MenuButtonPopup)
-        self.regenerate_button.clicked.connect(lambda: self.regenerate(higher=False))
-        menu = QMenu(self.regenerate_button)
-        self.higher_action = menu.addAction("Answer at higher precision")
-        self.higher_action.triggered.connect(lambda: self.regenerate(higher=True))
-        self.regenerate_button.setMenu(menu)
-        actions = QVBoxLayout()
-        for b in (self.send_button, self.stop_button, self.regenerate_button):
-            b.setMinimumWidth(110)
-            actions.addWidget(b)
-        actions.addStretch(1)
-        bottom = QHBoxLayout()
-        bottom.addWidget(self.input, 1)
-        bottom.addLayout(actions)
+        """Lay out the panels that app.window_panels builds (in the order that makes the focus chain)."""
+        side = panels.sidebar(self)
+        top = panels.model_bar(self)
+        welcome = panels.welcome(self)
+        transcript = panels.transcript(self)
+        bottom = panels.input_row(self)
 
         main = QWidget()
         main_layout = QVBoxLayout(main)
         main_layout.setContentsMargins(4, 8, 8, 8)
         main_layout.addLayout(top)
         main_layout.addWidget(self.banner)
-        main_layout.addWidget(self.welcome, 1)
-        main_layout.addWidget(self.transcript, 1)
+        main_layout.addWidget(welcome, 1)
+        main_layout.addWidget(transcript, 1)
         main_layout.addLayout(bottom)
 
         splitter = QSplitter()
@@ -204,45 +107,10 @@ class MainWindow(QMainWindow):
         splitter.setSizes([260, 840])
         self.setCentralWidget(splitter)
 
-        self.stats = StatsBar(self.statusBar())
-        # The labels by name, for the tests and the self-test.
-        self.badge, self.precision, self.speed = self.stats.badge, self.stats.precision, self.stats.speed
-        self.acceptance, self.placement = self.stats.acceptance, self.stats.placement
-        self.speedup, self.speed_chart = self.stats.speedup, self.stats.chart
-        self.model_label, self.api_label = self.stats.model_label, self.stats.api_label
+        panels.status_bar(self)
         self.setTabOrder(self.input, self.send_button)
         self.setTabOrder(self.send_button, self.stop_button)
         self.setTabOrder(self.stop_button, self.regenerate_button)
-
-    def _build_menus(self) -> None:
-        def act(menu: QMenu, text: str, slot: Any, keys: Any = None) -> QAction:
-            a = menu.addAction(text)
-            a.triggered.connect(slot)
-            if keys is not None:
-                a.setShortcuts(keys if isinstance(keys, list) else [QKeySequence(keys)])
-            return a
-
-        file = self.menuBar().addMenu("&File")
-        act(file, "&New chat", self.new_conversation, QKeySequence.StandardKey.New)
-        act(file, "&Models…", self.show_models)
-        act(file, "&Settings…", self.show_settings, "Ctrl+,")  # StandardKey.Preferences is empty on Linux
-        file.addSeparator()
-        act(file, "&Quit", self.close, QKeySequence.StandardKey.Quit)
-        chat = self.menuBar().addMenu("&Chat")
-        act(chat, "&Stop", self.stop, Qt.Key.Key_Escape)
-        act(chat, "&Regenerate", lambda: self.regenerate(higher=False), "Ctrl+R")
-        act(chat, "Regenerate at &higher precision", lambda: self.regenerate(higher=True), "Ctrl+Shift+R")
-        view = self.menuBar().addMenu("&View")
-        act(view, "Zoom &in", lambda: self.zoom(+1), [QKeySequence("Ctrl++"), QKeySequence("Ctrl+=")])
-        act(view, "Zoom &out", lambda: self.zoom(-1), QKeySequence("Ctrl+-"))
-        act(view, "&Reset zoom", lambda: self.zoom(0), QKeySequence("Ctrl+0"))
-        self.highlight_toggle = act(view, "&Highlight draft tokens", self._toggle_highlight)
-        self.highlight_toggle.setCheckable(True)
-        self.highlight_toggle.setChecked(self.settings.highlight_draft)
-        self.chart_toggle = act(view, "Speed &chart", self._toggle_chart)
-        self.chart_toggle.setCheckable(True)
-        self.chart_toggle.setChecked(self.settings.speed_chart)
-        self.speed_chart.setVisible(self.settings.speed_chart)
 
     # --- models ------------------------------------------------------------------------------------
     def complete_models(self) -> list[str]:
@@ -354,40 +222,34 @@ class MainWindow(QMainWindow):
         if not self.model:
             self.banner.show_error("There is no model yet: set up the demo model or add one.", "Set up demo model")
             return
-        if self.conversation is None:
-            title = " ".join(text.split())
-            self.conversation = self.store.create(title[:60] + ("…" if len(title) > 60 else ""))
-        self.store.add_message(self.conversation, "user", text)  # saved before anything can fail
+        turn = self.chat.new_turn(self.conversation, text)  # stored before anything can fail
+        self.conversation = turn.conversation
         self.input.clear()
-        self._start(self.store.messages(self.conversation), replaces=None)
+        self._start(turn)
 
     def regenerate(self, higher: bool) -> None:
         """Answer the last user message again; the old answer is replaced only when the new one is done."""
         if self.live is not None or self.conversation is None:
             return
-        messages = self.store.messages(self.conversation)
-        if not messages or messages[-1].role != "assistant":
+        try:
+            turn = self.chat.regenerate_turn(self.conversation, higher)
+        except AtHighestPrecision as e:
+            self.statusBar().showMessage(str(e), 4000)
             return
-        old = messages[-1]
-        parent = more_precise(old.meta.get("parent", "f16")) if higher else None
-        if higher and parent is None:
-            self.statusBar().showMessage("That answer already came from F16, the highest precision.", 4000)
-            return
-        self._start(messages[:-1], replaces=old.id, parent=parent)
+        if turn is not None:
+            self._start(turn)
 
-    def _start(self, messages: list[StoredMessage], replaces: int | None, parent: str | None = None) -> None:
-        """Answer the chat `messages` (the conversation without the answer a regenerate replaces)."""
-        assert self.conversation is not None
-        self.transcript.show_messages(messages)
+    def _start(self, turn: Turn) -> None:
+        """Show the turn's messages and answer them with the current settings."""
+        self.transcript.show_messages(turn.messages)
         self.refresh_conversations()
         try:
-            options = self.settings.chat_options(parent=parent)
+            options = self.settings.chat_options(parent=turn.parent)
         except UserError as e:
             self.banner.show_error(str(e))
             self._set_busy(False)
             return
-        history = [m.as_chat() for m in messages]
-        self.chat.start(self.conversation, history, self.model, self.settings.engine_settings(), options, replaces)
+        self.chat.answer(turn, self.model, self.settings.engine_settings(), options)
         self.banner.hide()
         self.transcript.begin_live()
         self._render_live()
@@ -444,10 +306,9 @@ class MainWindow(QMainWindow):
         has_model = bool(self.model)
         self.send_button.setEnabled(not busy and has_model)
         self.stop_button.setEnabled(busy)
-        last = self.store.last_message(self.conversation) if self.conversation is not None and not busy else None
-        can_regenerate = last is not None and last.role == "assistant"
+        can_regenerate, can_go_higher = self.chat.regenerate_choices(None if busy else self.conversation)
         self.regenerate_button.setEnabled(can_regenerate)
-        self.higher_action.setEnabled(can_regenerate and more_precise(last.meta.get("parent", "f16")) is not None)
+        self.higher_action.setEnabled(can_go_higher)
 
     def _on_banner_action(self, action: str) -> None:
         if action == "Set up demo model":
