@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from runtime.decode.cost_model import Controller
 from runtime.decode.grammar import Grammar
@@ -17,13 +17,13 @@ from runtime.decode.speculative import SpecConfig
 from runtime.engine import prompt as prompts
 from runtime.engine import tools
 from runtime.engine.decide import Decision
-from runtime.engine.options import ChatOptions, Message
+from runtime.engine.measurements import Measurements
+from runtime.engine.options import ChatOptions, EngineSettings, Message
 from runtime.engine.plain_estimate import PlainEstimate
 from runtime.errors import UserError
+from runtime.plan.placement import Plan
+from runtime.plan.policy import Choice
 from runtime.plan.router import Route
-
-if TYPE_CHECKING:
-    from runtime.engine.engine import Engine
 
 # The router's level as a prior on the answer's length before the answer itself says more: a draft's
 # catch-up must be repaid within the rest of the answer.
@@ -46,11 +46,33 @@ def expected_answer_tokens(route: Route) -> int:
     return EXPECTED_ANSWER_TOKENS[route.level]
 
 
+class ModelState(Protocol):
+    """What an answer needs of its model's state (runtime.engine.engine.Engine)."""
+
+    settings: EngineSettings
+    manifest: dict[str, Any]
+    measurements: Measurements
+
+    def decide(self, text: str, options: ChatOptions) -> Decision: ...
+
+    def pair(self, choice: Choice, placement: Plan) -> tuple[LlamaBackend, LlamaBackend | None]: ...
+
+    def render(
+        self, parent: LlamaBackend, messages: Sequence[Message], tools: list[dict[str, Any]] | None = None
+    ) -> list[int]: ...
+
+    def tool_grammar(
+        self, parent: LlamaBackend, request: tools.ToolRequest, syntax: tools.CallSyntax
+    ) -> Grammar | None: ...
+
+    def claim_caches(self, cache_key: str) -> None: ...
+
+
 @dataclass
 class AnswerPlan:
     """Everything one answer runs with; made by `prepare`, run by `runtime.engine.generate.run`."""
 
-    model: Engine  # the model's state: its estimates learn from the answer, and are saved after it
+    model: ModelState  # the model's state: its estimates learn from the answer, and are saved after it
     options: ChatOptions
     decision: Decision
     parent: LlamaBackend
@@ -68,7 +90,7 @@ class AnswerPlan:
 
 
 def prepare(
-    model: Engine, messages: Sequence[Message], options: ChatOptions, cancel: threading.Event | None = None
+    model: ModelState, messages: Sequence[Message], options: ChatOptions, cancel: threading.Event | None = None
 ) -> AnswerPlan:
     """Decide how `messages` are answered under `options` and set it up: load the pair, build and fit the
     prompt, compile the tool grammar, and measure the machine's costs where a draft runs."""
