@@ -53,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.self_test:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     elif not has_display():
-        from runtime.cli import main as cli_main
+        from commands.main import main as cli_main
 
         print("specquant-app: no display found; chatting in the terminal instead", file=sys.stderr)
         return cli_main(["chat", *(["--prompt", args.prompt] if args.prompt else [])])

@@ -11,7 +11,7 @@ if __name__ == "__main__":
     # makes it that child (and nothing else) when started so.
     multiprocessing.freeze_support()
     if Path(sys.argv[0]).stem.lower() == "specquant":
-        from runtime.cli import main
+        from commands.main import main
     else:
         from app.main import main
     sys.exit(main())

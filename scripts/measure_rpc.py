@@ -92,7 +92,7 @@ def main() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     worker = subprocess.Popen(
-        [sys.executable, "-m", "runtime.cli", "worker", "--port", str(port), "--threads", str(args.threads)],
+        [sys.executable, "-m", "commands", "worker", "--port", str(port), "--threads", str(args.threads)],
         cwd=REPO,
     )
     try:

@@ -58,7 +58,7 @@ def timed(start_answer: Any, tokens_of: Any) -> dict[str, float]:
 
 def start_server(args: argparse.Namespace, *extra: str) -> tuple[subprocess.Popen[str], str]:
     """`specquant serve --port 0` in a child process; returns it and its base URL (…/v1)."""
-    command = [sys.executable, "-m", "runtime.cli", "serve", "--port", "0", "--threads", str(args.threads), *extra]
+    command = [sys.executable, "-m", "commands", "serve", "--port", "0", "--threads", str(args.threads), *extra]
     if args.model:
         command += ["--model", args.model]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=dict(os.environ))

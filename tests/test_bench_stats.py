@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.bench.stats import bootstrap, cost_cap, measurable, ratio_text
+from commands.bench.stats import bootstrap, cost_cap, measurable, ratio_text
 from runtime.decode.cost_model import speedup
 
 

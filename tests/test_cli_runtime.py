@@ -46,7 +46,7 @@ def test_chat_flags_pin_the_pair(demo_cache: Path) -> None:
 @pytest.mark.slow
 def test_chat_prompt_from_stdin(demo_cache: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "runtime.cli", "chat", "--prompt-file", "-", "--json", "--max-tokens", "8"],
+        [sys.executable, "-m", "commands", "chat", "--prompt-file", "-", "--json", "--max-tokens", "8"],
         input="What is AI?",
         capture_output=True,
         text=True,
@@ -78,7 +78,7 @@ def test_chat_bad_input_is_one_line(demo_cache: Path, args: list[str], needle: s
 
 def test_repl_streams_and_keeps_the_conversation(demo_cache: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "runtime.cli", "chat", "--max-tokens", "16"],
+        [sys.executable, "-m", "commands", "chat", "--max-tokens", "16"],
         input="Hello\nWhat did I say?\n/reset\nHello\n/quit\n",
         capture_output=True,
         text=True,
@@ -127,7 +127,7 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(demo_cache) -> None:
     from tests.conftest import REPO
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "runtime.cli", "info", "--json"],
+        [sys.executable, "-m", "commands", "info", "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=REPO,

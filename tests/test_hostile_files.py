@@ -15,8 +15,8 @@ import gguf
 import numpy as np
 import pytest
 
+from commands import main as cli
 from converters.convert import Progress, convert
-from runtime import cli
 from runtime.errors import UserError
 from runtime.models.cache import ModelDir, check_name, delete_model, fsync_file, list_models
 from tests.conftest import assert_one_line_error, run_cli

@@ -1,6 +1,7 @@
 """Imports flow one way, folder by folder: surfaces → engine → plan → decode → models and machine → the shared
-base, with the converters beside decode. Checked by walking
-every import statement (those inside functions too; `if TYPE_CHECKING:` blocks are for type checkers only)."""
+base, with the converters beside decode; between top-level packages, commands, app and installer sit above
+runtime and converters, which never import them back. Checked by walking every import statement (those
+inside functions too; `if TYPE_CHECKING:` blocks are for type checkers only)."""
 
 from __future__ import annotations
 
@@ -10,14 +11,17 @@ from pathlib import Path
 
 from tests.conftest import REPO
 
-PACKAGES = ("app", "installer", "runtime", "converters")
+PACKAGES = ("app", "installer", "commands", "runtime", "converters")
 # Each folder is one layer and may import only the layers listed for it (and itself); a new folder must be
-# placed here. runtime/'s own top-level modules (errors, atomic, child) are the shared base, runtime/cli.py is the
-# command line. The order follows one answer downwards: surfaces → engine → plan → decode → models, machine.
+# placed here. runtime/'s own top-level modules (errors, atomic, child) are the shared base; commands/ is the
+# command line, one module per command, and commands/bench/ the biggest command; commands/common.py, what
+# the commands share, stands apart so that the folder check below keeps it under every command (bench too).
+# The order follows one answer downwards: surfaces → engine → plan → decode → models, machine.
 FOLDERS = {
-    "app": "surface", "installer": "surface", "runtime.cli": "surface", "runtime.api": "surface",
-    "runtime.bench": "surface",
+    "app": "surface", "installer": "surface", "runtime.api": "surface",
+    "commands": "surface", "commands.bench": "surface", "commands.common": "surface",
     "runtime.engine": "engine",
+    "runtime.documents": "documents",
     "runtime.plan": "plan",
     "converters": "converters",
     "runtime.decode": "decode",
@@ -32,6 +36,7 @@ BELOW = {
     "decode": {"base", "machine", "models"},
     "converters": {"base", "machine", "models"},
     "plan": {"base", "machine", "models", "decode"},
+    "documents": {"base"},
     "engine": {"base", "machine", "models", "decode", "plan"},
 }
 MAY_IMPORT = {name: below | {name} for name, below in BELOW.items()}
@@ -115,8 +120,9 @@ def test_runtime_and_converters_have_no_import_cycles() -> None:
 def test_the_walker_sees_imports_inside_functions() -> None:
     """The check itself can fail: a function-level import is an import."""
     g = graph()
-    assert "converters.convert" in g["runtime.cli"]  # cmd_convert imports it inside the function
-    assert layer("runtime.cli") == "surface" and layer("runtime.engine.engine") == "engine"
+    assert "converters.convert" in g["commands.convert"]  # its main imports it inside the function
+    assert layer("commands.main") == "surface" and layer("commands.bench.run") == "surface"
+    assert layer("runtime.engine.engine") == "engine"
 
 
 def test_every_folder_has_a_layer() -> None:
@@ -125,7 +131,7 @@ def test_every_folder_has_a_layer() -> None:
     runtime_top = {m for m, p in found.items() if m.startswith("runtime.") and p.parent.name == "runtime"
                    and p.name != "__init__.py"}
     base = {"runtime.errors", "runtime.atomic", "runtime.child"}
-    assert runtime_top - {"runtime.cli"} <= base, "runtime/'s top level is the base"
+    assert runtime_top <= base, "runtime/'s top level is the base"
     packages = {m for m, p in found.items() if p.name == "__init__.py" and m.count(".") == 1}
     unplaced = sorted(packages - set(FOLDERS))
     assert not unplaced, f"place these folders in FOLDERS: {unplaced}"
@@ -139,3 +145,22 @@ def test_folders_import_one_way() -> None:
     edges = {(folder[m], folder[d]) for m, deps in g.items() for d in deps if folder[m] != folder[d]}
     back = sorted(f"{a} → {b}" for a, b in edges if (b, a) in edges)
     assert not back, "\n".join(back)
+
+
+# Between top-level packages: the surfaces (commands, app, installer) import runtime and converters; the
+# converters use runtime's lower layers (FOLDERS); nothing imports a surface package back, and runtime never
+# imports the converters (the command line, above both, joins them).
+NEVER = {
+    "runtime": {"converters", "commands", "app", "installer"},
+    "converters": {"commands", "app", "installer"},
+}
+
+
+def test_packages_import_one_way() -> None:
+    wrong = [
+        f"{m} imports {d}"
+        for m, deps in sorted(graph().items())
+        for d in sorted(deps)
+        if d.split(".")[0] in NEVER.get(m.split(".")[0], set())
+    ]
+    assert not wrong, "\n".join(wrong)

@@ -49,7 +49,7 @@ class Worker:
         self.cache = cache
         env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "runtime.cli", "worker", "--port", str(self.port), "--threads", "2"],
+            [sys.executable, "-m", "commands", "worker", "--port", str(self.port), "--threads", "2"],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -119,7 +119,7 @@ def _read_answer_start(proc: subprocess.Popen, chars: int, timeout: float) -> st
 @pytest.mark.slow
 def test_a_worker_killed_mid_answer_is_one_line_and_the_chat_goes_on(demo_cache: Path, worker: Worker) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "runtime.cli", "chat", "--rpc", worker.endpoint, "--placement", "remote",
+        [sys.executable, "-m", "commands", "chat", "--rpc", worker.endpoint, "--placement", "remote",
          "--temp", "0", "--max-tokens", "400"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO,
     )  # fmt: skip
