@@ -18,8 +18,9 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 
-from runtime.engine.engine import ChatOptions, EngineSettings
-from runtime.engine.thread import EngineThread, Failure, Job, Status
+from runtime.engine.options import ChatOptions, EngineSettings
+from runtime.engine.reader import Failure, JobReader, Status, is_final
+from runtime.engine.thread import EngineThread
 from runtime.errors import Cancelled, SpecQuantError, readable
 
 log = logging.getLogger("specquant.app")
@@ -98,18 +99,17 @@ class EngineWorker(QObject):
         self.final.connect(self._on_final)
 
     def generate(self, request: ChatRequest) -> None:
-        job = Job(
-            request.model, request.settings, request.messages, request.options,
-            sink=functools.partial(self._deliver, request.id), cancel=request.cancel,
-        )
+        """Post `request` (Stop: its `cancel`); what comes back goes out as signals."""
+        reader = JobReader(self.runner, on_event=functools.partial(self._deliver, request.id))
         try:
-            self.runner.submit(job, bounded=False)
+            reader.post(request.model, request.settings, request.messages, request.options, cancel=request.cancel,
+                        bounded=False)
         except SpecQuantError as e:
             self.failed.emit(request.id, readable(e), "internal")
 
     def _deliver(self, request_id: int, event: Any) -> None:
-        """On the engine thread: a signal emitted here is queued to the window's thread."""
-        if isinstance(event, (Status, Failure)) or event.done:
+        """On the engine thread (the reader's callback): a signal emitted here is queued to the window's thread."""
+        if isinstance(event, Status) or is_final(event):
             self.final.emit(request_id, event)
             return
         with self._lock:

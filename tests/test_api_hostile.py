@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from runtime.api.schema import MAX_CONTENT_CHARS, MAX_MESSAGES
+from runtime.api.requests import MAX_CONTENT_CHARS, MAX_MESSAGES
 from runtime.models.cache import ModelDir
 from tests.conftest import copy_of_demo
 from tests.test_server import DEMO, Served, greedy, in_process, was_cancelled

@@ -42,7 +42,7 @@ class Served:
         self.log = cache.parent / f"serve-{time.monotonic_ns()}.log"
         self.log_file = self.log.open("w")
         env = dict(os.environ, SPECQUANT_CACHE_DIR=str(cache))
-        command = [sys.executable, "-m", "runtime.cli", "serve", "--port", "0", "--threads", "2", *args]
+        command = [sys.executable, "-m", "commands", "serve", "--port", "0", "--threads", "2", *args]
         self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=self.log_file, text=True, cwd=REPO,
                                      env=env)
         assert self.proc.stdout is not None
@@ -410,7 +410,7 @@ def test_a_taken_port_is_one_line(demo_cache: Path) -> None:
 
 # --- the request schema alone (no server) -----------------------------------------------------------------
 def parse(**body: Any):
-    from runtime.api.schema import parse_chat
+    from runtime.api.requests import parse_chat
     from runtime.engine.engine import ChatOptions
 
     return parse_chat({"messages": [{"role": "user", "content": "hi"}]} | body, ChatOptions(), n_ctx=4096)
@@ -473,7 +473,7 @@ def test_the_schema_takes_what_real_clients_send() -> None:
     ],
 )
 def test_the_schema_refuses_what_it_cannot_honour(body: dict[str, Any], param: str) -> None:
-    from runtime.api.schema import ApiError
+    from runtime.api.responses import ApiError
 
     with pytest.raises(ApiError) as e:
         parse(**body)

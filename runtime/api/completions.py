@@ -1,6 +1,7 @@
-"""OpenAI's legacy `POST /v1/completions`: a prompt continued as it is (no chat template), for clients that
-still use it (Continue's legacy mode, older scripts). Same engine, loop and options as a chat; the prompt is
-one string; `echo`, `suffix`, `best_of` and `n` only at the values that mean "not used".
+"""OpenAI's (legacy) text completions, `POST /v1/completions`: a prompt continued as it is (no chat
+template), for clients that still use it (Continue's legacy mode, older scripts). Same engine, loop and
+options as a chat; the prompt is one string; `echo`, `suffix`, `best_of` and `n` only at the values that mean
+"not used". Its request is read here and its answers shaped here, with the pieces both endpoints share.
 """
 
 from __future__ import annotations
@@ -10,28 +11,25 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from runtime.api.schema import (
-    NOT_USED,
-    ApiError,
-    ChatCall,
-    api_facts,
+from runtime.api.fields import (
     build_options,
     check_fields,
-    finish_reason,
     integer,
     sampling_changes,
     stream_flags,
     typed,
-    usage,
     valid_unicode,
 )
-from runtime.engine.chat import ChatOptions, Chunk, TokenChoice
+from runtime.api.requests import NOT_USED, ChatCall
+from runtime.api.responses import ApiError, api_facts, finish_reason, usage
+from runtime.engine.answer import Chunk, TokenChoice
+from runtime.engine.options import ChatOptions
 
 HONOURED = {
     "model", "prompt", "max_tokens", "temperature", "top_p", "seed", "stop", "stream", "stream_options", "user",
     "logprobs", "top_k", "min_p", "specquant",
 }  # fmt: skip
-LEGACY_NOT_USED: dict[str, tuple[Any, ...]] = {
+TEXT_NOT_USED: dict[str, tuple[Any, ...]] = {
     "n": (1,),
     "best_of": (1,),
     "echo": (False,),
@@ -47,7 +45,7 @@ def parse_completion(body: Any, base: ChatOptions, n_ctx: int) -> ChatCall:
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
     given = {k: v for k, v in body.items() if v is not None}
-    check_fields(given, HONOURED, LEGACY_NOT_USED)
+    check_fields(given, HONOURED, TEXT_NOT_USED)
     model = typed(given, "model", str)
     prompt = given.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1:
@@ -68,8 +66,8 @@ def new_id() -> str:
     return f"cmpl-{uuid.uuid4().hex[:24]}"
 
 
-def legacy_logprobs(choices: Sequence[TokenChoice], offset: int) -> dict[str, Any]:
-    """The legacy shape: parallel lists of tokens, their logprobs, {token: logprob} alternatives and each
+def text_logprobs(choices: Sequence[TokenChoice], offset: int) -> dict[str, Any]:
+    """This endpoint's shape: parallel lists of tokens, their logprobs, {token: logprob} alternatives and each
     token's character offset (counted from the prompt's start, as OpenAI does)."""
     offsets = []
     for c in choices:

@@ -1,6 +1,6 @@
 """Request parsing off the event loop: threads with a large stack, and a deadline.
 
-A request's JSON schemas are compiled while it is parsed (runtime.api.schema), and compiling is native code
+A request's JSON schemas are compiled while it is parsed (runtime.api.requests), and compiling is native code
 (llguidance) that neither yields to asyncio nor can be interrupted. On the event loop a large schema would
 stall every other client, `/health` included; on a thread with the default stack a deep one could overflow it
 and take the process down. So parsing runs here: on a few threads of their own, each with a stack far larger

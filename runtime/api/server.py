@@ -7,7 +7,7 @@ are logged by method, raw path, status and time, never by content.
 
 What a web page or a broken client cannot do (docs/api.md, "Security"): web pages
 are kept out by runtime.api.guard; a body must arrive within BODY_DEADLINE_S and hold at most
-MAX_BODY bytes (and runtime.api.schema's message caps); a stream whose reader stops reading is cancelled
+MAX_BODY bytes (and runtime.api.requests' message caps); a stream whose reader stops reading is cancelled
 after STALL_S, or once it falls BACKLOG chunks behind; at most MAX_CONNECTIONS connections are served at
 once (uvicorn answers 503 beyond), and to make room for a new one the oldest idle connection is dropped; a
 request's head must arrive within HEADER_TIMEOUT_S (runtime.api.connections); and a cancelled request leaves
@@ -20,13 +20,12 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import hmac
 import json
 import logging
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,16 +39,18 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from runtime.api import legacy
-from runtime.api import schema as api_schema
+from runtime.api import DEFAULT_PORT, answers
+from runtime.api.auth import authorize
+from runtime.api.dialects import CHAT, TEXT, Dialect
 from runtime.api.guard import BrowserGuard
+from runtime.api.models import complete_models, is_cached, model_entry, unknown_model
 from runtime.api.offload import ParseThreads, TooSlow
-from runtime.api.schema import DEFAULT_PORT, ApiError
-from runtime.engine.engine import ChatOptions, Chunk, EngineSettings
-from runtime.engine.thread import EngineThread, Failure, Job, QueueFull
+from runtime.api.responses import ApiError
+from runtime.engine.options import ChatOptions, EngineSettings
+from runtime.engine.reader import JobReader
+from runtime.engine.thread import EngineThread, QueueFull
 from runtime.errors import UserError, readable
 from runtime.machine.rpc import is_loopback
-from runtime.models.cache import ModelDir, cache_root, check_name, list_models
 
 log = logging.getLogger("specquant.server")
 SHUTDOWN_GRACE_S = 3.0  # below uvicorn's timeout_graceful_shutdown (5 s)
@@ -123,189 +124,84 @@ class Service:
         self.runner = runner
         self.defaults = defaults
         self.config = config
-        self.jobs: set[Job] = set()
+        self.readers: set[JobReader] = set()  # the answers in flight
         self.parser = ParseThreads()
 
     def cancel_all(self) -> None:
-        """Cancel this API's jobs (the window's own, on a shared engine thread, are left alone)."""
-        for job in list(self.jobs):
-            job.cancel.set()
+        """Cancel this API's jobs (the window's own, on a shared engine thread, are left alone); each stream
+        still sends its last event."""
+        for reader in list(self.readers):
+            reader.cancel()
 
     # --- endpoints ---------------------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
         if not is_loopback(self.config.host):  # other computers learn nothing without the key
-            self._authorize(request)
+            authorize(request, self.config.api_key)
         d = self.defaults()
         queue = {"busy": self.runner.busy, "waiting": self.runner.waiting, "max_queue": self.runner.max_queue}
         return JSONResponse({"status": "ok", "model": d.model} | queue)
 
     async def models(self, request: Request) -> Response:
-        self._authorize(request)
-        return JSONResponse({"object": "list", "data": [self._model_entry(m) for m in self._complete()]})
+        authorize(request, self.config.api_key)
+        return JSONResponse({"object": "list", "data": [model_entry(m) for m in complete_models()]})
 
     async def model(self, request: Request) -> Response:
-        self._authorize(request)
+        authorize(request, self.config.api_key)
         name = request.path_params["name"]
-        for m in self._complete():
+        for m in complete_models():
             if m.name == name:
-                return JSONResponse(self._model_entry(m))
-        raise self._unknown_model(name)
+                return JSONResponse(model_entry(m))
+        raise unknown_model(name)
 
     async def chat_completions(self, request: Request) -> Response:
-        return await self._answer(request, "chat")
+        return await self._answer(request, CHAT)
 
     async def completions(self, request: Request) -> Response:
-        return await self._answer(request, "text")
+        return await self._answer(request, TEXT)
 
-    async def _answer(self, request: Request, kind: str) -> Response:
-        """A chat completion (`kind` "chat") or a legacy text completion ("text"): one engine job, answered
-        whole or streamed."""
-        self._authorize(request)
+    async def _answer(self, request: Request, dialect: Dialect) -> Response:
+        """A chat completion or a text completion (`dialect`): one engine job, answered whole or streamed."""
+        authorize(request, self.config.api_key)
         body = await self._read_json(request)
         d = self.defaults()
-        parse = api_schema.parse_chat if kind == "chat" else legacy.parse_completion
         try:  # off the event loop: compiling a request's schemas is native code that cannot yield
-            call = await self.parser.run(self.config.parse_deadline_s, parse, body, d.options, d.settings.n_ctx)
+            call = await self.parser.run(self.config.parse_deadline_s, dialect.parse, body, d.options, d.settings.n_ctx)
         except TooSlow as e:
             words = f"the request's schemas {e} to compile: make them smaller"
             raise ApiError(400, words, code="schema_too_large") from None
         call = dataclasses.replace(call, options=dataclasses.replace(call.options, cache_key=cache_key(body)))
         model = call.model or d.model
-        if not _is_cached(model):
-            raise self._unknown_model(model)
+        if not is_cached(model):
+            raise unknown_model(model)
 
-        loop = asyncio.get_running_loop()
-        events: asyncio.Queue[Any] = asyncio.Queue()
-
-        def sink(event: Any) -> None:  # on the engine thread
-            final = isinstance(event, Failure) or (isinstance(event, Chunk) and event.done)
-            if events.qsize() > BACKLOG and not final:  # the client stopped reading: stop its answer, keep
-                job.cancel.set()  # no more of it (the last event still goes, so the request ends)
-                return
-            with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is listening any more
-                loop.call_soon_threadsafe(events.put_nowait, event)
-
-        job = Job(model, d.settings, call.messages, call.options, sink)
+        reader = JobReader(self.runner, loop=asyncio.get_running_loop(), backlog=BACKLOG, on_close=self.readers.discard)
         try:
-            self.runner.submit(job)
+            reader.post(model, d.settings, call.messages, call.options)
         except QueueFull as e:
             retry = {"Retry-After": str(e.retry_after_s)}
             raise ApiError(429, str(e), kind="rate_limit_error", code="queue_full", headers=retry) from None
-        self.jobs.add(job)  # nothing between submit and here can fail: `finish` owns the job from now on
-
-        def finish() -> None:
-            """The request is over (answered, failed or abandoned): stop its job if it still runs."""
-            job.cancel.set()  # a no-op once the answer is complete
-            watcher.cancel()
-            self.jobs.discard(job)
-
-        watcher = asyncio.create_task(_on_disconnect(request.receive, finish))
+        # Nothing between post and here can fail: the reader's close (the request over: answered, failed or
+        # abandoned) owns the job from now on, stopping it if it still runs.
+        self.readers.add(reader)
+        reader.close_on(_disconnected(request.receive))
         streaming = False
         try:
-            first = await _next_chunk(events, "prompt" if kind == "text" else "messages")
+            first = await answers.next_chunk(reader, dialect.prompt)
             if call.stream:
-                streaming = True  # the stream's own end calls finish()
-                events_of = self._chat_stream if kind == "chat" else self._text_stream
-                stream = self._stream(events_of(first, events, model, call), call.include_usage, finish)
+                streaming = True  # the stream's own end closes the reader
+                stream = answers.events(answers.pieces(reader, first, dialect, model, call), call.include_usage,
+                                        reader.close)
                 # On Ctrl-C our cancel ends the answer within one cycle; the grace period lets the stream
                 # send its last event ("cancelled") and [DONE] before sse-starlette would cut it off.
                 return EventSourceResponse(
                     stream, ping=15, shutdown_grace_period=SHUTDOWN_GRACE_S, send_timeout=self.config.stall_s
                 )
-            chunks, last = [first], first
-            while not last.done:
-                last = await _next_chunk(events)
-                chunks.append(last)
-            _check_complete(last)
-            text = "".join(c.text for c in chunks)
-            logprobs = [lp for c in chunks for lp in c.logprobs] if call.options.logprobs is not None else None
-            if kind == "text":
-                lp = None if logprobs is None else legacy.legacy_logprobs(logprobs, len(call.messages[0]["content"]))
-                return JSONResponse(legacy.text_completion(legacy.new_id(), model, None, text, last, lp))
-            calls = [d for c in chunks for d in c.calls]
-            body = api_schema.completion(api_schema.new_id(), model, text, last, None, calls, logprobs)
-            return JSONResponse(body)
+            return JSONResponse(await answers.whole(reader, first, dialect, model, call))
         finally:
             if not streaming:
-                finish()
-
-    async def _chat_stream(
-        self, first: Chunk, events: asyncio.Queue[Any], model: str, call: api_schema.ChatCall
-    ) -> AsyncIterator[tuple[dict[str, Any], Chunk]]:
-        """The chunk objects of a streamed chat completion, each with the Chunk it came from."""
-        call_id, created = api_schema.new_id(), int(time.time())
-        want_logprobs, called = call.options.logprobs is not None, False
-        yield api_schema.stream_chunk(call_id, model, created, {"role": "assistant", "content": ""}), first
-        chunk = first
-        while True:
-            delta: dict[str, Any] = {}
-            if chunk.text:
-                delta["content"] = chunk.text
-            if chunk.calls:
-                delta["tool_calls"] = api_schema.call_deltas(chunk.calls)
-                called = True
-            lps = chunk.logprobs if want_logprobs and chunk.logprobs else None
-            if delta or lps:
-                yield api_schema.stream_chunk(call_id, model, created, delta, None, lps), chunk
-            if chunk.done:
-                break
-            chunk = await _next_chunk(events)
-        _check_complete(chunk)
-        yield api_schema.stream_chunk(call_id, model, created, {}, chunk, None, called), chunk
-
-    async def _text_stream(
-        self, first: Chunk, events: asyncio.Queue[Any], model: str, call: api_schema.ChatCall
-    ) -> AsyncIterator[tuple[dict[str, Any], Chunk]]:
-        """The pieces of a streamed text completion, each with the Chunk it came from."""
-        call_id, created = legacy.new_id(), int(time.time())
-        offset = len(call.messages[0]["content"])
-        chunk = first
-        while True:
-            lps = None
-            if call.options.logprobs is not None and chunk.logprobs:
-                lps = legacy.legacy_logprobs(chunk.logprobs, offset)
-                offset += sum(len(c.text) for c in chunk.logprobs)
-            if chunk.text or lps:
-                yield legacy.text_completion(call_id, model, created, chunk.text, None, lps), chunk
-            if chunk.done:
-                break
-            chunk = await _next_chunk(events)
-        _check_complete(chunk)
-        yield legacy.text_completion(call_id, model, created, "", chunk, streamed=True), chunk
-
-    async def _stream(
-        self, pieces: AsyncIterator[tuple[dict[str, Any], Chunk]], include_usage: bool, finish: Callable[[], None]
-    ) -> AsyncIterator[dict[str, str]]:
-        """Server-sent events of `pieces`, then usage (when asked) and [DONE]; an error mid-stream becomes its
-        last event."""
-        try:
-            last: tuple[dict[str, Any], Chunk] | None = None
-            async for last in pieces:
-                yield {"data": json.dumps(last[0])}
-            if include_usage and last is not None:  # one more chunk: no choices, the usage
-                yield {"data": json.dumps(api_schema.usage_chunk(last[0], last[1]))}
-        except ApiError as e:  # the status line has gone already: the error is the stream's last event
-            yield {"data": json.dumps(e.body())}
-        except Exception as e:
-            log.debug("stream failed", exc_info=True)
-            yield {"data": json.dumps(ApiError(500, readable(e), kind="server_error").body())}
-        finally:
-            finish()
-        yield {"data": "[DONE]"}
+                reader.close()
 
     # --- helpers -----------------------------------------------------------------------------------
-    def _authorize(self, request: Request) -> None:
-        key = self.config.api_key
-        if not key:
-            return
-        given = request.headers.get("authorization", "")
-        scheme, _, token = given.partition(" ")
-        # compare_digest: the time taken does not tell how much of a wrong key was right.
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key.encode()):
-            what = "missing" if not given else "wrong"
-            words = f"{what} API key: send 'Authorization: Bearer KEY'"
-            raise ApiError(401, words, kind="authentication_error", code="invalid_api_key")
-
     async def _read_json(self, request: Request) -> Any:
         cap = self.config.max_body
         too_big = ApiError(413, f"the request body is over {cap // 1024} KiB", code="request_too_large")
@@ -342,19 +238,6 @@ class Service:
         except ValueError as e:  # e.g. an integer of thousands of digits (Python's conversion limit)
             raise ApiError(400, f"the request body holds a value out of range: {e}") from None
 
-    def _complete(self) -> list[Any]:
-        return [m for m in list_models(cache_root()) if m.complete]
-
-    def _model_entry(self, m: Any) -> dict[str, Any]:
-        rows = ModelDir(m.path.parent, m.name).tier_rows(m.manifest or {})
-        tiers = [{"tier": r["tier"], "bytes": r["bytes"]} for r in rows]
-        created = int(m.path.stat().st_mtime)
-        return {"id": m.name, "object": "model", "created": created, "owned_by": "specquant", "tiers": tiers}
-
-    def _unknown_model(self, name: str) -> ApiError:
-        known = ", ".join(m.name for m in self._complete()) or "none"
-        return ApiError(404, f"model {name!r} is not in the cache (cached: {known})", "model", code="model_not_found")
-
 
 def cache_key(body: dict[str, Any]) -> str:
     """Which prompt prefixes a request may reuse (ChatOptions.cache_key): API clients never share the window's,
@@ -363,44 +246,10 @@ def cache_key(body: dict[str, Any]) -> str:
     return f"api:{own}" if isinstance(own, str) else "api"
 
 
-def _is_cached(name: str) -> bool:
-    """Whether `name` is a complete model in the cache (one manifest read, not a listing of the cache)."""
-    try:
-        manifest = ModelDir(cache_root(), check_name(name)).read_manifest()
-    except UserError:  # not a valid model name at all
-        return False
-    return bool(manifest and manifest.get("complete"))
-
-
-async def _next_chunk(events: asyncio.Queue[Any], prompt: str = "messages") -> Chunk:
-    """The job's next Chunk; its Failure as an ApiError (Status events are for the window). `prompt`: the
-    request's field that a prompt too long for the context is blamed on."""
-    while True:
-        event = await events.get()
-        if isinstance(event, Failure):
-            if event.kind == "context":  # OpenAI's code: clients look for it to shorten the chat and retry
-                raise ApiError(400, event.reason, prompt, code="context_length_exceeded")
-            if event.kind in ("user", "model"):
-                raise ApiError(400, event.reason)
-            if event.kind == "cancelled":
-                raise ApiError(503, "the request was cancelled (the server is stopping)", kind="server_error")
-            if event.kind == "worker":  # a worker down or lost (--rpc): the next request answers here
-                raise ApiError(503, event.reason, kind="server_error")
-            raise ApiError(500, event.reason, kind="server_error")
-        if isinstance(event, Chunk):
-            return event
-
-
-def _check_complete(last: Chunk) -> None:
-    if last.stats.stop_reason == "cancelled":
-        raise ApiError(503, "the answer was cancelled (the server is stopping)", kind="server_error")
-
-
-async def _on_disconnect(receive: Receive, then: Callable[[], None]) -> None:
-    """Call `then` when the client goes away (the body has been read, so the next message is the end)."""
+async def _disconnected(receive: Receive) -> None:
+    """Returns when the client has gone away (the body has been read, so the next message is the end)."""
     while (await receive())["type"] != "http.disconnect":
         pass
-    then()
 
 
 class RequestLog:

@@ -27,20 +27,14 @@ from runtime import child
 from runtime.engine.chat import ChatOptions, Chunk, Message
 from runtime.engine.engine import Engine, EngineSettings
 from runtime.engine.interface import Answers, LoadedEngine
-from runtime.errors import Cancelled, ContextTooLong, ModelError, SpecQuantError, UserError, readable
+from runtime.engine.reader import Failure, error_of, failure_of
+from runtime.errors import SpecQuantError
 from runtime.machine import rpc
 
 FIRST_TOKEN_TIMEOUT_S = 600.0
 START_TIMEOUT_S = 120.0
 RETRY_S = 30.0  # answering here while a worker is down: how often the next request probes it again
 _POLL_S = 0.05
-_ERRORS: dict[str, type[SpecQuantError]] = {
-    "WorkerError": rpc.WorkerError,
-    "ModelError": ModelError,
-    "UserError": UserError,
-    "ContextTooLong": ContextTooLong,
-    "Cancelled": Cancelled,
-}
 
 
 def open_engine(model: str | None, settings: EngineSettings) -> LoadedEngine:
@@ -49,10 +43,10 @@ def open_engine(model: str | None, settings: EngineSettings) -> LoadedEngine:
 
 
 def _send_error(conn: Connection, e: BaseException) -> None:
-    name = next((n for n, cls in _ERRORS.items() if type(e) is cls), None)
-    if name is None and isinstance(e, UserError):
-        name = "ModelError" if isinstance(e, ModelError) else "UserError"
-    conn.send(("error", name or "SpecQuantError", readable(e)))
+    """`e` as a Failure's kind and reason: the parent raises the same error (runtime.engine.reader's mapping,
+    the engine thread's too)."""
+    failure = failure_of(e)
+    conn.send(("error", failure.kind, failure.reason))
 
 
 def _child(model: str | None, settings: EngineSettings, cancel: Any, conn: Connection) -> None:
@@ -160,6 +154,8 @@ class EngineProcess(Answers):
     def stream_chat(
         self, messages: Sequence[Message], options: ChatOptions | None = None, cancel: threading.Event | None = None
     ) -> Iterator[Chunk]:
+        """The child's answer, one request at a time. As with a JobReader, a caller that leaves before the end
+        cancels the answer (here: the child's, read on to its end so the next request starts clean)."""
         with self._lock:
             self._ensure_child()
             self._cancel.clear()
@@ -228,7 +224,7 @@ class EngineProcess(Answers):
         except (EOFError, OSError):
             raise self._lost("ended") from None
         if kind == "error":
-            return kind, _ERRORS.get(payload, SpecQuantError)(rest[0])
+            return kind, error_of(Failure(rest[0], payload))
         return kind, payload
 
     def _lost(self, how: str) -> rpc.WorkerError:

@@ -2,9 +2,10 @@
 
 Requests wait in a bounded FIFO queue (`QueueFull` when it is full). Each `Job` has its own cancel Event,
 which anyone may set from any thread: a waiting job is then skipped, a running one stops within one verify
-cycle. Results go to the job's `sink` on the worker thread, so a sink must only hand them on (a Qt signal,
-`loop.call_soon_threadsafe`), never block. The Engine is rebuilt only when a job asks for another model or
-other settings; successive turns of one conversation therefore reuse its KV prefix.
+cycle. Results go to the job's `sink` on the worker thread, so a sink must only hand them on, never block;
+front ends read them through a `runtime.engine.reader.JobReader` (where Job, Status and Failure live). The
+Engine is rebuilt only when a job asks for another model or other settings; successive turns of one
+conversation therefore reuse its KV prefix.
 
 Nothing one job does can end the thread: an error in the engine fails that job, a sink that raises abandons
 its own job (cancelled, the engine kept), and the next job is answered. `release` and `close` wait a bounded
@@ -14,54 +15,26 @@ time, so a stuck load cannot freeze their caller.
 from __future__ import annotations
 
 import collections
-import itertools
 import logging
-import queue
 import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.engine.engine import ChatOptions, Chunk, EngineSettings, Message
 from runtime.engine.interface import Answers, LoadedEngine
 from runtime.engine.process import open_engine
-from runtime.errors import Cancelled, ContextTooLong, ModelError, SpecQuantError, UserError, readable
-from runtime.machine.rpc import WorkerError
+from runtime.engine.reader import Failure, Job, JobReader, Status, failure_of
+from runtime.errors import Cancelled, SpecQuantError, UserError
+
+# Job, Status and Failure are runtime.engine.reader's, named here too: the thread is where jobs go.
+__all__ = ["CLOSE_TIMEOUT_S", "RELEASE_TIMEOUT_S", "EngineThread", "Failure", "Job", "QueueFull", "Status"]
 
 log = logging.getLogger("specquant.worker")
 
 RELEASE_TIMEOUT_S = 60.0  # loading a large model from a slow disk cannot be interrupted: allow it to end
 CLOSE_TIMEOUT_S = 30.0  # at exit: the thread is a daemon, so one that does not end within this dies with us
-
-
-@dataclass(frozen=True)
-class Status:
-    """What is happening before the first token (loading a model, measuring the machine)."""
-
-    text: str
-
-
-@dataclass(frozen=True)
-class Failure:
-    """The job ended without a last Chunk. `kind`: cancelled (reason ""), user (bad input), context (a prompt too
-    long for the context), model (a model missing or damaged: see the model manager), worker (a worker down or
-    lost: runtime.machine.rpc) or internal."""
-
-    reason: str
-    kind: str
-
-
-@dataclass(eq=False)  # a job is itself, not its fields: it can sit in a set
-class Job:
-    model: str | None  # a cached model's name; None: the only one, else the demo
-    settings: EngineSettings
-    messages: list[Message]
-    options: ChatOptions
-    sink: Callable[[Any], None]  # receives Status, runtime.engine.engine.Chunk (the last has done=True) or Failure
-    cancel: threading.Event = field(default_factory=threading.Event)
-    id: int = field(default_factory=itertools.count(1).__next__)
 
 
 class QueueFull(SpecQuantError):
@@ -74,8 +47,8 @@ class QueueFull(SpecQuantError):
 
 class EngineThread(Answers):
     """A thread with one Engine and a FIFO of jobs. `max_queue`: waiting jobs allowed (None: no bound).
-    The window and the API submit `Job`s with their own sinks; `stream_chat` (the ChatEngine Protocol) is
-    the same queue seen from a caller that reads on its own thread."""
+    The window and the API post `Job`s through their JobReaders; `stream_chat` (the ChatEngine Protocol) is
+    the same queue read by a caller on its own thread."""
 
     def __init__(self, max_queue: int | None = None, name: str = "specquant-engine") -> None:
         if max_queue is not None and max_queue < 1:
@@ -116,23 +89,9 @@ class EngineThread(Answers):
     ) -> Iterator[Chunk]:
         """Queue one answer (bounded) and yield its Chunks here; a Failure is raised as the error it reports
         (Cancelled, UserError, ModelError, WorkerError, SpecQuantError). Leaving early cancels the job."""
-        events: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        job = Job(model, settings or EngineSettings(), list(messages), options or ChatOptions(), events.put,
-                  cancel or threading.Event())
-        self.submit(job)
-        done = False
-        try:
-            while not done:
-                event = events.get()
-                if isinstance(event, Failure):
-                    done = True
-                    raise _FAILURES.get(event.kind, SpecQuantError)(event.reason or "stopped")
-                if isinstance(event, Chunk):
-                    done = event.done
-                    yield event
-        finally:
-            if not done:
-                job.cancel.set()
+        reader = JobReader(self)  # posted at the first next(), as a generator does its work
+        reader.post(model, settings or EngineSettings(), list(messages), options or ChatOptions(), cancel=cancel)
+        yield from reader.chunks()
 
     @property
     def waiting(self) -> int:
@@ -240,20 +199,14 @@ class EngineThread(Answers):
                 _check(job, "while measuring this machine")
             for chunk in engine.stream_chat(job.messages, job.options, job.cancel):
                 _tell(job, chunk)
-        except Cancelled:
+        except Cancelled:  # a Stop needs no reason (the window shows none)
             _tell(job, Failure("", "cancelled"))
-        except ModelError as e:
-            _tell(job, Failure(str(e), "model"))
-        except WorkerError as e:  # the next job starts anew: on the workers, or here while they are down
-            _tell(job, Failure(str(e), "worker"))
-        except ContextTooLong as e:
-            _tell(job, Failure(str(e), "context"))
-        except UserError as e:
-            _tell(job, Failure(str(e), "user"))
         except Exception as e:  # the worker must survive anything and say what happened
-            log.debug("generation failed", exc_info=True)
-            _tell(job, Failure(readable(e), "internal"))
-            self._drop_engine()  # a damaged or half-loaded engine is rebuilt for the next job
+            failure = failure_of(e)  # a lost worker (kind "worker"): the next job starts anew, there or here
+            if failure.kind == "internal":
+                log.debug("generation failed", exc_info=True)
+                self._drop_engine()  # a damaged or half-loaded engine is rebuilt for the next job
+            _tell(job, failure)
         else:
             self._durations.append(time.monotonic() - started)
 
@@ -275,11 +228,6 @@ class EngineThread(Answers):
         """Seconds until a place is free: when the running job ends, about one typical job (median of the
         recent ones; 5 s before any has finished)."""
         return max(1, round(statistics.median(self._durations) if self._durations else 5.0))
-
-
-_FAILURES: dict[str, type[SpecQuantError]] = {
-    "cancelled": Cancelled, "user": UserError, "model": ModelError, "worker": WorkerError, "context": ContextTooLong
-}
 
 
 def _check(job: Job, when: str) -> None:

@@ -1,0 +1,137 @@
+"""The API's two dialects, chat completions and text completions: each parses its request, shapes a whole
+answer, and shapes a stream (its opening piece, a piece per Chunk, its end). The server answers both the same
+way (runtime.api.answers); only these objects know which endpoint they are.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Protocol
+
+from runtime.api import completions, responses
+from runtime.api.requests import ChatCall, parse_chat
+from runtime.engine.answer import Chunk
+from runtime.engine.options import ChatOptions
+
+
+class StreamShape(Protocol):
+    """One stream's pieces (each a JSON object for one server-sent event); it keeps the stream's id."""
+
+    def start(self) -> dict[str, Any] | None:
+        """The piece before the first Chunk's, if the dialect has one."""
+        ...
+
+    def piece(self, chunk: Chunk) -> dict[str, Any] | None:
+        """The piece for `chunk`; None when it carries nothing to send."""
+        ...
+
+    def end(self, last: Chunk) -> dict[str, Any]:
+        """The finishing piece, with the answer's facts."""
+        ...
+
+
+class Dialect(Protocol):
+    prompt: str  # the request's field that a prompt too long for the context is blamed on
+
+    def parse(self, body: Any, base: ChatOptions, n_ctx: int) -> ChatCall: ...
+
+    def whole(self, model: str, call: ChatCall, chunks: list[Chunk]) -> dict[str, Any]:
+        """The whole answer, from its Chunks (the last has done=True)."""
+        ...
+
+    def stream(self, model: str, call: ChatCall) -> StreamShape: ...
+
+
+def _logprobs(call: ChatCall, chunks: list[Chunk]) -> list[Any] | None:
+    return [lp for c in chunks for lp in c.logprobs] if call.options.logprobs is not None else None
+
+
+class Chat:
+    """`POST /v1/chat/completions`: `chat.completion`, or `chat.completion.chunk`s."""
+
+    prompt = "messages"
+
+    def parse(self, body: Any, base: ChatOptions, n_ctx: int) -> ChatCall:
+        return parse_chat(body, base, n_ctx)
+
+    def whole(self, model: str, call: ChatCall, chunks: list[Chunk]) -> dict[str, Any]:
+        text = "".join(c.text for c in chunks)
+        calls = [d for c in chunks for d in c.calls]
+        return responses.completion(responses.new_id(), model, text, chunks[-1], None, calls, _logprobs(call, chunks))
+
+    def stream(self, model: str, call: ChatCall) -> ChatStream:
+        return ChatStream(model, call)
+
+
+class ChatStream:
+    """A streamed chat completion: the role first, then each Chunk's text, tool-call pieces and logprobs."""
+
+    def __init__(self, model: str, call: ChatCall) -> None:
+        self.id, self.created, self.model = responses.new_id(), int(time.time()), model
+        self.logprobs = call.options.logprobs is not None
+        self.called = False  # a call was made: the answer finishes with "tool_calls"
+
+    def start(self) -> dict[str, Any]:
+        return responses.stream_chunk(self.id, self.model, self.created, {"role": "assistant", "content": ""})
+
+    def piece(self, chunk: Chunk) -> dict[str, Any] | None:
+        delta: dict[str, Any] = {}
+        if chunk.text:
+            delta["content"] = chunk.text
+        if chunk.calls:
+            delta["tool_calls"] = responses.call_deltas(chunk.calls)
+            self.called = True
+        lps = chunk.logprobs if self.logprobs and chunk.logprobs else None
+        if not delta and not lps:
+            return None
+        return responses.stream_chunk(self.id, self.model, self.created, delta, None, lps)
+
+    def end(self, last: Chunk) -> dict[str, Any]:
+        return responses.stream_chunk(self.id, self.model, self.created, {}, last, None, self.called)
+
+
+class Text:
+    """`POST /v1/completions`: `text_completion`, whole or in pieces."""
+
+    prompt = "prompt"
+
+    def parse(self, body: Any, base: ChatOptions, n_ctx: int) -> ChatCall:
+        return completions.parse_completion(body, base, n_ctx)
+
+    def whole(self, model: str, call: ChatCall, chunks: list[Chunk]) -> dict[str, Any]:
+        text = "".join(c.text for c in chunks)
+        logprobs = _logprobs(call, chunks)
+        lp = None if logprobs is None else completions.text_logprobs(logprobs, len(call.messages[0]["content"]))
+        return completions.text_completion(completions.new_id(), model, None, text, chunks[-1], lp)
+
+    def stream(self, model: str, call: ChatCall) -> TextStream:
+        return TextStream(model, call)
+
+
+class TextStream:
+    """A streamed text completion: each Chunk's text and logprobs (their offsets counted from the prompt's
+    start, as OpenAI does)."""
+
+    def __init__(self, model: str, call: ChatCall) -> None:
+        self.id, self.created, self.model = completions.new_id(), int(time.time()), model
+        self.logprobs = call.options.logprobs is not None
+        self.offset = len(call.messages[0]["content"])
+
+    def start(self) -> None:
+        return None
+
+    def piece(self, chunk: Chunk) -> dict[str, Any] | None:
+        lps = None
+        if self.logprobs and chunk.logprobs:
+            lps = completions.text_logprobs(chunk.logprobs, self.offset)
+            self.offset += sum(len(c.text) for c in chunk.logprobs)
+        if not chunk.text and not lps:
+            return None
+        return completions.text_completion(self.id, self.model, self.created, chunk.text, None, lps)
+
+    def end(self, last: Chunk) -> dict[str, Any]:
+        return completions.text_completion(self.id, self.model, self.created, "", last, streamed=True)
+
+
+CHAT: Dialect = Chat()
+TEXT: Dialect = Text()
