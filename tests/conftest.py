@@ -6,7 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +14,30 @@ import pytest
 
 from converters.convert import convert
 from converters.sources import demo_gguf as find_demo_gguf
-from runtime.models.cache import DEMO_NAME, ModelDir
+from runtime.models.cache import DEMO_NAME, TIERS, ModelDir
 from tests.micro_model import MicroSpec, write_micro_gguf
 
 REPO = Path(__file__).resolve().parents[1]
 # Without a display Qt aborts the whole process (rc 134) instead of failing a test: render offscreen.
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# Tests in files other people own that write a demo tier in place (through `demo_cache`): each gets its own
+# copy of the tiers named, as `@pytest.mark.demo_copy(...)` would give it (see `demo_cache`).
+WRITES_DEMO_TIERS = {"tests/test_app.py::test_damaged_model_shows_a_banner_and_the_app_stays_usable": ("f16",)}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "demo_copy(*tiers): `demo_cache` gives this test its own copy of the demo tiers named (all without names), "
+        "not hard links to the session's: for a test that writes a tier in place",
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        tiers = WRITES_DEMO_TIERS.get(item.nodeid.split("[")[0])
+        if tiers is not None:
+            item.add_marker(pytest.mark.demo_copy(*tiers))
 
 
 @pytest.fixture(autouse=True)
@@ -52,23 +70,54 @@ def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelDir]:
         engine.close()
     model = ModelDir(root, DEMO_NAME)
     saved = {p.name: p.read_bytes() for p in model.path.glob("*.json")}  # the manifest and the costs
+    tiers = tier_stamps(model)
     yield model
     # A tripwire: what a test's answers save here (controller.json, calibration.json, new costs) would be
     # read by every later test that copies the demo.
     now = {p.name: p.read_bytes() for p in model.path.glob("*.json")}
     changed = sorted(name for name in saved.keys() | now.keys() if saved.get(name) != now.get(name))
     assert not changed, f"a test wrote {changed} into the shared demo cache: answer in a copy (demo_cache)"
+    assert tier_stamps(model) == tiers, "a test wrote a tier in place through a hard link (use demo_copy)"
+
+
+def tier_stamps(model: ModelDir) -> dict[str, tuple[int, int]]:
+    """Each tier file's size and modification time: a write in place changes them, through any hard link."""
+    return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(model.path.glob("*.gguf"))}
 
 
 @pytest.fixture
-def demo_cache(demo_model: ModelDir, isolated_cache: Path) -> Path:
-    """The user's cache holds the converted demo model (a copy, so tests cannot disturb each other)."""
-    return copy_of_demo(demo_model, isolated_cache)
+def demo_cache(demo_model: ModelDir, isolated_cache: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
+    """The user's cache holds the converted demo model (a copy, so tests cannot disturb each other; its tiers
+    hard links unless the test is marked `demo_copy`)."""
+    mark = request.node.get_closest_marker("demo_copy")
+    own = (mark.args or TIERS) if mark is not None else ()
+    before = tier_stamps(demo_model)
+    yield copy_of_demo(demo_model, isolated_cache, own)
+    assert tier_stamps(demo_model) == before, (
+        f"{request.node.nodeid} wrote a demo tier in place through a hard link into the session's demo: "
+        "mark it @pytest.mark.demo_copy(tier)"
+    )
 
 
-def copy_of_demo(demo_model: ModelDir, root: Path) -> Path:
-    """`root` as a cache holding a copy of the demo model: what answers write there stays there."""
-    shutil.copytree(demo_model.path, root / demo_model.name)
+def copy_of_demo(demo_model: ModelDir, root: Path, own: Collection[str] = ()) -> Path:
+    """`root` as a cache holding a copy of the demo model: what answers write there stays there. Its tiers are
+    hard links to the session's (about 0.5 GB a copy, once per test): answers only read a tier, and the cache
+    replaces one by renaming a new file onto it, which leaves the session's as it was. `own` names the tiers
+    that are copied instead, for a test that damages one in place; the manifest, the costs and anything else
+    are always copied (tests and answers write those in place)."""
+    target = root / demo_model.name
+    target.mkdir(parents=True)
+    for src in sorted(demo_model.path.iterdir()):
+        if src.is_dir():
+            shutil.copytree(src, target / src.name)
+            continue
+        if src.suffix == ".gguf" and src.stem not in own:
+            try:
+                os.link(src, target / src.name)
+                continue
+            except OSError:  # a file system without hard links: a copy
+                pass
+        shutil.copy2(src, target / src.name)
     return root
 
 
@@ -103,7 +152,7 @@ def run_cli(
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
 
     return subprocess.run(
-        [sys.executable, "-m", "runtime.cli", *args],
+        [sys.executable, "-m", "commands", *args],
         capture_output=True,
         text=True,
         env=full_env,
@@ -121,6 +170,19 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: st
     assert "Traceback" not in result.stderr
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])
+
+
+@pytest.fixture(scope="session")
+def micro_hf(tmp_path_factory: pytest.TempPathFactory, micro_gguf: Path) -> Iterator[Path]:
+    """The micro model as a Hugging Face checkpoint (config, tokenizer, safetensors), written once per run:
+    read it, or copy it to change it (a hard link to its weights shares their bytes: never write through one)."""
+    from tests.hf_export import export_to_hf
+
+    out = export_to_hf(micro_gguf, tmp_path_factory.mktemp("micro-hf") / "micro")
+    stamps = {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(out.iterdir())}
+    yield out
+    now = {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(out.iterdir())}
+    assert now == stamps, "a test changed the session's micro checkpoint (micro_hf): change a copy"
 
 
 @pytest.fixture(scope="session")

@@ -24,7 +24,6 @@ from converters.quantize import QUANT_TYPES, expected_bytes
 from runtime.errors import Cancelled, UserError
 from runtime.models.cache import list_models
 from runtime.plan import catalog
-from tests.hf_export import export_to_hf
 
 GOOD = {
     "repo": "org/model-1B-Instruct",
@@ -280,11 +279,6 @@ def test_offline_download_is_one_line_and_leaves_nothing(hf_offline: Path, isola
     with pytest.raises(UserError, match="is not in the Hugging Face cache"):
         convert(repo)  # the conversion's own resolve says the same
     assert not isolated_cache.exists() or not any(isolated_cache.iterdir())
-
-
-@pytest.fixture(scope="module")
-def micro_hf(tmp_path_factory: pytest.TempPathFactory, micro_gguf: Path) -> Path:
-    return export_to_hf(micro_gguf, tmp_path_factory.mktemp("micro-hf") / "micro")
 
 
 @pytest.mark.slow

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from converters.gguf_to_f16 import ArrayLength, check_layout
 from runtime.decode.llama_backend import LlamaBackend, LoadOptions
 from runtime.errors import Cancelled
 from runtime.models.cache import DEMO_NAME, TIERS, ModelDir, sha256_file
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, copy_of_demo, run_cli
 
 
 def greedy(path: Path, prompt: str, n: int = 8) -> str:
@@ -35,8 +34,9 @@ def greedy(path: Path, prompt: str, n: int = 8) -> str:
         return b.detokenize(out)
 
 
-def copy_model(src: ModelDir, root: Path) -> ModelDir:
-    shutil.copytree(src.path, root / src.name)
+def copy_model(src: ModelDir, root: Path, own: tuple[str, ...] = ()) -> ModelDir:
+    """The session's demo in `root`: its tiers hard links, but for those in `own` (damaged in place below)."""
+    copy_of_demo(src, root, own)
     return ModelDir(root, src.name)
 
 
@@ -86,7 +86,7 @@ def test_convert_json_then_rerun_touches_nothing(demo_model: ModelDir, isolated_
 
 @pytest.mark.slow
 def test_damaged_tier_is_rebuilt(demo_model: ModelDir, isolated_cache: Path) -> None:
-    model = copy_model(demo_model, isolated_cache)
+    model = copy_model(demo_model, isolated_cache, own=("q8_0",))
     good = model.read_manifest()["tiers"]["q8_0"]["sha256"]
     f16_ino = model.tier_path("f16").stat().st_ino
     with open(model.tier_path("q8_0"), "r+b") as f:
@@ -124,7 +124,7 @@ def test_cancel_leaves_no_tier_and_next_run_completes(stage: str, isolated_cache
 def test_kill_mid_conversion_is_repaired(isolated_cache: Path) -> None:
     model = ModelDir(isolated_cache, DEMO_NAME)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "runtime.cli", "convert", "demo"],
+        [sys.executable, "-m", "commands", "convert", "demo"],
         cwd=REPO,
         env=dict(os.environ),
         stdout=subprocess.DEVNULL,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -13,20 +14,24 @@ import pytest
 from converters.gguf_to_f16 import plan_gguf
 from runtime.errors import UserError
 from tests.conftest import assert_one_line_error, run_cli
-from tests.hf_export import export_to_hf
 
 
 def cache_is_empty(root: Path) -> bool:
     return not root.exists() or not any(root.iterdir())
 
 
-@pytest.fixture(scope="module")
-def micro_hf(tmp_path_factory: pytest.TempPathFactory, micro_gguf: Path) -> Path:
-    return export_to_hf(micro_gguf, tmp_path_factory.mktemp("micro-hf") / "micro")
-
-
-def hf_copy(micro_hf: Path, dest: Path) -> Path:
-    shutil.copytree(micro_hf, dest)
+def hf_copy(micro_hf: Path, dest: Path, own: tuple[str, ...] = ()) -> Path:
+    """The session's micro checkpoint in `dest` to change: config and tokenizer copied, the weights hard links
+    (read only) unless named in `own` (written below)."""
+    dest.mkdir()
+    for src in micro_hf.iterdir():
+        if src.suffix == ".safetensors" and src.name not in own:
+            try:
+                os.link(src, dest / src.name)
+                continue
+            except OSError:  # a file system without hard links
+                pass
+        shutil.copy2(src, dest / src.name)
     return dest
 
 
@@ -85,7 +90,7 @@ def test_pickle_checkpoint_is_refused(micro_hf: Path, tmp_path: Path, isolated_c
 
 
 def test_truncated_safetensors(micro_hf: Path, tmp_path: Path, isolated_cache: Path) -> None:
-    d = hf_copy(micro_hf, tmp_path / "trunc")
+    d = hf_copy(micro_hf, tmp_path / "trunc", own=("model.safetensors",))
     f = d / "model.safetensors"
     data = f.read_bytes()
     f.write_bytes(data[: len(data) // 2])
@@ -94,7 +99,7 @@ def test_truncated_safetensors(micro_hf: Path, tmp_path: Path, isolated_cache: P
 
 
 def test_garbage_safetensors(micro_hf: Path, tmp_path: Path, isolated_cache: Path) -> None:
-    d = hf_copy(micro_hf, tmp_path / "garbage")
+    d = hf_copy(micro_hf, tmp_path / "garbage", own=("model.safetensors",))
     (d / "model.safetensors").write_bytes(np.random.default_rng(0).bytes(4096))
     assert_one_line_error(run_cli("convert", str(d)), "model.safetensors", "not a safetensors file")
     assert cache_is_empty(isolated_cache)

@@ -210,6 +210,10 @@ def sampled_pair(micro_model: ModelDir):
 
 SAMPLED = SamplingParams(temperature=1.0, top_k=8, top_p=1.0, min_p=0.0)
 N_SAMPLES = 3000
+# A wrong sampler's statistic grows with the samples, far past the critical value: at 500 samples a greedy
+# draft already gave 1,918 against 39.4 on 16 df (3,000 samples: 11,507 against 90.6), so 600 keep the test's
+# teeth at a fifth of the time (every sample is seeded: the outcome is the same on every machine).
+N_TEETH = 600
 
 
 @pytest.mark.slow
@@ -230,8 +234,8 @@ def test_a_greedy_draft_in_sampled_mode_fails_the_same_test(sampled_pair, monkey
     parent, draft, prompt = sampled_pair
     monkeypatch.setattr(spec_module, "sample", lambda probs, rng: int(np.argmax(probs)))
     expected = expected_joint(parent, prompt, SAMPLED)
-    counts = sampled_first_tokens(parent, draft, prompt, SAMPLED, N_SAMPLES)
-    stat, df = chi2_statistic(counts, expected, N_SAMPLES)
+    counts = sampled_first_tokens(parent, draft, prompt, SAMPLED, N_TEETH)
+    stat, df = chi2_statistic(counts, expected, N_TEETH)
     assert stat > chi2_critical(df)
 
 
