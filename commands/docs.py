@@ -1,0 +1,140 @@
+"""`specquant docs`: collections of documents to search (#42): add, list, remove, sync and search."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import TYPE_CHECKING, TextIO
+
+from runtime.errors import UserError
+
+if TYPE_CHECKING:  # loaded inside `main`: `specquant --help` must not open SQLite or load pypdf
+    from runtime.documents.library import AddResult, Library, Progress
+
+NAME = "docs"
+HELP = "index documents in collections and search them"
+_SHOWN_ERRORS = 20  # error lines after an add or sync; `docs list` has them all
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    add = sub.add_parser("add", help="add files and folders to a collection and index them")
+    add.add_argument("paths", nargs="+", metavar="PATH")
+    add.add_argument("--collection", default="default", help="the collection (default: default)")
+    ls = sub.add_parser("list", help="the indexed files, their state and chunks")
+    ls.add_argument("--collection", help="only this collection")
+    ls.add_argument("--json", action="store_true", help="print a JSON list, one object per file")
+    rm = sub.add_parser("remove", help="forget a file or folder, or a whole collection")
+    rm.add_argument("path", nargs="?", metavar="PATH")
+    rm.add_argument("--collection", help="the collection to remove (with PATH: remove PATH from it only)")
+    sync = sub.add_parser("sync", help="index new and changed files again, forget deleted ones")
+    sync.add_argument("--collection", help="only this collection")
+    find = sub.add_parser("search", help="the passages that match a query best (BM25)")
+    find.add_argument("query")
+    find.add_argument("--collection", help="only this collection")
+    find.add_argument("--top", type=int, default=5, help="how many passages (default 5)")
+    find.add_argument("--json", action="store_true", help="print a JSON list of hits")
+
+
+class ProgressLine:
+    """One redrawn line on a terminal (files, chunks, the file at hand); nothing otherwise."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.tty = stream.isatty()
+        self.last_draw = 0.0
+        self.drawn = False
+
+    def __call__(self, p: Progress) -> None:
+        now = time.monotonic()
+        if not self.tty or (now - self.last_draw < 0.1 and p.files_done < p.files_total):
+            return
+        self.last_draw, self.drawn = now, True
+        line = f"indexing {p.files_done}/{p.files_total} files, {p.chunks_done} chunks  {p.path}"
+        self.stream.write("\r" + line[:100].ljust(100))
+        self.stream.flush()
+
+    def end(self) -> None:
+        if self.drawn:
+            self.stream.write("\r" + " " * 100 + "\r")
+            self.stream.flush()
+
+
+def main(args: argparse.Namespace) -> int:
+    from runtime.documents.library import Library
+
+    with Library() as lib:
+        if args.action in ("add", "sync"):
+            return _index(lib, args)
+        if args.action == "list":
+            return _list(lib, args)
+        if args.action == "remove":
+            n = lib.remove(args.path, args.collection)
+            what = f"removed {n} file{'s' if n != 1 else ''}"
+            print(what if args.path is not None else f"{what} and the collection {args.collection!r}")
+            return 0
+        return _search(lib, args)
+
+
+def _index(lib: Library, args: argparse.Namespace) -> int:
+    printer = ProgressLine(sys.stderr)
+    try:
+        if args.action == "add":
+            result = lib.add(args.paths, args.collection, progress=printer)
+        else:
+            result = lib.sync(args.collection, progress=printer)
+    finally:
+        printer.end()
+    print(_summary(result))
+    for path, reason in result.errors[:_SHOWN_ERRORS]:
+        print(f"  error: {path}: {reason}", file=sys.stderr)
+    if len(result.errors) > _SHOWN_ERRORS:
+        print(f"  ... {len(result.errors) - _SHOWN_ERRORS} more: see `specquant docs list`", file=sys.stderr)
+    return 0
+
+
+def _summary(r: AddResult) -> str:
+    parts = [f"indexed {r.indexed} file{'s' if r.indexed != 1 else ''} ({r.chunks} chunks)"]
+    if r.unchanged:
+        parts.append(f"{r.unchanged} unchanged")
+    if r.removed:
+        parts.append(f"{r.removed} gone from disk, forgotten")
+    if r.errors:
+        parts.append(f"{len(r.errors)} not indexed")
+    skipped = r.passed.hidden + r.passed.other
+    if skipped:
+        parts.append(f"{skipped} hidden or of other formats skipped")
+    return ", ".join(parts)
+
+
+def _list(lib: Library, args: argparse.Namespace) -> int:
+    files = lib.list_files(args.collection)
+    if args.json:
+        print(json.dumps([f.as_dict() for f in files], indent=2))
+        return 0
+    if not files:
+        print("no documents yet; try `specquant docs add PATH`")
+        return 0
+    for f in files:
+        what = f"{f.chunks} chunks" if f.state == "indexed" else f.state + (f": {f.error}" if f.error else "")
+        print(f"[{f.collection}] {f.path}  {what}")
+    return 0
+
+
+def _search(lib: Library, args: argparse.Namespace) -> int:
+    if not args.query.strip():
+        raise UserError("give something to search for")
+    hits = lib.search(args.query, args.collection, args.top)
+    if args.json:
+        print(json.dumps([h.as_dict() for h in hits], indent=2))
+        return 0
+    if not hits:
+        print("no matches")
+    for i, h in enumerate(hits, 1):
+        where = f" p. {h.page}" if h.page is not None else f":{h.lines[0]}-{h.lines[1]}" if h.lines else ""
+        print(f"{i}. {h.path}{where}" + (f"  ({h.heading})" if h.heading else "") + f"  score {h.score:.2f}")
+        snippet = " ".join(h.text.split())
+        print(f"   {snippet[:300]}{'...' if len(snippet) > 300 else ''}")
+    return 0

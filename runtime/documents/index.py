@@ -1,0 +1,321 @@
+"""The documents index: one SQLite file (WAL) of collections, their files, the files' chunks, an FTS5 index over
+the chunks for BM25, and a side table for dense embeddings (filled by a later step of #42).
+
+Each file's change is one transaction, so a crash or a kill leaves the last committed state: a file is either
+'pending' (found, not yet done; its old chunks, if any, still searchable) or has all its new chunks. Paths are
+stored as the bytes the filesystem gave (os.fsencode), so any name round-trips.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import platformdirs
+
+from runtime.documents.chunk import Chunk
+from runtime.errors import UserError
+
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_S = 10.0  # another program indexing holds the write lock for one file's transaction at most
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS collections (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    created REAL NOT NULL,
+    embedding_model TEXT  -- the model whose vectors `embeddings` holds for this collection; NULL: none yet
+);
+-- What was added (folders and files, walked again by sync) and what was removed from under them (excluded).
+CREATE TABLE IF NOT EXISTS roots (
+    collection_id INTEGER NOT NULL REFERENCES collections(id) ON DELETE CASCADE,
+    path BLOB NOT NULL,
+    excluded INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (collection_id, path)
+);
+CREATE TABLE IF NOT EXISTS files (
+    id INTEGER PRIMARY KEY,
+    collection_id INTEGER NOT NULL REFERENCES collections(id) ON DELETE CASCADE,
+    path BLOB NOT NULL,
+    format TEXT,
+    size INTEGER,      -- NULL when it could not be read: sync tries it again
+    mtime_ns INTEGER,
+    sha256 TEXT,
+    state TEXT NOT NULL CHECK (state IN ('pending', 'indexed', 'error')),
+    error TEXT,        -- one line, when state = 'error'
+    chunks INTEGER NOT NULL DEFAULT 0,
+    indexed_at REAL,
+    UNIQUE (collection_id, path)
+);
+CREATE INDEX IF NOT EXISTS files_pending ON files(state) WHERE state = 'pending';
+CREATE TABLE IF NOT EXISTS chunks (
+    id INTEGER PRIMARY KEY,
+    file_id INTEGER NOT NULL REFERENCES files(id) ON DELETE CASCADE,
+    ordinal INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    heading TEXT,
+    page INTEGER,
+    first_line INTEGER,
+    last_line INTEGER,
+    UNIQUE (file_id, ordinal)
+);
+-- External content: the text lives once, in chunks; the triggers keep the index in step in the same transaction.
+CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
+    text, heading, content='chunks', content_rowid='id', tokenize='porter unicode61 remove_diacritics 2'
+);
+CREATE TRIGGER IF NOT EXISTS chunks_ai AFTER INSERT ON chunks BEGIN
+    INSERT INTO chunks_fts(rowid, text, heading) VALUES (new.id, new.text, new.heading);
+END;
+CREATE TRIGGER IF NOT EXISTS chunks_ad AFTER DELETE ON chunks BEGIN
+    INSERT INTO chunks_fts(chunks_fts, rowid, text, heading) VALUES ('delete', old.id, old.text, old.heading);
+END;
+CREATE TRIGGER IF NOT EXISTS chunks_au AFTER UPDATE ON chunks BEGIN
+    INSERT INTO chunks_fts(chunks_fts, rowid, text, heading) VALUES ('delete', old.id, old.text, old.heading);
+    INSERT INTO chunks_fts(rowid, text, heading) VALUES (new.id, new.text, new.heading);
+END;
+-- Dense vectors beside BM25 (#42's next step): float32 little-endian, one row per chunk, gone with its chunk.
+CREATE TABLE IF NOT EXISTS embeddings (
+    chunk_id INTEGER PRIMARY KEY REFERENCES chunks(id) ON DELETE CASCADE,
+    model TEXT NOT NULL,
+    vector BLOB NOT NULL
+);
+"""
+# BM25 weights of the FTS columns: a match in a heading counts double.
+_BM25 = "bm25(chunks_fts, 1.0, 2.0)"
+
+
+def _under(path: bytes) -> tuple[bytes, bytes]:
+    """The byte-string range [under, past) that holds every path below `path`: index-friendly comparisons."""
+    under = path.rstrip(os.fsencode(os.sep)) + os.fsencode(os.sep)
+    return under, under[:-1] + bytes([under[-1] + 1])
+
+
+def data_dir() -> Path:
+    """SpecQuant's own data: $SPECQUANT_DATA_DIR, else the per-user data directory (as app/store.py)."""
+    env = os.environ.get("SPECQUANT_DATA_DIR")
+    return Path(env).expanduser() if env else Path(platformdirs.user_data_dir("specquant", appauthor=False))
+
+
+def default_path() -> Path:
+    return data_dir() / "documents.sqlite3"
+
+
+class Index:
+    """The SQLite file. One thread at a time uses an Index; other processes may use the same file."""
+
+    def __init__(self, path: Path | str | None = None) -> None:
+        self.path = Path(path) if path else default_path()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UserError(f"cannot create the data folder {self.path.parent}: {e.strerror or e}") from None
+        try:
+            self.db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as e:
+            raise UserError(f"cannot open the documents index {self.path}: {e}") from None
+        try:
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA foreign_keys=ON")
+            # NORMAL in WAL: a power cut may lose the last commits, never consistency; each file commits alone.
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            version = self.db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise UserError(f"{self.path} was written by a newer SpecQuant (schema {version}); update it")
+            if version < SCHEMA_VERSION:
+                self.db.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} PRAGMA user_version={SCHEMA_VERSION}; COMMIT;")
+        except sqlite3.DatabaseError as e:
+            self.db.close()
+            raise UserError(
+                f"the documents index {self.path} cannot be used ({e}); move it aside and add the documents again"
+            ) from None
+        except BaseException:
+            self.db.close()
+            raise
+
+    def close(self) -> None:
+        self.db.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, taken at the start (IMMEDIATE) so it cannot fail half-way on another's lock."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    # Collections and roots
+
+    def collection_id(self, name: str, create: bool = False) -> int | None:
+        row = self.db.execute("SELECT id FROM collections WHERE name = ?", (name,)).fetchone()
+        if row is None and create:
+            with self.transaction() as db:
+                db.execute("INSERT OR IGNORE INTO collections(name, created) VALUES (?, ?)", (name, time.time()))
+            row = self.db.execute("SELECT id FROM collections WHERE name = ?", (name,)).fetchone()
+        return row[0] if row else None
+
+    def collections(self) -> list[tuple[int, str]]:
+        return list(self.db.execute("SELECT id, name FROM collections ORDER BY name"))
+
+    def roots(self, collection_id: int) -> tuple[list[bytes], list[bytes]]:
+        """(added paths, excluded paths) of a collection."""
+        rows = list(self.db.execute("SELECT path, excluded FROM roots WHERE collection_id = ?", (collection_id,)))
+        return [p for p, x in rows if not x], [p for p, x in rows if x]
+
+    def add_root(self, collection_id: int, path: bytes) -> None:
+        """An added file or folder; exclusions at or under it end (adding it again means all of it)."""
+        under, past = _under(path)
+        with self.transaction() as db:
+            db.execute(
+                "DELETE FROM roots WHERE collection_id = ? AND excluded = 1 AND (path = ? OR (path >= ? AND path < ?))",
+                (collection_id, path, under, past),
+            )
+            db.execute("INSERT OR IGNORE INTO roots(collection_id, path) VALUES (?, ?)", (collection_id, path))
+
+    # Files
+
+    def files(self, collection_id: int | None = None) -> list[sqlite3.Row]:
+        """Every file row (with its collection's name), by collection then path."""
+        self.db.row_factory = sqlite3.Row
+        try:
+            where = "WHERE f.collection_id = ?" if collection_id is not None else ""
+            args = (collection_id,) if collection_id is not None else ()
+            return list(
+                self.db.execute(
+                    "SELECT f.*, c.name AS collection FROM files f JOIN collections c ON c.id = f.collection_id "
+                    f"{where} ORDER BY c.name, f.path",
+                    args,
+                )
+            )
+        finally:
+            self.db.row_factory = None
+
+    def pending(self) -> list[tuple[int, bytes, str | None, int | None, str | None, int]]:
+        """(id, path, format, size, sha256, chunks) of every pending file, in every collection."""
+        return list(
+            self.db.execute(
+                "SELECT id, path, format, size, sha256, chunks FROM files WHERE state = 'pending' ORDER BY id"
+            )
+        )
+
+    def mark(self, collection_id: int, found: Iterable[tuple[bytes, str, int, int]]) -> int:
+        """Files found on disk (path, format, size, mtime_ns): new ones and changed ones become pending, in one
+        transaction. Returns how many are pending now from this call."""
+        n = 0
+        with self.transaction() as db:
+            for path, fmt, size, mtime in found:
+                row = db.execute(
+                    "SELECT id, state, size, mtime_ns FROM files WHERE collection_id = ? AND path = ?",
+                    (collection_id, path),
+                ).fetchone()
+                if row is None:
+                    db.execute(
+                        "INSERT INTO files(collection_id, path, format, size, mtime_ns, state) "
+                        "VALUES (?, ?, ?, ?, ?, 'pending')",
+                        (collection_id, path, fmt, size, mtime),
+                    )
+                    n += 1
+                elif row[1] == "pending" or (row[2], row[3]) != (size, mtime):
+                    # The size and mtime are the walk's until the file is read: an unread file stays "changed".
+                    db.execute(
+                        "UPDATE files SET state = 'pending', error = NULL, format = ? WHERE id = ?", (fmt, row[0])
+                    )
+                    n += 1
+        return n
+
+    def refuse(self, collection_id: int, refused: Iterable[tuple[bytes, str]]) -> None:
+        """Paths the walk refused (links, loops, size), each an error row with its reason and no chunks (a file
+        that was indexed before it grew past the limit loses its old ones)."""
+        rows = [(collection_id, p, reason) for p, reason in refused]
+        with self.transaction() as db:
+            db.executemany(
+                "INSERT INTO files(collection_id, path, state, error) VALUES (?, ?, 'error', ?) "
+                "ON CONFLICT(collection_id, path) DO UPDATE SET state = 'error', error = excluded.error, "
+                "size = NULL, mtime_ns = NULL, sha256 = NULL, chunks = 0",
+                rows,
+            )
+            db.executemany(
+                "DELETE FROM chunks WHERE file_id = (SELECT id FROM files WHERE collection_id = ? AND path = ?)",
+                [row[:2] for row in rows],
+            )
+
+    def finish(
+        self,
+        file_id: int,
+        size: int | None,
+        mtime: int | None,
+        sha: str | None,
+        chunks: list[Chunk] | None,
+        error: str | None = None,
+    ) -> bool:
+        """One file done, in one transaction: its chunks replaced (chunks None: the old ones kept), or its error.
+        False when the row was removed meanwhile (nothing is written)."""
+        with self.transaction() as db:
+            if db.execute("SELECT 1 FROM files WHERE id = ?", (file_id,)).fetchone() is None:
+                return False
+            if chunks is not None or error is not None:
+                db.execute("DELETE FROM chunks WHERE file_id = ?", (file_id,))
+            if chunks:
+                db.executemany(
+                    "INSERT INTO chunks(file_id, ordinal, text, heading, page, first_line, last_line) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [(file_id, i, c.text, c.heading, c.page, c.first_line, c.last_line) for i, c in enumerate(chunks)],
+                )
+            count = db.execute("SELECT count(*) FROM chunks WHERE file_id = ?", (file_id,)).fetchone()[0]
+            db.execute(
+                "UPDATE files SET state = ?, error = ?, size = ?, mtime_ns = ?, sha256 = ?, chunks = ?, indexed_at = ? "
+                "WHERE id = ?",
+                ("error" if error else "indexed", error, size, mtime, sha, count, time.time(), file_id),
+            )
+        return True
+
+    def delete_files(self, ids: Iterable[int]) -> None:
+        with self.transaction() as db:
+            db.executemany("DELETE FROM files WHERE id = ?", [(i,) for i in ids])
+
+    def remove_path(self, path: bytes, collection_id: int | None) -> tuple[int, int]:
+        """Forget a file or a folder's files (in one collection, or all), and keep sync from finding them again:
+        a removed path under an added folder becomes an exclusion. Returns (files, roots) removed."""
+        sep = os.fsencode(os.sep)
+        under, past = _under(path)
+        scope, args = ("AND collection_id = ?", (collection_id,)) if collection_id is not None else ("", ())
+        match = f"(path = ? OR (path >= ? AND path < ?)) {scope}"
+        with self.transaction() as db:
+            files = db.execute(f"DELETE FROM files WHERE {match}", (path, under, past, *args)).rowcount
+            roots = db.execute(f"DELETE FROM roots WHERE excluded = 0 AND {match}", (path, under, past, *args)).rowcount
+            db.execute(f"DELETE FROM roots WHERE excluded = 1 AND {match}", (path, under, past, *args))
+            # Still under an added folder: sync's walk would bring it back unless it is excluded.
+            added = db.execute(f"SELECT collection_id, path FROM roots WHERE excluded = 0 {scope}", args).fetchall()
+            for cid in {cid for cid, root in added if path.startswith(root.rstrip(sep) + sep)}:
+                db.execute("INSERT OR REPLACE INTO roots(collection_id, path, excluded) VALUES (?, ?, 1)", (cid, path))
+                roots += 1
+        return files, roots
+
+    def search(self, match: str, collection_id: int | None, top: int) -> list[tuple]:
+        """(collection, path, score, text, heading, page, first_line, last_line) of the best `top` chunks for
+        an FTS5 MATCH expression, best first (bm25: lower is better, so ascending)."""
+        scope, args = ("AND f.collection_id = ?", (collection_id,)) if collection_id is not None else ("", ())
+        return list(
+            self.db.execute(
+                f"SELECT k.name, f.path, {_BM25} AS rank, c.text, c.heading, c.page, c.first_line, c.last_line "
+                "FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid JOIN files f ON f.id = c.file_id "
+                f"JOIN collections k ON k.id = f.collection_id WHERE chunks_fts MATCH ? {scope} "
+                "ORDER BY rank LIMIT ?",
+                (match, *args, top),
+            )
+        )
+
+    def chunk_count(self, collection_id: int | None) -> int:
+        scope, args = ("WHERE f.collection_id = ?", (collection_id,)) if collection_id is not None else ("", ())
+        query = f"SELECT count(*) FROM chunks c JOIN files f ON f.id = c.file_id {scope}"
+        return self.db.execute(query, args).fetchone()[0]
+
+    def remove_collection(self, name: str) -> bool:
+        """Forget a collection, its files, chunks and vectors (the cascade's triggers clear the FTS index)."""
+        with self.transaction() as db:
+            return db.execute("DELETE FROM collections WHERE name = ?", (name,)).rowcount > 0

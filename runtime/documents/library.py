@@ -1,0 +1,303 @@
+"""Collections of documents: add files and folders, sync them with the disk, remove them, list and search.
+
+Adding walks the paths (runtime.documents.walk), marks new and changed files 'pending' in one transaction,
+then indexes the pending files one transaction each: a crash or a cancel leaves every file either done or
+pending, and the next add or sync finishes the pending ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runtime.documents.extract import ExtractError, detect_format, extract
+from runtime.documents.index import Index
+from runtime.documents.query import match_expression
+from runtime.documents.walk import MAX_FILE_BYTES, Found, Passed, Refused, shown, walk
+from runtime.errors import UserError
+
+DEFAULT_COLLECTION = "default"
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where indexing is: files and chunks done, and bytes (the sizes of the files to do) as the time's measure."""
+
+    files_done: int
+    files_total: int
+    chunks_done: int
+    bytes_done: int
+    bytes_total: int
+    path: str = ""
+
+
+@dataclass
+class AddResult:
+    indexed: int = 0  # files whose chunks were written
+    unchanged: int = 0  # read again (size or time changed) with the same content: chunks kept
+    chunks: int = 0
+    removed: int = 0  # files gone from disk, forgotten by sync
+    errors: list[tuple[str, str]] = field(default_factory=list)  # (path, reason) met in this run
+    passed: Passed = field(default_factory=Passed)
+    cancelled: bool = False
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    path: str  # for display (names that are not UTF-8 shown with U+FFFD); raw_path is as on disk
+    collection: str
+    state: str  # indexed | pending | error
+    chunks: int
+    error: str | None
+    format: str | None
+    size: int | None
+    raw_path: bytes
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "collection": self.collection,
+            "state": self.state,
+            "chunks": self.chunks,
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True)
+class Hit:
+    path: str
+    score: float  # -bm25: higher is better
+    text: str
+    collection: str
+    page: int | None = None
+    lines: tuple[int, int] | None = None
+    heading: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"path": self.path, "collection": self.collection, "score": self.score, "text": self.text}
+        if self.page is not None:
+            out["page"] = self.page
+        if self.lines is not None:
+            out["lines"] = list(self.lines)
+        if self.heading is not None:
+            out["heading"] = self.heading
+        return out
+
+
+def check_collection(name: str) -> str:
+    name = name.strip() if isinstance(name, str) else ""
+    if not name or len(name) > 100 or any(ch < " " for ch in name):
+        raise UserError(f"invalid collection name {name!r}: use 1-100 printable characters")
+    return name
+
+
+class Library:
+    """The documents index and the operations on it. `path`: the SQLite file (default: the data directory's
+    documents.sqlite3, $SPECQUANT_DATA_DIR to move it). One thread at a time."""
+
+    def __init__(self, path: Path | str | None = None, max_file_bytes: int = MAX_FILE_BYTES) -> None:
+        self.index = Index(path)
+        self.max_file_bytes = max_file_bytes
+
+    def close(self) -> None:
+        self.index.close()
+
+    def __enter__(self) -> Library:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def add(
+        self,
+        paths: Iterable[str | os.PathLike[str]],
+        collection: str = DEFAULT_COLLECTION,
+        progress: Callable[[Progress], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> AddResult:
+        """Add files and folders to a collection (created if new) and index what is new, changed or pending."""
+        name = check_collection(collection)
+        if isinstance(paths, str | os.PathLike):  # one path, not its characters
+            paths = [paths]
+        roots = [os.path.abspath(os.path.expanduser(os.fspath(p))) for p in paths]
+        if not roots:
+            raise UserError("give a file or folder to add")
+        for root in roots:
+            if not os.path.lexists(root):
+                raise UserError(f"no such file or folder: {shown(root)}")
+        cid = self.index.collection_id(name, create=True)
+        assert cid is not None
+        for root in roots:
+            self.index.add_root(cid, os.fsencode(root))
+        result = AddResult()
+        if self._scan(cid, roots, result, cancel, prune=False):
+            self._index_pending(result, progress, cancel)
+        return result
+
+    def sync(
+        self,
+        collection: str | None = None,
+        progress: Callable[[Progress], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> AddResult:
+        """Walk every added path again: new files are added, files whose size or time changed are read (and
+        re-chunked if their hash changed), files gone from disk are forgotten; then pending files are done."""
+        result = AddResult()
+        for cid, _ in self._collections(collection):
+            roots = [os.fsdecode(p) for p in self.index.roots(cid)[0]]
+            if not self._scan(cid, roots, result, cancel, prune=True):
+                return result
+        self._index_pending(result, progress, cancel)
+        return result
+
+    def remove(self, path: str | os.PathLike[str] | None = None, collection: str | None = None) -> int:
+        """Forget a file or folder (in one collection, or every one), or a whole collection. Returns the number
+        of files forgotten; UserError when nothing matched."""
+        if path is None:
+            if collection is None:
+                raise UserError("give a path or a collection to remove")
+            files = len(self.list_files(collection))
+            self.index.remove_collection(check_collection(collection))
+            return files
+        cid = self._collections(collection)[0][0] if collection is not None else None
+        raw = os.fsencode(os.path.abspath(os.path.expanduser(os.fspath(path))))
+        files, roots = self.index.remove_path(raw, cid)
+        if not files and not roots:
+            raise UserError(f"{shown(raw)} is not in the documents index")
+        return files
+
+    def list_files(self, collection: str | None = None) -> list[FileRecord]:
+        cid = self._collections(collection)[0][0] if collection is not None else None
+        return [
+            FileRecord(
+                shown(r["path"]),
+                r["collection"],
+                r["state"],
+                r["chunks"],
+                r["error"],
+                r["format"],
+                r["size"],
+                r["path"],
+            )
+            for r in self.index.files(cid)
+        ]
+
+    def search(self, query: str, collection: str | None = None, top: int = 5) -> list[Hit]:
+        """The `top` chunks that match best (BM25), best first. UserError for a query without words, a missing
+        collection or an index with nothing in it."""
+        if top < 1:
+            raise UserError(f"top must be at least 1, not {top}")
+        match = match_expression(query)
+        cid = self._collections(collection)[0][0] if collection is not None else None
+        if self.index.chunk_count(cid) == 0:
+            where = f"the collection {collection!r}" if collection is not None else "the documents index"
+            raise UserError(f"{where} has no indexed text yet: add documents first")
+        return [
+            Hit(
+                shown(path),
+                float(f"{-rank:.6g}"),
+                text,
+                name,
+                page,
+                (first, last) if first is not None else None,
+                heading,
+            )
+            for name, path, rank, text, heading, page, first, last in self.index.search(match, cid, top)
+        ]
+
+    # The work
+
+    def _collections(self, name: str | None) -> list[tuple[int, str]]:
+        if name is None:
+            return self.index.collections()
+        cid = self.index.collection_id(check_collection(name))
+        if cid is None:
+            known = ", ".join(n for _, n in self.index.collections()) or "none yet"
+            raise UserError(f"no collection named {name!r} (collections: {known})")
+        return [(cid, name)]
+
+    def _scan(self, cid: int, roots: list[str], result: AddResult, cancel: threading.Event | None, prune: bool) -> bool:
+        """Walk `roots` and record what is there: new and changed files pending, refusals as errors, and (prune)
+        files gone from disk forgotten. False when cancelled (nothing recorded)."""
+        excluded = frozenset(os.fsdecode(p) for p in self.index.roots(cid)[1])
+        found: list[Found] = []
+        refused: list[Refused] = []
+        for root in roots:
+            for item in walk(root, result.passed, excluded, self.max_file_bytes, cancel):
+                (found if isinstance(item, Found) else refused).append(item)
+        if cancel is not None and cancel.is_set():
+            result.cancelled = True
+            return False
+        self.index.mark(cid, [(os.fsencode(f.path), f.format, f.size, f.mtime_ns) for f in found])
+        self.index.refuse(cid, [(os.fsencode(r.path), r.reason) for r in refused])
+        result.errors += [(shown(r.path), r.reason) for r in refused]
+        if prune:
+            seen = {os.fsencode(item.path) for item in (*found, *refused)}
+            gone = [r["id"] for r in self.index.files(cid) if r["path"] not in seen and not os.path.lexists(r["path"])]
+            self.index.delete_files(gone)
+            result.removed += len(gone)
+        return True
+
+    def _index_pending(
+        self, result: AddResult, progress: Callable[[Progress], None] | None, cancel: threading.Event | None
+    ) -> None:
+        """Every pending file (in any collection: a run that was killed is finished here), one transaction each;
+        a cancel stops between files."""
+        todo = self.index.pending()
+        total = sum(size or 0 for _, _, _, size, _, _ in todo)
+        done_bytes = 0
+        for n, (fid, raw, fmt, size, sha, chunks) in enumerate(todo):
+            if progress is not None:
+                progress(Progress(n, len(todo), result.chunks, done_bytes, total, shown(raw)))
+            if cancel is not None and cancel.is_set():  # after the report: a cancel from its callback counts now
+                result.cancelled = True
+                return
+            self._index_file(fid, os.fsdecode(raw), fmt, sha, chunks, result)
+            done_bytes += size or 0
+        if progress is not None:
+            progress(Progress(len(todo), len(todo), result.chunks, total, total))
+
+    def _index_file(
+        self, fid: int, path: str, fmt: str | None, old_sha: str | None, old_chunks: int, result: AddResult
+    ) -> None:
+        try:
+            with open(path, "rb") as f:
+                st = os.fstat(f.fileno())  # before reading: a change while it is read shows at the next sync
+                if not stat.S_ISREG(st.st_mode):
+                    raise ExtractError("not a regular file")
+                if st.st_size > self.max_file_bytes:
+                    raise ExtractError(f"larger than the {self.max_file_bytes / 1e6:.3g} MB limit")
+                data = f.read(self.max_file_bytes + 1)
+        except FileNotFoundError:
+            self._failed(fid, path, "the file disappeared while it was being indexed", result)
+            return
+        except ExtractError as e:
+            self._failed(fid, path, str(e), result)
+            return
+        except OSError as e:  # no size is stored: sync tries it again (permissions may be fixed)
+            self._failed(fid, path, f"cannot read it: {e.strerror or e}", result)
+            return
+        sha = hashlib.sha256(data).hexdigest()
+        if sha == old_sha and old_chunks > 0:  # touched, not changed: the chunks stand
+            self.index.finish(fid, st.st_size, st.st_mtime_ns, sha, None)
+            result.unchanged += 1
+            return
+        try:
+            chunks = extract(data, fmt or detect_format(path, named=True) or "text", os.path.basename(path)).chunks
+        except ExtractError as e:
+            if self.index.finish(fid, st.st_size, st.st_mtime_ns, sha, None, error=str(e)):
+                result.errors.append((shown(path), str(e)))
+            return
+        if self.index.finish(fid, st.st_size, st.st_mtime_ns, sha, chunks):
+            result.indexed += 1
+            result.chunks += len(chunks)
+
+    def _failed(self, fid: int, path: str, reason: str, result: AddResult) -> None:
+        if self.index.finish(fid, None, None, None, None, error=reason):
+            result.errors.append((shown(path), reason))

@@ -1,0 +1,118 @@
+"""`specquant docs` (commands/docs.py): add, list, search, sync and remove as a user runs them, the JSON
+shapes, and user errors as one line with exit 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, assert_one_line_error
+from tests.doc_samples import pdf_bytes
+
+# The command as the dispatcher will run it: through `specquant docs` once commands/main.py lists it, until then
+# through the same parser class and error handling (commands.main.OneLineParser, runtime.errors.run_command).
+_RUNNER = """
+import sys
+from commands import docs, main as dispatcher
+from runtime.errors import run_command
+if docs in dispatcher.COMMANDS:
+    sys.exit(dispatcher.main(["docs", *sys.argv[1:]]))
+parser = dispatcher.OneLineParser(prog="specquant docs")
+docs.add_arguments(parser)
+args = parser.parse_args(sys.argv[1:])
+sys.exit(run_command("specquant", lambda: docs.main(args)))
+"""
+
+
+def docs(*args: str, data: Path) -> subprocess.CompletedProcess[str]:
+    env = {**__import__("os").environ, "SPECQUANT_DATA_DIR": str(data)}
+    return subprocess.run(
+        [sys.executable, "-c", _RUNNER, *args], capture_output=True, text=True, env=env, cwd=REPO, timeout=120
+    )
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "guide.md").write_text("# Guide\n\n## Boats\n\nA lighthouse keeper watches the boats.\n")
+    (root / "manual.pdf").write_bytes(pdf_bytes([["Cover page."], ["The lighthouse lamp turns at night."]]))
+    (root / "broken.pdf").write_bytes(b"%PDF-1.4\n" + bytes(range(256)) * 8)
+    return root
+
+
+def test_add_list_search_sync_remove(tmp_path: Path, folder: Path) -> None:
+    data = tmp_path / "data"
+    added = docs("add", str(folder), "--collection", "manuals", data=data)
+    assert added.returncode == 0, added.stderr
+    assert added.stdout.startswith("indexed 2 files") and "1 not indexed" in added.stdout
+    assert "broken.pdf" in added.stderr and "\r" not in added.stderr  # no progress line off a terminal
+
+    listed = json.loads(docs("list", "--json", data=data).stdout)
+    assert {tuple(sorted(f)) for f in listed} == {("chunks", "collection", "error", "path", "state")}
+    by_name = {Path(f["path"]).name: f for f in listed}
+    assert by_name["broken.pdf"]["state"] == "error" and by_name["broken.pdf"]["error"]
+    assert by_name["guide.md"] == {
+        "path": str(folder / "guide.md"),
+        "collection": "manuals",
+        "state": "indexed",
+        "chunks": 1,
+        "error": None,
+    }
+
+    found = docs("search", 'lighthouse ("AND" *', "--json", "--top", "2", data=data)
+    assert found.returncode == 0, found.stderr
+    hits = json.loads(found.stdout)
+    assert len(hits) == 2 and hits[0]["score"] >= hits[1]["score"] > 0
+    pdf = next(h for h in hits if h["path"].endswith("manual.pdf"))
+    md = next(h for h in hits if h["path"].endswith("guide.md"))
+    assert pdf["page"] == 2 and "lines" not in pdf and "lamp" in pdf["text"]
+    assert md["lines"] == [1, 5] and md["heading"] == "Guide > Boats" and "page" not in md
+
+    text = docs("search", "lighthouse", data=data).stdout
+    assert "manual.pdf p. 2" in text and "guide.md:1-5" in text
+
+    (folder / "guide.md").unlink()
+    assert "1 gone from disk" in docs("sync", data=data).stdout
+    assert docs("remove", "--collection", "manuals", data=data).stdout.startswith("removed 2 files")
+    assert json.loads(docs("list", "--json", data=data).stdout) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("add", "/no/such/path"), "no such file or folder"),
+        (("search", "anything"), "no indexed text"),
+        (("search", "   "), "give something to search for"),
+        (("search", "x", "--collection", "missing"), "no collection named 'missing'"),
+        (("remove",), "give a path or a collection"),
+        (("add",), "the following arguments are required"),
+    ],
+)
+def test_user_errors_are_one_line_exit_2(tmp_path: Path, args: tuple[str, ...], needle: str) -> None:
+    assert_one_line_error(docs(*args, data=tmp_path / "data"), needle)
+
+
+def test_progress_is_one_redrawn_line_on_a_terminal_only() -> None:
+    import io
+
+    from commands.docs import ProgressLine
+    from runtime.documents import Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    term, pipe = Terminal(), io.StringIO()
+    for stream in (term, pipe):
+        line = ProgressLine(stream)
+        line(Progress(0, 2, 0, 0, 10, "/a.md"))
+        line(Progress(2, 2, 7, 10, 10))
+        line.end()
+    assert pipe.getvalue() == ""
+    drawn = term.getvalue()
+    assert "\n" not in drawn and drawn.count("\r") == 4 and "2/2 files, 7 chunks" in drawn
