@@ -16,8 +16,10 @@ from PySide6.QtCore import QObject, Signal
 from app.store import Store, StoredMessage
 from app.transcript import draft_mask
 from app.worker import ChatRequest, EngineWorker
-from runtime.engine.chat import ChatOptions, Chunk, Message, answer_facts
+from runtime.engine.answer import Chunk
 from runtime.engine.engine import EngineSettings
+from runtime.engine.options import ChatOptions, Message
+from runtime.engine.summary import answer_facts
 from runtime.plan.policy import more_precise
 
 TITLE_CHARS = 60  # a new conversation's title: the first message's words, cut here

@@ -14,7 +14,7 @@ from typing import Any
 
 from PySide6.QtCore import QSettings
 
-from runtime.api.schema import DEFAULT_PORT
+from runtime.api import DEFAULT_PORT
 from runtime.decode.sampling import LLAMA_DEFAULTS, SamplingParams
 from runtime.engine.engine import ChatOptions, EngineSettings
 from runtime.errors import UserError

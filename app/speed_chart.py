@@ -16,7 +16,7 @@ from PySide6.QtCore import QLineF, QPointF, QSize, Qt, QTimer
 from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPalette, QPen, QPolygonF
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
-from runtime.engine.chat import Chunk
+from runtime.engine.answer import Chunk
 
 MAX_POINTS = 300  # beyond this, neighbouring points merge in pairs
 REPAINT_MS = 66  # at most ~15 repaints a second, however fast cycles come (app.worker paces the batches)

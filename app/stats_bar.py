@@ -1,6 +1,6 @@
 """The status bar's answer facts: level badge, precision pair, speed, acceptance, placement, model, and the
 local API server's URL. The window calls `show_answer` once per delivered batch of Chunks (the chart takes
-every Chunk itself); the words come from runtime.engine.chat's one formatter."""
+every Chunk itself); the words come from runtime.engine.summary's one formatter."""
 
 from __future__ import annotations
 
@@ -11,15 +11,8 @@ from PySide6.QtWidgets import QLabel, QStatusBar
 
 from app.speed_chart import SpeedChart
 from app.widgets import LevelBadge
-from runtime.engine.chat import (
-    Chunk,
-    acceptance_text,
-    answer_facts,
-    cap_text,
-    sources_text,
-    speed_text,
-    speedup_text,
-)
+from runtime.engine.answer import Chunk
+from runtime.engine.summary import acceptance_text, answer_facts, cap_text, sources_text, speed_text, speedup_text
 
 
 def _label(name: str, tip: str = "") -> QLabel:

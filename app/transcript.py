@@ -39,7 +39,7 @@ from PySide6.QtWidgets import QApplication, QTextBrowser, QWidget
 
 from app.code_highlight import highlight, language_label, mix
 from app.store import StoredMessage
-from runtime.engine.chat import stats_line
+from runtime.engine.summary import stats_line
 
 _FENCE = re.compile(r"^(```|~~~)[ \t]*([\w+#.-]*)[^\n]*$", re.MULTILINE)
 _SPACE = re.compile(r"\s")

@@ -26,7 +26,7 @@ from app.settings_dialog import SettingsDialog
 from app.store import Store
 from app.theme import apply_look
 from app.worker import EngineWorker
-from runtime.engine.chat import Chunk
+from runtime.engine.answer import Chunk
 from runtime.engine.thread import EngineThread
 from runtime.errors import UserError
 from runtime.models.cache import DEMO_NAME, cache_root, list_models

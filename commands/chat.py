@@ -1,13 +1,22 @@
-"""`specquant chat`: one prompt (streamed, or `--json`), or an interactive session."""
+"""`specquant chat`: one prompt (streamed, or `--json`), or an interactive session.
+
+The answer is read as every front end reads one: an EngineThread runs the Engine, and the answer comes back
+through its JobReader (runtime.engine.reader), so Ctrl-C here is a Stop like the window's: the job is
+cancelled within a cycle and the model stays loaded for the next turn."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from commands.common import add_answer_flags, add_engine_flags, chat_options, load_engine, read_prompt
+from commands.common import add_answer_flags, add_engine_flags, chat_options, engine_settings, model_name, read_prompt
+
+if TYPE_CHECKING:
+    from runtime.engine.answer import Chunk
+    from runtime.engine.options import ChatOptions, EngineSettings
+    from runtime.engine.thread import EngineThread
 
 NAME = "chat"
 HELP = "chat: one prompt, or an interactive session"
@@ -26,15 +35,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from runtime.engine.thread import EngineThread
+
     options = chat_options(args)  # bad values fail before any model loads
     prompt = read_prompt(args)
-    engine = load_engine(args)
+    session = Session(EngineThread(), model_name(args.model), engine_settings(args), options)
     try:
         if prompt is None:
-            return _repl(engine, options)
+            return _repl(session)
         messages = [{"role": "user", "content": prompt}]
         if args.json:
-            text, last = _collect(engine, messages, options, stream=None)
+            text, last = session.answer(messages, stream=None)
             out = {
                 "text": text,
                 "route": last.route.as_dict(),
@@ -47,38 +58,52 @@ def main(args: argparse.Namespace) -> int:
             }
             print(json.dumps(out, indent=2, ensure_ascii=False))
         else:
-            _, last = _collect(engine, messages, options, stream=sys.stdout)
+            _, last = session.answer(messages, stream=sys.stdout)
             print(file=sys.stdout)
             print(_stats_line(last), file=sys.stderr)
     finally:
-        engine.close()
+        session.runner.close()
     return 0
 
 
-def _collect(engine: Any, messages: list[dict[str, str]], options: Any, stream: TextIO | None) -> tuple[str, Any]:
-    """The answer's text and last Chunk; its text is written to `stream` as it comes, when one is given."""
+class Session:
+    """One model's answers for this command, through the engine thread and a JobReader per answer."""
 
-    def write(text: str) -> None:
-        assert stream is not None
-        stream.write(text)
-        stream.flush()
+    def __init__(self, runner: EngineThread, model: str, settings: EngineSettings, options: ChatOptions) -> None:
+        self.runner, self.model, self.settings, self.options = runner, model, settings, options
 
-    answer = engine.chat(messages, options, on_text=write if stream is not None else None)
-    return answer.text, answer.last
+    def answer(self, messages: list[dict[str, str]], stream: TextIO | None) -> tuple[str, Chunk]:
+        """The answer's text and last Chunk; its text is written to `stream` as it comes, when one is given.
+        Leaving early (Ctrl-C) closes the reader, which cancels the job."""
+        from runtime.engine.answer import collect
+
+        def write(text: str) -> None:
+            assert stream is not None
+            stream.write(text)
+            stream.flush()
+
+        chunks = self.runner.stream_chat(messages, self.options, model=self.model, settings=self.settings)
+        answer = collect(chunks, on_text=write if stream is not None else None)
+        return answer.text, answer.last
+
+    def take_notice(self) -> str | None:
+        """A notice from the engine (a worker lost, answers moved here), once; None before any answer."""
+        engine = self.runner.engine
+        return engine.take_notice() if engine is not None else None
 
 
-def _stats_line(chunk: Any) -> str:
-    from runtime.engine.chat import answer_facts, stats_line
+def _stats_line(chunk: Chunk) -> str:
+    from runtime.engine.summary import answer_facts, stats_line
 
     return stats_line(answer_facts(chunk), detail=True)
 
 
-def _repl(engine: Any, options: Any) -> int:
+def _repl(session: Session) -> int:
     """Interactive chat with streaming; /reset clears the conversation, /quit or Ctrl-D leaves."""
     from runtime.machine.rpc import WorkerError
 
     messages: list[dict[str, str]] = []
-    print(f"SpecQuant chat with {engine.model.name}. /reset clears the conversation; /quit or Ctrl-D leaves.")
+    print(f"SpecQuant chat with {session.model}. /reset clears the conversation; /quit or Ctrl-D leaves.")
     while True:
         try:
             line = input("> ")
@@ -94,7 +119,7 @@ def _repl(engine: Any, options: Any) -> int:
             continue
         messages.append({"role": "user", "content": line})
         try:
-            text, last = _collect(engine, messages, options, stream=sys.stdout)
+            text, last = session.answer(messages, stream=sys.stdout)
         except KeyboardInterrupt:
             print("\n[stopped]")
             messages.pop()
@@ -105,7 +130,7 @@ def _repl(engine: Any, options: Any) -> int:
             continue
         messages.append({"role": "assistant", "content": text})
         print()
-        notice = engine.take_notice()
+        notice = session.take_notice()
         if notice:
             print(f"specquant: {notice}", file=sys.stderr)
         print(_stats_line(last), file=sys.stderr)

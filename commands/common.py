@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runtime.decode.sampling import LLAMA_DEFAULTS
-from runtime.engine.chat import ChatOptions
+from runtime.engine.options import ChatOptions
 from runtime.errors import UserError
 from runtime.models.cache import TIERS
 from runtime.plan.placement import PLACEMENT_MODES, PlacementSettings

@@ -25,16 +25,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from runtime.decode.costs import format_costs
+    from runtime.decode.machine_costs import format_costs
     from runtime.machine import rpc
     from runtime.machine.hardware import ensure_backends
     from runtime.plan.policy import PRESETS
 
     engine = load_engine(args, isolated=False)  # one-shot: a lost worker ends it with one line (runtime.machine.rpc)
     try:
-        from runtime.engine.chat import ChatOptions
+        from runtime.engine.options import ChatOptions
 
-        # What an answer at each level would run on: the same decision as a chat's (runtime.engine.decide).
+        # What an answer at each level would run on: the same decision as a chat's (runtime.engine.decision).
         plans = {level: engine.decide("", ChatOptions(level=level)).placement.as_dict() for level in PRESETS["exact"]}
         out = {
             "model": engine.model.name,

@@ -15,7 +15,7 @@ HELP = "serve an OpenAI-compatible API on this computer (127.0.0.1 by default)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from runtime.api.schema import DEFAULT_PORT
+    from runtime.api import DEFAULT_PORT
 
     add_engine_flags(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this computer only)")

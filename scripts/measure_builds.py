@@ -1,7 +1,8 @@
 """Compare llama-cpp-python builds (e.g. OpenMP against ggml's own threadpool, llamafile's sgemm on or off)
 on one machine, interleaved: each round runs every build once, in rotating order, in a process of its own.
 
-Per build and round: the machine's costs (runtime.decode.costs: a plain F16 step, v(n), c of the Q4_K_M draft), then
+Per build and round: the machine's costs (runtime.decode.machine_costs: a plain F16 step, v(n), c of the Q4_K_M
+draft), then
 plain F16 and the default (F16-exact with the controller) on the same prompts, end to end. Medians over
 rounds; ratios are paired within a round. Each build is a folder holding an installed llama_cpp package
 (`pip install --no-deps --target DIR WHEEL`), or "installed" for the one in this environment; "@VARIANT"
@@ -29,7 +30,7 @@ def child(model: str, prompts: list[str], max_tokens: int) -> dict:
     """One build's round, in this process: costs, then each prompt plain and with the default."""
     import llama_cpp
 
-    from runtime.decode.costs import measure
+    from runtime.decode.machine_costs import measure
     from runtime.decode.sampling import SamplingParams
     from runtime.engine.engine import ChatOptions, Engine
     from runtime.machine.hardware import ensure_backends

@@ -82,8 +82,8 @@ def main() -> None:
     args = p.parse_args()
     sys.path.insert(0, str(REPO))
     from runtime.decode.sampling import SamplingParams
-    from runtime.engine.chat import ChatOptions
     from runtime.engine.engine import EngineSettings
+    from runtime.engine.options import ChatOptions
     from runtime.engine.process import EngineProcess
     from runtime.machine.hardware import inventory
     from runtime.plan.placement import PlacementSettings

@@ -11,7 +11,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from runtime.decode.cost_model import NGRAM, Controller, CostShape, CycleFacts, Decision, Estimates, Offer, ngram_key
+from runtime.decode.controller import NGRAM, Controller, CostShape, CycleOutcome, CyclePlan, Estimates, Offer, ngram_key
 
 STEP = 0.1  # seconds of one plain parent step
 
@@ -43,27 +43,27 @@ class SimMachine:
         )
 
 
-Policy = Callable[[list[Offer], int], Decision]
+Policy = Callable[[list[Offer], int], CyclePlan]
 
 
 def fixed(source: str | None, k: int) -> Callable[[Estimates], Policy]:
     """The policy that always drafts k tokens from `source` when it can (else a plain step)."""
 
     def make(_: Estimates) -> Policy:
-        def decide(offers: list[Offer], remaining: int) -> Decision:
+        def plan_cycle(offers: list[Offer], remaining: int) -> CyclePlan:
             for o in offers:
                 if o.name == source and o.max_k > 0:
-                    return Decision(source, min(k, o.max_k), 0.0, 0.0)
-            return Decision(None, 0, 0.0, 0.0)
+                    return CyclePlan(source, min(k, o.max_k), 0.0, 0.0)
+            return CyclePlan(None, 0, 0.0, 0.0)
 
-        return decide
+        return plan_cycle
 
     return make
 
 
-def controller(estimates: Estimates) -> tuple[Policy, Callable[[CycleFacts], None]]:
+def controller(estimates: Estimates) -> tuple[Policy, Callable[[CycleOutcome], None]]:
     c = Controller(estimates)
-    return c.decide, c.record
+    return c.plan_cycle, c.record
 
 
 def simulate(
@@ -123,7 +123,7 @@ def simulate(
             verify_s = jitter(STEP * machine.v[k + 1])
             kind = NGRAM if d.source == NGRAM else "tier"
             key = ngram_key(3) if d.source == NGRAM else None
-            record(CycleFacts(d.source, kind, k, accepted, draft_s, verify_s, caught_up, catch_up_s, key))
+            record(CycleOutcome(d.source, kind, k, accepted, draft_s, verify_s, caught_up, catch_up_s, key))
             n = min(accepted + 1, answer_tokens - produced)
             produced += n
             tokens += n

@@ -16,8 +16,9 @@ import pytest
 from runtime.api.offload import ParseThreads, TooSlow
 from runtime.decode.grammar import Grammar
 from runtime.decode.sampling import SamplingParams
-from runtime.engine.chat import ChatOptions, Chunk
+from runtime.engine.answer import Chunk
 from runtime.engine.engine import EngineSettings
+from runtime.engine.options import ChatOptions
 from runtime.engine.thread import EngineThread, Failure, Job
 from tests.test_api_hostile import assert_error, raw
 from tests.test_server import DEMO, Served, greedy, in_process

@@ -384,7 +384,7 @@ def test_a_memory_budget_in_the_settings_lowers_the_precision_and_says_why(qtbot
     from runtime.plan.placement import _ram_need
 
     engine = Engine(DEMO_NAME)
-    q4_gb = _ram_need(engine.facts("q4_k_m"), 0) / 1e9
+    q4_gb = _ram_need(engine.tier_size("q4_k_m"), 0) / 1e9
     engine.close()
     window.apply_settings(replace(window.settings, max_tokens=4, max_memory_gb=round(q4_gb * 1.05, 3)))
     ask(qtbot, window, LOW)

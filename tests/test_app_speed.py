@@ -15,9 +15,10 @@ from PySide6.QtWidgets import QApplication
 from app.settings import load_settings
 from app.speed_chart import MAX_POINTS, REPAINT_MS, SpeedChart
 from app.worker import DELIVER_MS, GUI_SHARE, EngineWorker, Pace
-from runtime.engine.chat import SAME_TIME, Chunk, Stats, answer_facts, speedup_text, stats_line
+from runtime.engine.answer import Chunk, Stats
 from runtime.engine.engine import ChatOptions, Engine
 from runtime.engine.measurements import ESTIMATES_FILE
+from runtime.engine.summary import SAME_TIME, answer_facts, speedup_text, stats_line
 from tests.test_app import ask, open_window
 
 PROMPT = "Name three primary colors."

@@ -236,7 +236,7 @@ def test_sweep_and_prompt_lookup_peer(demo_model, demo_cache: Path, tmp_path: Pa
     assert sorted(p.name for p in (isolated_cache / demo_model.name).iterdir()) == [
         ".lock",
         "controller.json",  # what the controller learned of acceptance, for the next answer
-        "costs.json",  # the machine's measured costs (runtime.decode.costs)
+        "costs.json",  # the machine's measured costs (runtime.decode.machine_costs)
         "f16.gguf",
         "manifest.json",
         "q4_k_m.gguf",

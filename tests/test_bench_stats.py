@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from commands.bench.stats import bootstrap, cost_cap, measurable, ratio_text
-from runtime.decode.cost_model import speedup
+from runtime.decode.controller import speedup
 
 
 def test_an_interval_that_holds_one_is_no_measurable_difference() -> None:

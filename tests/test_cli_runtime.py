@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -96,6 +98,44 @@ def test_repl_streams_and_keeps_the_conversation(demo_cache: Path) -> None:
     # After /reset the conversation is gone: only the shared system prompt and "Hello" can be reused.
     third = re.search(r"(\d+) prompt tokens reused", stats[2])
     assert third is None or int(third.group(1)) < int(reused.group(1)), stats[2]
+
+
+def test_ctrl_c_in_the_repl_stops_the_answer_and_the_chat_goes_on(demo_cache: Path) -> None:
+    """Ctrl-C closes the answer's JobReader, which cancels its job; the next turn runs on the same engine."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "commands", "chat", "--max-tokens", "4000"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    seen: list[str] = []
+    started = threading.Event()
+
+    def read() -> None:  # the answer is streaming once text follows the prompt
+        assert proc.stdout is not None
+        while ch := proc.stdout.read(1):
+            seen.append(ch)
+            if "".join(seen).partition("> ")[2].strip():
+                started.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    proc.stdin.write("Write a very long story about a dragon who learns to read.\n")
+    proc.stdin.flush()
+    assert started.wait(120), "".join(seen)
+    proc.send_signal(signal.SIGINT)
+    proc.stdin.write("Hello\n/quit\n")
+    proc.stdin.flush()
+    proc.stdin.close()
+    assert proc.wait(timeout=120) == 0
+    reader.join(10)
+    stderr = proc.stderr.read() if proc.stderr else ""
+    assert "[stopped]" in "".join(seen)
+    assert "Traceback" not in stderr
+    assert len([line for line in stderr.splitlines() if "tok/s" in line]) == 1, stderr  # "Hello" was answered
 
 
 def test_route_without_a_model(tmp_path: Path) -> None:

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from runtime.decode import speculative
-from runtime.decode.cost_model import (
+from runtime.decode.controller import (
     EXPLORE_SHARE,
     Controller,
     CostShape,
-    CycleFacts,
+    CycleOutcome,
     Estimates,
     Offer,
     SourceStats,
@@ -65,7 +65,7 @@ VERIFY = {n: STEP * (1 + 0.15 * (n - 1)) for n in range(1, 14)}
 def test_nothing_pays_so_the_controller_runs_plain_steps() -> None:
     # A draft costing 0.9 of a parent step with 50% acceptance (the 135M demo's situation).
     est = table(VERIFY, {"q4_k_m": ("tier", [0.5] * 8, 0.09)})
-    decision = Controller(est).decide([Offer("q4_k_m", "tier", 8)], remaining=200)
+    decision = Controller(est).plan_cycle([Offer("q4_k_m", "tier", 8)], remaining=200)
     assert (decision.source, decision.k) == (None, 0)
     assert decision.rate == pytest.approx(1 / STEP)
 
@@ -73,38 +73,38 @@ def test_nothing_pays_so_the_controller_runs_plain_steps() -> None:
 def test_a_cheap_accurate_draft_gets_a_long_k_and_a_better_one_wins() -> None:
     est = table(VERIFY, {"q4_k_m": ("tier", [0.9] * 8, 0.03), NGRAM: ("ngram", [0.97] * 12, 0.0002)})
     controller = Controller(est)
-    tier_only = controller.decide([Offer("q4_k_m", "tier", 8)], remaining=200)
+    tier_only = controller.plan_cycle([Offer("q4_k_m", "tier", 8)], remaining=200)
     assert tier_only.source == "q4_k_m" and tier_only.k >= 3
     # The predicted rate is the cost model's own closed form (constant acceptance, c = 0.3).
     want = speedup(0.9, tier_only.k, 0.3, 1 + 0.15 * tier_only.k) / STEP
     assert tier_only.rate == pytest.approx(want, rel=1e-6)
-    both = controller.decide([Offer(NGRAM, NGRAM, 10), Offer("q4_k_m", "tier", 8)], remaining=200)
+    both = controller.plan_cycle([Offer(NGRAM, NGRAM, 10), Offer("q4_k_m", "tier", 8)], remaining=200)
     assert both.source == NGRAM and both.k >= 6  # near-free and more accurate
     # No match this cycle: the n-gram source offers nothing, and the tier draft takes over.
-    assert controller.decide([Offer(NGRAM, NGRAM, 0), Offer("q4_k_m", "tier", 8)], 200).source == "q4_k_m"
+    assert controller.plan_cycle([Offer(NGRAM, NGRAM, 0), Offer("q4_k_m", "tier", 8)], 200).source == "q4_k_m"
 
 
 def test_a_catch_up_the_answer_cannot_repay_is_skipped() -> None:
     est = table(VERIFY, {"q4_k_m": ("tier", [0.9] * 8, 0.03)})
     est.sources["q4_k_m"].prefill = Timing([0.004] * 5)
     behind = Offer("q4_k_m", "tier", 8, catch_up=2000)  # 8 s of catch-up
-    assert Controller(est).decide([behind], remaining=8).source is None  # a short answer: not worth it
-    assert Controller(est).decide([behind], remaining=2000).source == "q4_k_m"  # a long one: worth it
+    assert Controller(est).plan_cycle([behind], remaining=8).source is None  # a short answer: not worth it
+    assert Controller(est).plan_cycle([behind], remaining=2000).source == "q4_k_m"  # a long one: worth it
 
 
 def test_the_first_cycle_is_plain_and_timings_resist_one_outlier() -> None:
     controller = Controller()
-    assert controller.decide([Offer("q4_k_m", "tier", 8)], 100).source is None  # nothing timed yet
+    assert controller.plan_cycle([Offer("q4_k_m", "tier", 8)], 100).source is None  # nothing timed yet
     for seconds in (0.1, 0.1, 0.1):
-        controller.record(CycleFacts(None, "tier", 0, 0, 0.0, seconds))
-    controller.record(CycleFacts(None, "tier", 0, 0, 0.0, 5.0))  # another program stole the CPU once
+        controller.record(CycleOutcome(None, "tier", 0, 0, 0.0, seconds))
+    controller.record(CycleOutcome(None, "tier", 0, 0, 0.0, 5.0))  # another program stole the CPU once
     assert controller.estimates.step_s() == pytest.approx(0.1)
 
 
 def test_acceptance_is_learned_per_position() -> None:
     controller = Controller()
     for _ in range(40):  # position 1 always accepted, position 2 always rejected
-        controller.record(CycleFacts(NGRAM, NGRAM, 3, 1, 0.0001, 0.12))
+        controller.record(CycleOutcome(NGRAM, NGRAM, 3, 1, 0.0001, 0.12))
     accept = controller.estimates.source(NGRAM, NGRAM).accept
     assert accept[0] > 0.95 and accept[1] < 0.05 and len(accept) == 3
     assert expected_tokens(accept[:2]) == pytest.approx(1 + accept[0] + accept[0] * accept[1])
@@ -115,14 +115,14 @@ def test_ngram_acceptance_is_kept_per_match_length() -> None:
     # shared estimate would refuse both; per match length the long ones are drafted far and the short not.
     controller = Controller(table(VERIFY, {}))
     for _ in range(30):
-        controller.record(CycleFacts(NGRAM, NGRAM, 8, 8, 0.0001, VERIFY[9], key=ngram_key(4)))
-        controller.record(CycleFacts(NGRAM, NGRAM, 2, 0, 0.0001, VERIFY[3], key=ngram_key(2)))
-    long = controller.decide([Offer(NGRAM, NGRAM, 12, key=ngram_key(4))], remaining=200)
+        controller.record(CycleOutcome(NGRAM, NGRAM, 8, 8, 0.0001, VERIFY[9], key=ngram_key(4)))
+        controller.record(CycleOutcome(NGRAM, NGRAM, 2, 0, 0.0001, VERIFY[3], key=ngram_key(2)))
+    long = controller.plan_cycle([Offer(NGRAM, NGRAM, 12, key=ngram_key(4))], remaining=200)
     assert long.source == NGRAM and long.k >= 8
-    assert controller.decide([Offer(NGRAM, NGRAM, 12, key=ngram_key(2))], remaining=200).source is None
+    assert controller.plan_cycle([Offer(NGRAM, NGRAM, 12, key=ngram_key(2))], remaining=200).source is None
     # Never-measured match lengths start from their own priors: the longer the match, the further it drafts.
     fresh = Controller(table(VERIFY, {}))
-    short, long = (fresh.decide([Offer(NGRAM, NGRAM, 12, key=ngram_key(n))], remaining=200) for n in (2, 4))
+    short, long = (fresh.plan_cycle([Offer(NGRAM, NGRAM, 12, key=ngram_key(n))], remaining=200) for n in (2, 4))
     assert long.source == NGRAM and long.k > short.k and long.rate > short.rate
 
 
@@ -134,17 +134,17 @@ def test_a_draft_refused_on_weak_evidence_is_explored_and_on_strong_evidence_is_
     caught_up = Offer("q4_k_m", "tier", 8, catch_up=1)
     src.seen = [2.0] * 8
     # Before any token was produced nothing may be risked on a try: the first answer is never slower for it.
-    assert Controller(copy.deepcopy(est)).decide([caught_up], remaining=200).source is None
+    assert Controller(copy.deepcopy(est)).plan_cycle([caught_up], remaining=200).source is None
     est.tokens = 1000  # answers so far allow tries that could lose 30 steps
-    weak = Controller(est).decide([caught_up], remaining=200)
+    weak = Controller(est).plan_cycle([caught_up], remaining=200)
     assert weak.source == "q4_k_m" and weak.explore and weak.k >= 1
     src.seen = [300.0] * 8
-    strong = Controller(est).decide([caught_up], remaining=200)
+    strong = Controller(est).plan_cycle([caught_up], remaining=200)
     assert strong.source is None and not strong.explore
     # Far behind with a short answer left: even the upper bound cannot repay the catch-up.
     src.seen = [2.0] * 8
     src.prefill = Timing([0.004] * 5)
-    assert Controller(est).decide([Offer("q4_k_m", "tier", 8, catch_up=2000)], remaining=8).source is None
+    assert Controller(est).plan_cycle([Offer("q4_k_m", "tier", 8, catch_up=2000)], remaining=8).source is None
 
 
 def test_tries_lose_at_most_their_share_of_the_tokens_produced() -> None:
@@ -155,10 +155,10 @@ def test_tries_lose_at_most_their_share_of_the_tokens_produced() -> None:
         est.sources["q4_k_m"].seen = [2.0] * 8
         c = Controller(est)
         for _ in range(40):
-            d = c.decide([Offer("q4_k_m", "tier", 8, catch_up=1)], remaining=200)
+            d = c.plan_cycle([Offer("q4_k_m", "tier", 8, catch_up=1)], remaining=200)
             k = d.k if d.source else 0
             verify = est.verify_s(k + 1) or 0.1
-            c.record(CycleFacts(d.source, "tier", k, 0, 0.03 * k, verify))
+            c.record(CycleOutcome(d.source, "tier", k, 0, 0.03 * k, verify))
     step = est.step_s() or 0.1
     assert 0 < est.explore_loss <= EXPLORE_SHARE * est.tokens + (8 * 0.03 + (est.verify_s(9) or 0)) / step
 
@@ -176,13 +176,13 @@ def test_the_verify_curve_is_monotone_and_noise_at_one_size_cannot_switch_a_sour
     shape = CostShape(STEP, {n: 1 + 0.15 * (n - 1) for n in range(1, 17)}, {"q4_k_m": 0.3}, {}, {"q4_k_m": 0.9})
     est = Estimates()
     est.seed(shape)
-    before = Controller(est).decide([Offer("q4_k_m", "tier", 8, catch_up=1)], remaining=200)
+    before = Controller(est).plan_cycle([Offer("q4_k_m", "tier", 8, catch_up=1)], remaining=200)
     assert before.source == "q4_k_m" and not before.explore
     est.record_verify(before.k + 1, 10 * STEP)  # one batch slowed 10 times by another program
     est.record_verify(before.k + 1, 8 * STEP)
     curve = est.v(16)
     assert all(curve[n] <= curve[n + 1] for n in range(1, 16))
-    after = Controller(est).decide([Offer("q4_k_m", "tier", 8, catch_up=1)], remaining=200)
+    after = Controller(est).plan_cycle([Offer("q4_k_m", "tier", 8, catch_up=1)], remaining=200)
     assert after.source == "q4_k_m" and not after.explore
 
 
@@ -402,11 +402,11 @@ def test_a_draft_as_slow_as_the_parent_does_not_pay(engine: Engine, monkeypatch:
         src = est.source("q4_k_m", "tier")
         c = (src.step.estimate() or 0) / (est.step_s() or 1)
         assert len(src.step) > 0 and c == pytest.approx(1.5), c  # it was tried, and its cost measured
-        decision = Controller(est).decide([Offer("q4_k_m", "tier", 8)], remaining=200)
+        decision = Controller(est).plan_cycle([Offer("q4_k_m", "tier", 8)], remaining=200)
         assert decision.source is None, (c, src.accept)
         certain = copy.deepcopy(est)  # however often it agrees: at full acceptance, too
         certain.sources["q4_k_m"].accept = [1.0] * 8
-        assert Controller(certain).decide([Offer("q4_k_m", "tier", 8)], remaining=200).source is None
+        assert Controller(certain).plan_cycle([Offer("q4_k_m", "tier", 8)], remaining=200).source is None
         last = list(engine.stream_chat(prompt, ChatOptions(max_tokens=48, draft="q4_k_m", sampling=greedy)))[-1]
     finally:
         for restore in undo:

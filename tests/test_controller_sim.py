@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from runtime.decode.cost_model import Estimates, SourceStats
+from runtime.decode.controller import Estimates, SourceStats
 from tests.controller_sim import SimMachine, SimTier, best_fixed, fixed, simulate
 
 # Verify cost v(n) shapes measured on 2 cores (docs/architecture.md §5): an AVX2 build, compute-bound from n = 2, and a

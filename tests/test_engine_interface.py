@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from runtime import child
-from runtime.engine.chat import ChatOptions
-from runtime.engine.decide import decide
+from runtime.engine.decision import decide
 from runtime.engine.engine import Engine, EngineSettings
 from runtime.engine.interface import ChatEngine, LoadedEngine
+from runtime.engine.options import ChatOptions
 from runtime.engine.thread import EngineThread
 from runtime.errors import Cancelled, UserError
 from runtime.machine.hardware import Inventory
@@ -64,7 +64,7 @@ def test_the_engine_and_its_thread_are_one_protocol_with_one_answer(engine: Engi
 
 
 def test_deciding_is_a_pure_function_of_the_prompt_options_and_machine(engine: Engine) -> None:
-    tiers = {t: engine.facts(t) for t in engine.manifest["tiers"]}
+    tiers = {t: engine.tier_size(t) for t in engine.manifest["tiers"]}
     roomy = Inventory("test CPU", physical_cores=2, ram_total_bytes=64 * 10**9, ram_available_bytes=64 * 10**9)
     args = (tiers, roomy, PlacementSettings(), RouterSettings())
     first = decide("What is AI?", ChatOptions(), *args)

@@ -12,7 +12,7 @@ from runtime.engine.engine import Engine, EngineSettings
 from runtime.errors import UserError
 from runtime.machine.hardware import Inventory
 from runtime.models.cache import DEMO_NAME, ModelDir
-from runtime.plan.placement import PRECISION_ORDER, PlacementSettings, _ram_need, plan_precision, tier_facts, will_fit
+from runtime.plan.placement import PRECISION_ORDER, PlacementSettings, _ram_need, plan_precision, tier_size, will_fit
 from tests.conftest import assert_one_line_error, run_cli
 
 GB = 10**9
@@ -29,7 +29,7 @@ RAM_GB = (8, 16, 32, 64)
 def tiers(shape: str) -> dict:
     sizes, n_layer, n_kv = SHAPES[shape]
     hp = {"n_layer": n_layer, "n_head_kv": n_kv, "head_dim": 128, "n_embd": 3584, "n_vocab": 152064}
-    return {t: tier_facts(t, int(b * GB), hp, n_ctx=4096) for t, b in zip(PRECISION_ORDER, sizes, strict=True)}
+    return {t: tier_size(t, int(b * GB), hp, n_ctx=4096) for t, b in zip(PRECISION_ORDER, sizes, strict=True)}
 
 
 def laptop(ram_gb: float) -> Inventory:
@@ -99,7 +99,7 @@ def test_a_budget_caps_planning_without_a_margin_off_it() -> None:
 def needs(demo_model: ModelDir) -> dict[str, float]:
     """GB the demo's configurations need, from the engine's own tier facts."""
     engine = Engine(DEMO_NAME, EngineSettings(), root=demo_model.root)
-    facts = {t: engine.facts(t) for t in PRECISION_ORDER}
+    facts = {t: engine.tier_size(t) for t in PRECISION_ORDER}
     engine.close()
     return {
         "f16": _ram_need(facts["f16"], 0) / GB,

@@ -14,10 +14,10 @@ from dataclasses import replace
 
 import pytest
 
-from runtime.decode.cost_model import NGRAM, CostShape, Estimates, Timing
-from runtime.decode.costs import MachineCosts
+from runtime.decode.controller import NGRAM, CostShape, Estimates, Timing
+from runtime.decode.machine_costs import MachineCosts
 from runtime.decode.speculative import Step
-from runtime.engine.chat import Stats
+from runtime.engine.answer import Stats
 from runtime.engine.plain_estimate import LOAD_BAND, SHIFT, STALE, PlainEstimate
 
 STEP = 0.020  # one plain parent step on the made-up machine, seconds

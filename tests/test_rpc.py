@@ -23,14 +23,14 @@ import pytest
 from runtime.errors import UserError
 from runtime.machine import rpc
 from runtime.machine.hardware import Gpu, Inventory
-from runtime.plan.placement import PlacementSettings, plan, tier_facts
+from runtime.plan.placement import PlacementSettings, plan, tier_size
 from tests.conftest import REPO, run_cli
 from tests.test_cli_runtime import assert_one_line_error
 
 GB = 10**9
 QWEN = {"n_layer": 28, "n_embd": 1536, "n_head": 12, "n_head_kv": 2, "head_dim": 128, "n_vocab": 151936}
-F16 = tier_facts("f16", int(3.56 * GB), QWEN, n_ctx=4096)
-Q4 = tier_facts("q4_k_m", int(1.12 * GB), QWEN, n_ctx=4096)
+F16 = tier_size("f16", int(3.56 * GB), QWEN, n_ctx=4096)
+Q4 = tier_size("q4_k_m", int(1.12 * GB), QWEN, n_ctx=4096)
 PROMPT = "Name three primary colors."
 
 

@@ -25,7 +25,7 @@ import pytest
 
 from runtime.api.server import Defaults, ServeConfig, Service, url_of, uvicorn_server
 from runtime.decode.sampling import SamplingParams
-from runtime.engine.chat import Chunk
+from runtime.engine.answer import Chunk
 from runtime.engine.engine import ChatOptions, EngineSettings
 from runtime.engine.thread import EngineThread, Failure, Job
 from runtime.models.cache import ModelDir

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from runtime.decode.sampling import SamplingParams
-from runtime.engine.chat import answer_facts, speedup_text
 from runtime.engine.engine import ChatOptions, Engine
+from runtime.engine.summary import answer_facts, speedup_text
 
 PROMPT = [{"role": "user", "content": "Write a short story about a lighthouse keeper and a storm."}]
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from runtime.engine.chat import Chunk
+from runtime.engine.answer import Chunk
 from runtime.engine.engine import ChatOptions, Engine, EngineSettings
 from runtime.engine.measurements import ESTIMATES_FILE
 from runtime.engine.thread import EngineThread, Failure, Job, Status

@@ -14,8 +14,9 @@ import pytest
 from converters.convert import convert
 from runtime.decode.grammar import markup_token, tokenizer_for
 from runtime.decode.sampling import SamplingParams
-from runtime.engine.chat import ChatOptions, collect
+from runtime.engine.answer import collect
 from runtime.engine.engine import Engine, EngineSettings
+from runtime.engine.options import ChatOptions
 from runtime.engine.tools import (
     CLOSER,
     GENERIC,

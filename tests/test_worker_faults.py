@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from runtime.decode.sampling import SamplingParams
-from runtime.engine.chat import ChatOptions
 from runtime.engine.engine import EngineSettings
+from runtime.engine.options import ChatOptions
 from runtime.engine.process import EngineProcess
 from runtime.errors import UserError
 from runtime.machine import rpc

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from commands.bench.anchor import ANCHOR, ANCHOR_PAIR
-from runtime.decode.cost_model import NGRAM
+from runtime.decode.controller import NGRAM
 from runtime.decode.sampling import SamplingParams
 from runtime.engine.engine import ChatOptions
 from runtime.errors import UserError

@@ -22,7 +22,7 @@ from commands.bench.stats import bootstrap, cost_cap
 from commands.bench.sweep import format_sweep, predicted_speedup, sweep
 from commands.bench.workloads import JSON, TOOLS, load_prompts, score
 from converters.convert import ensure_demo
-from runtime.decode.cost_model import NGRAM
+from runtime.decode.controller import NGRAM
 from runtime.decode.grammar import Grammar
 from runtime.engine.engine import Engine
 from runtime.errors import UserError

@@ -12,7 +12,7 @@ from runtime.decode.grammar import Grammar
 from runtime.decode.llama_backend import LlamaBackend
 from runtime.decode.sampling import SamplingParams
 from runtime.decode.speculative import Step, take
-from runtime.engine.chat import collect
+from runtime.engine.answer import collect
 from runtime.engine.engine import Engine
 from runtime.engine.tools import ToolRequest, assemble, call_text
 

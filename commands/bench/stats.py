@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from runtime.decode.cost_model import K_MAX, cap
+from runtime.decode.controller import K_MAX, cap
 
 RESAMPLES = 2000
 LEVEL = 0.90

@@ -10,7 +10,7 @@ from typing import Any
 
 from commands.bench.report import num_text
 from commands.bench.runners import batch_costs
-from runtime.decode.cost_model import speedup
+from runtime.decode.controller import speedup
 from runtime.decode.llama_backend import LlamaBackend, LoadOptions
 from runtime.decode.sampling import SamplingParams
 from runtime.decode.speculative import SpecConfig, generate_steps, take

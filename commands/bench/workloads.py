@@ -7,7 +7,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from runtime.api.schema import ApiError, tool_request
+from runtime.api.requests import tool_request
+from runtime.api.responses import ApiError
 from runtime.engine.tools import CHOICES, ToolRequest
 from runtime.errors import UserError
 

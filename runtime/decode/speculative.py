@@ -1,7 +1,7 @@
 """The speculative verify loop (docs/architecture.md §4) as a generator of `Step`s.
 
 The state is the token sequence `seq`. At the top of every cycle after the first, the parent's KV cache
-holds exactly `seq[:-1]`; the draft's holds some prefix of `seq`. One cycle: the controller (cost_model)
+holds exactly `seq[:-1]`; the draft's holds some prefix of `seq`. One cycle: the controller (controller.py)
 picks a draft source and k, or none; the source proposes up to k tokens (n-gram lookup for free, or the
 quantized draft after catching up); the parent decodes `[seq[-1]] + drafts` in ONE batch with logits for
 those rows only; the longest agreeing prefix is kept and the first miss corrected (greedy), or each draft is
@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from runtime.decode.cost_model import K_MAX, NGRAM, Controller, CycleFacts, Offer, ngram_key
+from runtime.decode.controller import K_MAX, NGRAM, Controller, CycleOutcome, Offer, ngram_key
 from runtime.decode.grammar import Constraint
 from runtime.decode.llama_backend import LlamaBackend
 from runtime.decode.ngram import NgramIndex
@@ -244,7 +244,7 @@ def _steps(
             # that ran long tends to run on), at least the level's prior, at most the token budget. So a
             # costly catch-up starts only once the answer has shown it is long (the ski-rental rule).
             horizon = min(max_tokens - produced, max(produced, answer_tokens))
-            decision = controller.decide(offers, max(1, horizon))
+            decision = controller.plan_cycle(offers, max(1, horizon))
             source, k = decision.source, decision.k
         caught_up, catch_up_s = 0, 0.0
         if source == NGRAM:
@@ -286,7 +286,7 @@ def _steps(
         if not pending:  # a prefill is no sample of a verify's cost
             kind = NGRAM if source == NGRAM else "tier"
             key = ngram_key(match) if source == NGRAM else None
-            facts = CycleFacts(source, kind, len(drafts), accepted, t1 - t0, t2 - t1, caught_up, catch_up_s, key)
+            facts = CycleOutcome(source, kind, len(drafts), accepted, t1 - t0, t2 - t1, caught_up, catch_up_s, key)
             controller.record(facts)
         pending, first = [], False
         # Roll back: keep seq + accepted drafts; the corrected/bonus token is the new last, not yet cached.

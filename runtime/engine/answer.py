@@ -44,7 +44,7 @@ class Stats:
     plain_step_s: float | None = None
     spec_off: str | None = None  # on the last Chunk of an answer nothing was drafted for: why
     speedup_note: str | None = None  # why no speed-up is claimed although a plain step is known
-    machine_cap: float | None = None  # the cost model's cap for the draft on this machine (runtime.decode.costs)
+    machine_cap: float | None = None  # the cap for the draft on this machine (runtime.decode.machine_costs)
 
     @property
     def tok_per_s(self) -> float:

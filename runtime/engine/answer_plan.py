@@ -9,14 +9,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from runtime.decode.cost_model import Controller
+from runtime.decode.controller import Controller
 from runtime.decode.grammar import Grammar
 from runtime.decode.llama_backend import LlamaBackend
 from runtime.decode.sampling import SamplingParams, recommended
 from runtime.decode.speculative import SpecConfig
 from runtime.engine import prompt as prompts
 from runtime.engine import tools
-from runtime.engine.decide import Decision
+from runtime.engine.decision import Decision
 from runtime.engine.measurements import Measurements
 from runtime.engine.options import ChatOptions, EngineSettings, Message
 from runtime.engine.plain_estimate import PlainEstimate

@@ -16,7 +16,8 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from runtime.decode.sampling import SamplingParams
-from runtime.engine.chat import Answer, ChatOptions, Message, Stats
+from runtime.engine.answer import Answer, Stats
+from runtime.engine.options import ChatOptions, Message
 from runtime.models.cache import ModelDir, atomic_write_text
 from runtime.plan.policy import LOSSY_FLOORS, PRECISION, STRICT_FLOORS
 

@@ -12,14 +12,14 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from runtime.decode.cost_model import Estimates
-from runtime.decode.costs import MachineCosts
+from runtime.decode.controller import Estimates
 from runtime.decode.grammar import Grammar, markup_token
 from runtime.decode.llama_backend import LlamaBackend, LoadOptions
+from runtime.decode.machine_costs import MachineCosts
 from runtime.engine import tools
 from runtime.engine.answer import Answer, Chunk, Stats
 from runtime.engine.answer_plan import AnswerPlan, prepare
-from runtime.engine.decide import Decision, decide
+from runtime.engine.decision import Decision, decide
 from runtime.engine.generate import run
 from runtime.engine.interface import Answers
 from runtime.engine.measurements import Measurements
@@ -31,7 +31,7 @@ from runtime.machine import rpc
 from runtime.machine.hardware import Inventory, inventory
 from runtime.models.cache import DEMO_NAME, ModelDir, cache_root, check_name, list_models
 from runtime.plan import router
-from runtime.plan.placement import Plan, TierFacts, measured_placement, tier_facts
+from runtime.plan.placement import Plan, TierSize, measured_placement, tier_size
 from runtime.plan.policy import Choice
 from runtime.plan.router import Route
 
@@ -106,21 +106,21 @@ class Engine(Answers):
         may end with any role: after an assistant's or a system message the model writes a new turn."""
         yield from run(self.prepare(messages, options, cancel), cancel)
 
-    # --- decisions (runtime.engine.decide) ----------------------------------------------------------
+    # --- decisions (runtime.engine.decision) ----------------------------------------------------------
     def route(self, text: str) -> Route:
         return router.route(text, self.settings.router)
 
-    def facts(self, tier: str) -> TierFacts:
+    def tier_size(self, tier: str) -> TierSize:
         rec = self.manifest["tiers"][tier]
         hparams = rec.get("hparams")
         if hparams is None:
             raise ModelError(f"model {self.model.name!r} predates placement facts: run `specquant convert` again")
-        return tier_facts(tier, rec["bytes"], hparams, self.settings.n_ctx)
+        return tier_size(tier, rec["bytes"], hparams, self.settings.n_ctx)
 
     def decide(self, text: str, options: ChatOptions) -> Decision:
-        """How the answer to `text` runs here: level, parent and draft, placement (runtime.engine.decide)."""
+        """How the answer to `text` runs here: level, parent and draft, placement (runtime.engine.decision)."""
         calibration = self.calibration() if options.preset == "auto" else None
-        tiers = {t: self.facts(t) for t in self.manifest["tiers"]}
+        tiers = {t: self.tier_size(t) for t in self.manifest["tiers"]}
         return decide(text, options, tiers, self.hardware, self._placement, self.settings.router, calibration)
 
     # --- what was measured here (runtime.engine.measurements) ------------------------------------------

@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 
-from runtime.decode.cost_model import NGRAM, Controller, Estimates, Offer
+from runtime.decode.controller import NGRAM, Controller, Estimates, Offer
 from runtime.decode.grammar import tokenizer_for
 from runtime.decode.llama_backend import LlamaBackend
 from runtime.decode.speculative import Step, TokenLogprob, generate_steps, take
@@ -106,7 +106,7 @@ def why_plain(choice: Choice, estimates: Estimates, stats: Stats, k_max: int, dr
         return "n-gram lookup found nothing worth proposing"
     # A copy: asking the controller a hypothetical must not touch the estimates it saves.
     probe = Controller(copy.deepcopy(estimates))
-    decision = probe.decide([Offer(choice.draft, "tier", k_max, 0, draft_bytes_ratio)], 1 << 20)
+    decision = probe.plan_cycle([Offer(choice.draft, "tier", k_max, 0, draft_bytes_ratio)], 1 << 20)
     pays = decision.source is not None and not decision.explore and decision.rate > decision.plain_rate
     return "short answer" if pays else "the draft would not pay on this machine"
 

@@ -16,12 +16,13 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from runtime.engine.chat import Answer, ChatOptions, Chunk, Message, collect
+from runtime.engine.answer import Answer, Chunk, collect
+from runtime.engine.options import ChatOptions, Message
 
 if TYPE_CHECKING:
     from runtime.engine.options import EngineSettings
     from runtime.machine.hardware import Inventory
-    from runtime.machine.rpc import WorkerFacts
+    from runtime.machine.rpc import WorkerProbe
     from runtime.models.cache import ModelDir
 
 
@@ -52,7 +53,7 @@ class LoadedEngine(ChatEngine, Protocol):
     settings: EngineSettings
     manifest: dict[str, Any]
     hardware: Inventory
-    workers: list[WorkerFacts]
+    workers: list[WorkerProbe]
 
     @property
     def calibrated(self) -> bool: ...

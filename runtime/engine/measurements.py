@@ -1,4 +1,4 @@
-"""What one model's answers have measured on this machine: the probe's costs per parent (runtime.decode.costs)
+"""What one model's answers have measured on this machine: the probe's costs per parent (runtime.decode.machine_costs)
 and the controller's running estimates per parent and sampling mode, kept in the model's folder under the
 machine's key so that another machine, kernel build, thread count or tier file starts afresh."""
 
@@ -11,9 +11,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from runtime.decode.cost_model import Estimates
-from runtime.decode.costs import MachineCosts, load_or_measure
+from runtime.decode.controller import Estimates
 from runtime.decode.llama_backend import LlamaBackend
+from runtime.decode.machine_costs import MachineCosts, load_or_measure
 from runtime.errors import readable
 from runtime.models.cache import atomic_write_text
 

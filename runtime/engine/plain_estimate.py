@@ -2,9 +2,9 @@
 
 Plain decoding by the same parent would pay the same first cycle (the prefill and first token), then one
 plain step per further token, plus the loop's own per-token work. The step is the machine's measured one
-(the probe's, runtime.decode.costs; before any probe, this process's plain steps), scaled by how fast this answer's
-own parent batches ran against what the same measurement predicts for them: a machine slowed by another
-program slows plain decoding too. No claim is made, with the reason, when:
+(the probe's, runtime.decode.machine_costs; before any probe, this process's plain steps), scaled by how
+fast this answer's own parent batches ran against what the same measurement predicts for them: a machine
+slowed by another program slows plain decoding too. No claim is made, with the reason, when:
 - no plain step was ever measured here;
 - this answer's batches ran far off the prediction, or their speed changed during the answer;
 - the claim would exceed what the measured costs allow even at full acceptance.
@@ -15,10 +15,10 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field, replace
 
-from runtime.decode.cost_model import K_MAX, NGRAM, Estimates, interpolate
-from runtime.decode.costs import MachineCosts
+from runtime.decode.controller import K_MAX, NGRAM, Estimates, interpolate
+from runtime.decode.machine_costs import MachineCosts
 from runtime.decode.speculative import Step
-from runtime.engine.chat import Stats
+from runtime.engine.answer import Stats
 
 # This answer's batches over their prediction: a steady factor (the window's own drawing shares the cores;
 # another program runs throughout) scales plain decoding alike, but far outside this band, or changing by

@@ -24,9 +24,10 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from runtime import child
-from runtime.engine.chat import ChatOptions, Chunk, Message
+from runtime.engine.answer import Chunk
 from runtime.engine.engine import Engine, EngineSettings
 from runtime.engine.interface import Answers, LoadedEngine
+from runtime.engine.options import ChatOptions, Message
 from runtime.engine.reader import Failure, error_of, failure_of
 from runtime.errors import SpecQuantError
 from runtime.machine import rpc

@@ -93,7 +93,7 @@ def parse_endpoints(text: str | None) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class WorkerFacts:
+class WorkerProbe:
     """What the probe learnt of one worker: its protocol version, its devices' (free, total) memory in
     bytes, and the median round-trip time of a small request."""
 
@@ -180,7 +180,7 @@ def local_clear_speed() -> float:
     return _local_clear_bps
 
 
-def probe(endpoint: str, timeout: float = PROBE_TIMEOUT_S, pings: int = 8, speed: bool = False) -> WorkerFacts:
+def probe(endpoint: str, timeout: float = PROBE_TIMEOUT_S, pings: int = 8, speed: bool = False) -> WorkerProbe:
     """Connect, shake hands, read the devices and time `pings` round trips (and, with `speed`, how fast the
     first device clears memory); a WorkerError on any fault."""
     ep = parse_endpoint(endpoint)
@@ -234,12 +234,12 @@ def probe(endpoint: str, timeout: float = PROBE_TIMEOUT_S, pings: int = 8, speed
             raise WorkerError(f"the connection to the worker at {ep} failed: {e.strerror or e}") from None
     if not devices:
         raise WorkerError(f"the worker at {ep} offers no device")
-    return WorkerFacts(str(ep), version, tuple(devices), statistics.median(rtts), clear)
+    return WorkerProbe(str(ep), version, tuple(devices), statistics.median(rtts), clear)
 
 
 # --- ggml's side -----------------------------------------------------------------------------------------
 _abort_hook: object = None  # the ctypes callback must outlive its registration
-_registered: dict[str, WorkerFacts] = {}
+_registered: dict[str, WorkerProbe] = {}
 _lock = threading.Lock()
 
 
@@ -286,7 +286,7 @@ def guard_aborts(endpoints: tuple[str, ...]) -> None:
     base.ggml_set_abort_callback(_abort_hook)
 
 
-def connect(endpoints: tuple[str, ...]) -> list[WorkerFacts]:
+def connect(endpoints: tuple[str, ...]) -> list[WorkerProbe]:
     """Probe every worker, then register each with ggml, whose devices then appear in the inventory (as
     `RPC0`, `RPC1`, …, described by their endpoint). Once per endpoint and process."""
     facts = [_registered.get(ep) or probe(ep, speed=True) for ep in endpoints]
@@ -307,7 +307,7 @@ def connect(endpoints: tuple[str, ...]) -> list[WorkerFacts]:
     return facts
 
 
-def registered() -> dict[str, WorkerFacts]:
+def registered() -> dict[str, WorkerProbe]:
     """The workers this process has registered, by endpoint."""
     return dict(_registered)
 

@@ -36,7 +36,7 @@ from runtime.models.cache import (  # noqa: F401
     pinned_revision,
     size_text,
 )
-from runtime.plan.placement import GB, NotEnoughMemory, PlacementSettings, plan, tier_facts
+from runtime.plan.placement import GB, NotEnoughMemory, PlacementSettings, plan, tier_size
 
 CATALOG_SCHEMA = 1
 # config.json's `architectures` names the converter reads (converters/hf_to_gguf.py ARCHITECTURES).
@@ -197,7 +197,7 @@ def fit(entry: Entry, ram_bytes: int | None = None, n_ctx: int = DEFAULT_N_CTX) 
     fitting: list[str] = []
     needs: dict[str, int] = {}
     for tier, size in entry.tier_bytes.items():
-        facts = tier_facts(tier, size, entry.shape, n_ctx)
+        facts = tier_size(tier, size, entry.shape, n_ctx)
         try:
             chosen = plan(inv, facts, None, settings)
         except NotEnoughMemory as e:

@@ -11,16 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from runtime.decode.cost_model import speedup
+from runtime.decode.controller import speedup
 from runtime.errors import UserError
 from runtime.machine.hardware import Inventory
-from runtime.machine.rpc import WorkerFacts, local_clear_speed
+from runtime.machine.rpc import WorkerProbe, local_clear_speed
 
 GB = 1e9
 
 
 @dataclass(frozen=True)
-class TierFacts:
+class TierSize:
     """What placement needs to know of one tier (from the manifest and the GGUF header)."""
 
     tier: str
@@ -38,12 +38,12 @@ class TierFacts:
         return self.file_bytes / max(self.n_layer, 1)
 
 
-def tier_facts(tier: str, file_bytes: int, hparams: dict[str, Any], n_ctx: int, n_ubatch: int = 512) -> TierFacts:
+def tier_size(tier: str, file_bytes: int, hparams: dict[str, Any], n_ctx: int, n_ubatch: int = 512) -> TierSize:
     n_layer = int(hparams["n_layer"])
     kv_dim = int(hparams["n_head_kv"]) * int(hparams["head_dim"])
     kv = 2 * n_layer * kv_dim * n_ctx * 2  # K and V, F16
     compute = n_ubatch * (int(hparams["n_vocab"]) + 4 * int(hparams["n_embd"])) * 4
-    return TierFacts(tier, file_bytes, n_layer, kv, compute)
+    return TierSize(tier, file_bytes, n_layer, kv, compute)
 
 
 # remote: the parent's layers on a worker (--rpc, runtime.machine.rpc), the draft here.
@@ -119,7 +119,7 @@ class Plan:
         }
 
 
-def _split(t: TierFacts, gpu_layers: int) -> tuple[float, float]:
+def _split(t: TierSize, gpu_layers: int) -> tuple[float, float]:
     """(bytes on GPU, bytes on CPU) of a tier with `gpu_layers` of its layers offloaded."""
     frac = min(gpu_layers, t.n_layer) / t.n_layer
     on_gpu = t.file_bytes * frac + (t.kv_bytes * frac) + (t.compute_bytes if gpu_layers else 0)
@@ -127,7 +127,7 @@ def _split(t: TierFacts, gpu_layers: int) -> tuple[float, float]:
     return on_gpu, on_cpu
 
 
-def _step_s(t: TierFacts, gpu_layers: int, s: PlacementSettings, remote: bool = False) -> tuple[float, float]:
+def _step_s(t: TierSize, gpu_layers: int, s: PlacementSettings, remote: bool = False) -> tuple[float, float]:
     """(compute, network) seconds of one step; a step with layers on a worker pays one round trip (the
     activations at a layer split are a few kB: their transfer time is in the round trip's noise)."""
     frac = min(gpu_layers, t.n_layer) / t.n_layer
@@ -137,7 +137,7 @@ def _step_s(t: TierFacts, gpu_layers: int, s: PlacementSettings, remote: bool = 
 
 
 def _per_token_s(
-    parent: TierFacts, draft: TierFacts | None, layers: tuple[int, int], s: PlacementSettings, remote: bool = False
+    parent: TierSize, draft: TierSize | None, layers: tuple[int, int], s: PlacementSettings, remote: bool = False
 ) -> float:
     """Predicted seconds per answer token. Over a network a verify of k+1 tokens pays the round trip once,
     so the batch cost relative to a single step falls toward 1 as the round trip grows: speculation pays more."""
@@ -156,7 +156,7 @@ REMOTE_MARGIN = 1.15
 
 
 def _rank_s(
-    parent: TierFacts, draft: TierFacts | None, c: tuple[str, int, int], s: PlacementSettings, remote: bool
+    parent: TierSize, draft: TierSize | None, c: tuple[str, int, int], s: PlacementSettings, remote: bool
 ) -> float:
     per_token = _per_token_s(parent, draft, (c[1], c[2]), s, remote)
     return per_token * (REMOTE_MARGIN if remote and (c[1] or c[2]) else 1.0)
@@ -176,7 +176,7 @@ def _more(missing: float) -> str:
     return f"{gb:.1f} GB" if gb >= 0.95 else f"{max(gb, 0.01):.2f} GB"
 
 
-def _layers_fitting(t: TierFacts, budget: float) -> int:
+def _layers_fitting(t: TierSize, budget: float) -> int:
     fixed = t.compute_bytes
     if budget <= fixed:
         return 0
@@ -184,14 +184,14 @@ def _layers_fitting(t: TierFacts, budget: float) -> int:
     return max(0, min(t.n_layer + 1, int((budget - fixed) // per_layer)))
 
 
-def _ram_need(t: TierFacts | None, gpu_layers: int) -> float:
+def _ram_need(t: TierSize | None, gpu_layers: int) -> float:
     if t is None:
         return 0.0
     _, on_cpu = _split(t, gpu_layers)
     return on_cpu
 
 
-def plan(inv: Inventory, parent: TierFacts, draft: TierFacts | None, settings: PlacementSettings | None = None) -> Plan:
+def plan(inv: Inventory, parent: TierSize, draft: TierSize | None, settings: PlacementSettings | None = None) -> Plan:
     """Pick the fastest candidate that fits; drop the draft first when memory is short; explain why."""
     s = settings or PlacementSettings()
     notes: list[str] = []
@@ -211,7 +211,7 @@ def plan(inv: Inventory, parent: TierFacts, draft: TierFacts | None, settings: P
         raise UserError("placement 'remote' asked for, but no worker is connected (--rpc HOST:PORT)")
     vram = (gpu.free_bytes - s.margin_bytes) if gpu is not None and s.mode != "cpu" else 0
 
-    def candidates(d: TierFacts | None) -> list[tuple[str, int, int]]:
+    def candidates(d: TierSize | None) -> list[tuple[str, int, int]]:
         full_p, full_d = parent.n_layer + 1, (d.n_layer + 1 if d else 0)
         out = [("cpu-only", 0, 0)]
         if vram > 0:
@@ -274,7 +274,7 @@ PRECISION_ORDER = ("f16", "q8_0", "q4_k_m")  # most precise first
 
 def plan_precision(
     inv: Inventory,
-    tiers: dict[str, TierFacts],
+    tiers: dict[str, TierSize],
     parent: str,
     draft: str | None,
     settings: PlacementSettings | None = None,
@@ -332,7 +332,7 @@ def will_fit(
     """Before a conversion: would this machine answer with one of these tiers, and with which? (fits, one
     line to say). `sizes` are the tiers' expected file sizes; without shape facts the KV cache is left out."""
     shape = hparams or {"n_layer": 1, "n_head_kv": 0, "head_dim": 0, "n_vocab": 0, "n_embd": 0}
-    facts = {t: tier_facts(t, b, shape, n_ctx) for t, b in sizes.items()}
+    facts = {t: tier_size(t, b, shape, n_ctx) for t, b in sizes.items()}
     try:
         chosen = plan_precision(inv, facts, PRECISION_ORDER[0], PRECISION_ORDER[-1], settings)
     except UserError as e:
@@ -350,7 +350,7 @@ def will_fit(
     return True, f"this machine will answer with {pair}, {chosen.ram_bytes / GB:.1f} GB of RAM{why}"
 
 
-def measured_placement(settings: PlacementSettings, workers: list[WorkerFacts]) -> PlacementSettings:
+def measured_placement(settings: PlacementSettings, workers: list[WorkerProbe]) -> PlacementSettings:
     """The placement's settings with the workers' measured network round trip (the slowest worker's) and
     speed: this machine's CPU bandwidth scaled by how fast the slowest worker clears memory beside here."""
     rtt = max(w.rtt_s for w in workers)

@@ -2,7 +2,7 @@
 
 The default, `exact`, answers with F16's own tokens at every level and offers the controller the cheapest
 tier and n-gram lookup as drafts: in exact mode speculation changes only the speed, and the controller
-(runtime/decode/cost_model.py) uses a draft only in the cycles where it pays. `paper` is the paper's fixed table.
+(runtime/decode/controller.py) uses a draft only in the cycles where it pays. `paper` is the paper's fixed table.
 `auto` reads a calibration (runtime/engine/calibrate.py) measured once per model and machine. A user can always
 pin a level, a parent/draft pair, n-gram drafts only, or no speculation.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.decode.cost_model import NGRAM  # `--draft ngram`: prompt lookup only, no draft tier
+from runtime.decode.controller import NGRAM  # `--draft ngram`: prompt lookup only, no draft tier
 from runtime.errors import UserError
 from runtime.models.cache import TIERS
 

@@ -57,7 +57,7 @@ _QUOTED = re.compile(r"\"[^\"\n]{1,60}\"|“[^”\n]{1,60}”")
 _SAMPLE_CHARS = 2000
 # Prompts that ask for a one-token-ish answer ("Answer with the letter", "yes or no", "in one word"). The
 # level says how hard the prompt is; this says how long the answer will be, which is what decides whether a
-# draft's catch-up can repay itself (cost_model's horizon).
+# draft's catch-up can repay itself (the controller's horizon).
 _SHORT_ANSWER = re.compile(
     r"\b(?:answer|reply|respond)(?:\s+\w+){0,2}?\s+(?:with|in|using)\s+(?:only\s+|just\s+)?(?:the|a|one|a single)?\s*"
     r"(?:letter|number|digit|word|option|choice|name)s?\b"

@@ -6,7 +6,7 @@ accepted once position i - 1 was. Plain decoding is the case k = 0. Each cycle t
 source and k with the most predicted tokens per second.
 
 Where the terms come from:
-- Times: the machine's probe (`runtime.decode.costs`: a plain step, the verify curve v(n), each draft's cost c)
+- Times: the machine's probe (`runtime.decode.machine_costs`: a plain step, the verify curve v(n), each draft's cost c)
   is the prior, in units of the parent's step; this process's own measurements refine it. The verify cost
   is one curve over every batch size seen (monotone, interpolated), so a few noisy samples at one size
   cannot switch a source off. Timings are not carried from one process to the next: the probe is.
@@ -132,7 +132,7 @@ def interpolate(curve: Sequence[tuple[int, float]], n: int) -> float:
 
 @dataclass(frozen=True)
 class CostShape:
-    """The machine's costs as the probe measured them (`runtime.decode.costs`), in units of one parent step."""
+    """The machine's costs as the probe measured them (`runtime.decode.machine_costs`), in units of one parent step."""
 
     step_s: float  # one plain parent step, seconds
     v: Mapping[int, float]  # batch size -> verify seconds over one step (v[1] = 1)
@@ -354,7 +354,7 @@ class Offer:
 
 
 @dataclass(frozen=True)
-class Decision:
+class CyclePlan:
     source: str | None  # None: a plain parent step
     k: int
     rate: float  # predicted tokens per second (at the estimates' means)
@@ -408,7 +408,7 @@ class Controller:
                 best_k, best_rate = k, rate
         return best_k, best_rate
 
-    def decide(self, offers: Sequence[Offer], remaining: int) -> Decision:
+    def plan_cycle(self, offers: Sequence[Offer], remaining: int) -> CyclePlan:
         """The best (source, k) for this cycle; `remaining` is how many tokens the answer may still need."""
         self.cycles += 1
         for offer in offers:  # a new answer for each source: earlier evidence fades a little
@@ -417,16 +417,16 @@ class Controller:
                 self.estimates.source(offer.stats_key, offer.kind).fade()
         step = self.estimates.step_s()
         if step is None:  # nothing timed yet: a plain cycle measures the parent's step
-            return Decision(None, 0, 0.0, 0.0)
+            return CyclePlan(None, 0, 0.0, 0.0)
         plain = 1.0 / step
-        best = Decision(None, 0, plain, plain)
+        best = CyclePlan(None, 0, plain, plain)
         horizon = max(1, remaining)
         live = [o for o in offers if o.max_k > 0]
         for offer in live:
             k, rate = self._best_k(offer, step, horizon)
             beats = rate > best.rate * (1.0 if best.source else MIN_RATE_GAIN)
             if beats or (self.fixed_k and best.source is None):
-                best = Decision(offer.name, k, rate, plain)
+                best = CyclePlan(offer.name, k, rate, plain)
         if self.fixed_k:
             return best
         # Explore: the source whose upper bound beats the choice by the most, if any does.
@@ -443,7 +443,7 @@ class Controller:
             k = self._affordable_k(offer, k, step)
             if k:
                 self._exploring = True
-                return Decision(offer.name, k, best.rate, plain, explore=True)
+                return CyclePlan(offer.name, k, best.rate, plain, explore=True)
         return best
 
     def _affordable_k(self, offer: Offer, k_max: int, step: float) -> int:
@@ -457,7 +457,7 @@ class Controller:
                 return k
         return 0
 
-    def record(self, cycle: CycleFacts) -> None:
+    def record(self, cycle: CycleOutcome) -> None:
         """Learn from one finished cycle."""
         step = self.estimates.step_s()
         if self._exploring and step:
@@ -480,7 +480,7 @@ class Controller:
 
 
 @dataclass(frozen=True)
-class CycleFacts:
+class CycleOutcome:
     """What the controller learns from one cycle."""
 
     source: str | None

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from runtime.decode.cost_model import K_MAX, NGRAM, NGRAM_PRIOR_BY_MATCH, CostShape, cap, interpolate, isotonic
+from runtime.decode.controller import K_MAX, NGRAM, NGRAM_PRIOR_BY_MATCH, CostShape, cap, interpolate, isotonic
 from runtime.decode.llama_backend import LlamaBackend
 from runtime.models.cache import atomic_write_text
 

@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from runtime.engine.chat import ChatOptions
+from runtime.engine.options import ChatOptions
 from runtime.machine.hardware import Inventory
 from runtime.plan import router
-from runtime.plan.placement import PlacementSettings, Plan, TierFacts, plan_precision
+from runtime.plan.placement import PlacementSettings, Plan, TierSize, plan_precision
 from runtime.plan.policy import Choice, choose
 from runtime.plan.router import Route, RouterSettings
 
@@ -31,7 +31,7 @@ class Decision:
 def decide(
     text: str,
     options: ChatOptions,
-    tiers: Mapping[str, TierFacts],
+    tiers: Mapping[str, TierSize],
     hardware: Inventory,
     placement: PlacementSettings,
     router_settings: RouterSettings,
