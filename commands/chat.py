@@ -9,9 +9,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from typing import TYPE_CHECKING, TextIO
 
 from commands.common import add_answer_flags, add_engine_flags, chat_options, engine_settings, model_name, read_prompt
+from runtime.errors import UserError
 
 if TYPE_CHECKING:
     from runtime.engine.answer import Chunk
@@ -31,13 +33,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json-schema", metavar="FILE", help="answer in JSON that follows this JSON schema")
     fmt.add_argument("--json-object", action="store_true", help="answer with a JSON object")
+    p.add_argument(
+        "--docs",
+        nargs="?",
+        const="",
+        metavar="COLLECTION",
+        help="answer from your documents (`specquant docs add`), citing them; a collection's name, or none for all",
+    )
+    p.add_argument("--docs-top", type=int, metavar="N", help="passages to answer from (1-20, default 4)")
     add_answer_flags(p)
 
 
 def main(args: argparse.Namespace) -> int:
+    from runtime.documents.grounding import DEFAULT_TOP, Grounding
     from runtime.engine.thread import EngineThread
 
     options = chat_options(args)  # bad values fail before any model loads
+    if args.docs is not None:
+        top = DEFAULT_TOP if args.docs_top is None else args.docs_top
+        options = replace(options, documents=Grounding(args.docs or None, top))
+    elif args.docs_top is not None:
+        raise UserError("--docs-top needs --docs")
     prompt = read_prompt(args)
     session = Session(EngineThread(), model_name(args.model), engine_settings(args), options)
     try:
@@ -56,10 +72,13 @@ def main(args: argparse.Namespace) -> int:
                 "placement": last.placement.as_dict(),
                 "stats": last.stats.as_dict(),
             }
+            if options.documents is not None:
+                out["citations"] = [c.as_dict() for c in last.citations]
             print(json.dumps(out, indent=2, ensure_ascii=False))
         else:
             _, last = session.answer(messages, stream=sys.stdout)
             print(file=sys.stdout)
+            _print_sources(last, options)
             print(_stats_line(last), file=sys.stderr)
     finally:
         session.runner.close()
@@ -90,6 +109,18 @@ class Session:
         """A notice from the engine (a worker lost, answers moved here), once; None before any answer."""
         engine = self.runner.engine
         return engine.take_notice() if engine is not None else None
+
+
+def _print_sources(last: Chunk, options: ChatOptions) -> None:
+    """A grounded answer's numbered sources, after its text."""
+    if options.documents is None:
+        return
+    if not last.citations:
+        print("Sources: no passage of your documents matched.")
+        return
+    print("Sources:")
+    for c in last.citations:
+        print(f"  [{c.n}] {c.where()}")
 
 
 def _stats_line(chunk: Chunk) -> str:
@@ -130,6 +161,7 @@ def _repl(session: Session) -> int:
             continue
         messages.append({"role": "assistant", "content": text})
         print()
+        _print_sources(last, session.options)
         notice = session.take_notice()
         if notice:
             print(f"specquant: {notice}", file=sys.stderr)

@@ -37,7 +37,7 @@ BELOW = {
     "converters": {"base", "machine", "models"},
     "plan": {"base", "machine", "models", "decode"},
     "documents": {"base"},
-    "engine": {"base", "machine", "models", "decode", "plan"},
+    "engine": {"base", "machine", "models", "decode", "plan", "documents"},
 }
 MAY_IMPORT = {name: below | {name} for name, below in BELOW.items()}
 

@@ -41,7 +41,8 @@ class Served:
     def __init__(self, cache: Path, *args: str) -> None:
         self.log = cache.parent / f"serve-{time.monotonic_ns()}.log"
         self.log_file = self.log.open("w")
-        env = dict(os.environ, SPECQUANT_CACHE_DIR=str(cache))
+        self.data = cache.parent / "data"  # its documents index: never the user's (runtime.documents)
+        env = dict(os.environ, SPECQUANT_CACHE_DIR=str(cache), SPECQUANT_DATA_DIR=str(self.data))
         command = [sys.executable, "-m", "commands", "serve", "--port", "0", "--threads", "2", *args]
         self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=self.log_file, text=True, cwd=REPO,
                                      env=env)

@@ -11,6 +11,7 @@ from typing import Any
 
 from runtime.api.responses import ApiError
 from runtime.decode.sampling import SEED_MAX
+from runtime.documents.grounding import DEFAULT_TOP, MAX_TOP, Grounding
 from runtime.engine.options import ChatOptions
 from runtime.errors import UserError
 from runtime.models.cache import TIERS
@@ -18,7 +19,7 @@ from runtime.plan.policy import DRAFT_CHOICES, PRESET_NAMES
 from runtime.plan.router import LEVELS
 
 MAX_STOPS = 4
-SPECQUANT_FIELDS = ("level", "preset", "parent", "draft", "allow_lossy", "trim")
+SPECQUANT_FIELDS = ("level", "preset", "parent", "draft", "allow_lossy", "trim", "documents", "documents_top")
 
 
 def check_fields(given: dict[str, Any], honoured: set[str], not_used: dict[str, tuple[Any, ...]]) -> None:
@@ -114,7 +115,28 @@ def specquant_changes(given: dict[str, Any]) -> dict[str, Any]:
     # Whatever the server's own options say: a chat too long for the context is a 400, as OpenAI's, unless the
     # request asks for its oldest turns to be dropped (the answer's `dropped_turns` says how many were).
     out["trim"] = bool(typed(ext, "trim", bool, "specquant.trim"))
+    grounding = documents(ext)
+    if grounding is not None:
+        out["documents"] = grounding
     return out
+
+
+def documents(ext: dict[str, Any]) -> Grounding | None:
+    """`specquant.documents`: a collection's name, or true for every collection, to answer from the server
+    user's documents (runtime.documents.grounding); `documents_top`: how many passages (1-20, default 4)."""
+    which = ext.get("documents")
+    top = ext.get("documents_top")
+    if which is None or which is False:
+        if top is not None:
+            raise ApiError(400, "specquant.documents_top needs specquant.documents", "specquant.documents_top")
+        return None
+    if not (which is True or (isinstance(which, str) and which.strip())):
+        words = f"specquant.documents must be a collection's name or true, not {short(which)}"
+        raise ApiError(400, words, "specquant.documents")
+    if top is not None and (not isinstance(top, int) or isinstance(top, bool) or not 1 <= top <= MAX_TOP):
+        words = f"specquant.documents_top must be an integer from 1 to {MAX_TOP}, not {short(top)}"
+        raise ApiError(400, words, "specquant.documents_top")
+    return Grounding(None if which is True else which, top or DEFAULT_TOP)
 
 
 def typed(obj: dict[str, Any], name: str, kind: type, param: str | None = None) -> Any:

@@ -13,6 +13,7 @@ from runtime.plan.policy import Choice
 from runtime.plan.router import Route
 
 if TYPE_CHECKING:
+    from runtime.documents.grounding import Citation
     from runtime.engine.tools import CallDelta
 
 
@@ -146,6 +147,8 @@ class Chunk:
     draft_chars: tuple[bool, ...] = ()  # per character of `text`: from a draft token (for highlighting)
     calls: tuple[CallDelta, ...] = ()  # tool-call pieces (with tools, call text is here, not in `text`)
     logprobs: tuple[TokenChoice, ...] = ()  # per token of `tokens`, when ChatOptions.logprobs asked
+    # On the last Chunk of a grounded answer: the passages it was given, by number (runtime.documents.grounding)
+    citations: tuple[Citation, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ from runtime.decode.grammar import Grammar
 from runtime.decode.llama_backend import LlamaBackend
 from runtime.decode.sampling import SamplingParams, recommended
 from runtime.decode.speculative import SpecConfig
+from runtime.documents.grounding import Citation, grounded_messages, retrieve
+from runtime.documents.library import Library
 from runtime.engine import prompt as prompts
 from runtime.engine import tools
 from runtime.engine.decision import Decision
@@ -67,6 +69,8 @@ class ModelState(Protocol):
 
     def claim_caches(self, cache_key: str) -> None: ...
 
+    def library(self, index: str | None) -> Library: ...
+
 
 @dataclass
 class AnswerPlan:
@@ -87,6 +91,7 @@ class AnswerPlan:
     controller: Controller
     plain: PlainEstimate  # what plain decoding would cost: the honest speed-up
     draft_bytes_ratio: float  # the draft tier's size over the parent's (for why nothing was drafted)
+    citations: tuple[Citation, ...] = ()  # a grounded answer's sources, numbered as in its prompt
 
 
 def prepare(
@@ -96,7 +101,12 @@ def prepare(
     prompt, compile the tool grammar, and measure the machine's costs where a draft runs."""
     if not messages:
         raise UserError("the chat is empty: it needs at least one message")
-    decision = model.decide(prompts.routed_text(messages), options)
+    question = prompts.routed_text(messages)
+    decision = model.decide(question, options)  # the question decides, not the sources it is given
+    citations: tuple[Citation, ...] = ()
+    if options.documents is not None:
+        citations = retrieve(model.library(options.documents.index), question, options.documents)
+        messages = grounded_messages(messages, citations)
     choice = decision.choice
     parent, draft = model.pair(choice, decision.placement)
     reserve = min(options.max_tokens, parent.n_ctx // 4)
@@ -134,7 +144,7 @@ def prepare(
     ratio = tiers[choice.draft]["bytes"] / max(1, tiers[choice.parent]["bytes"]) if choice.draft in tiers else 0.0
     return AnswerPlan(
         model, options, decision, parent, draft, prompt, dropped, reused, grammar, calls, spec, params, controller,
-        plain, ratio,
+        plain, ratio, citations,
     )
 
 

@@ -6,6 +6,7 @@ templates, tool grammars). An answer is `prepare`d from it (runtime.engine.answe
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Iterator, Sequence
@@ -16,6 +17,7 @@ from runtime.decode.controller import Estimates
 from runtime.decode.grammar import Grammar, markup_token
 from runtime.decode.llama_backend import LlamaBackend, LoadOptions
 from runtime.decode.machine_costs import MachineCosts
+from runtime.documents.library import Library
 from runtime.engine import tools
 from runtime.engine.answer import Answer, Chunk, Stats
 from runtime.engine.answer_plan import AnswerPlan, prepare
@@ -90,6 +92,7 @@ class Engine(Answers):
             self.model.path, self.machine_key, lambda tier: self._backends.get(tier) or self.backend(tier)
         )
         self._cache_key = ""  # ChatOptions.cache_key of the answer whose prompt the KV caches hold
+        self._libraries: dict[str | None, Library] = {}  # documents indexes grounded answers read, by path
         router.warm_up()
 
     # --- an answer: prepare, then run ----------------------------------------------------------------
@@ -212,6 +215,18 @@ class Engine(Answers):
         for b in self._backends.values():
             b.close()
         self._backends.clear()
+        for lib in self._libraries.values():
+            with contextlib.suppress(Exception):  # SQLite refuses a close from another thread: it closes at exit
+                lib.close()
+        self._libraries.clear()
+
+    def library(self, index: str | None) -> Library:
+        """The documents index that grounded answers read (None: the user's), opened once per Engine: on the
+        engine's thread, which every answer runs on."""
+        lib = self._libraries.get(index)
+        if lib is None:
+            lib = self._libraries[index] = Library(index)
+        return lib
 
     # --- per-model caches of an answer's prompt and grammar ---------------------------------------------
     def render(

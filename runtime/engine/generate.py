@@ -89,7 +89,8 @@ def run(plan: AnswerPlan, cancel: threading.Event | None = None) -> Iterator[Chu
         stats = replace(stats, spec_off=why)
     try:
         yield Chunk(
-            tail, (), (), route, choice, placement, stats, done=True, draft_chars=tail_flags, calls=tuple(found)
+            tail, (), (), route, choice, placement, stats, done=True, draft_chars=tail_flags, calls=tuple(found),
+            citations=plan.citations,
         )
     finally:  # bookkeeping after the answer is delivered: it can neither delay nor fail it
         plan.model.measurements.save()

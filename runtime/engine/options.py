@@ -16,6 +16,7 @@ from runtime.plan.router import RouterSettings
 
 if TYPE_CHECKING:
     from runtime.decode.grammar import Grammar
+    from runtime.documents.grounding import Grounding
     from runtime.engine.tools import ToolRequest
 
 # {"role", "content"}; with tools also an assistant's "tool_calls" and a tool result's "tool_call_id".
@@ -51,6 +52,9 @@ class ChatOptions:
     # Whose KV cache this answer may reuse: a prompt prefix is kept only from an answer with the same key, so
     # how fast an answer starts never tells one party (the window, an API client) what another one asked.
     cache_key: str = ""
+    # Answer from the user's documents (runtime.documents.grounding): the best passages go into the prompt,
+    # numbered, and the last Chunk carries them as citations.
+    documents: Grounding | None = None
 
     def __post_init__(self) -> None:
         if self.level not in ("auto", *router.LEVELS):

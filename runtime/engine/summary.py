@@ -36,6 +36,7 @@ def answer_facts(last: Chunk) -> dict[str, Any]:
         "dropped_turns": s.dropped_turns,
         "stop_reason": s.stop_reason,
         **_speedup_facts(s),
+        **({"citations": [c.as_dict() for c in last.citations]} if last.citations else {}),
     }
 
 

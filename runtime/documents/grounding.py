@@ -1,0 +1,129 @@
+"""Grounded answers: the passages of the user's documents that best match a question, numbered, and the
+question rewritten to answer from them and cite them.
+
+The sources go into the last user message, not a system message: earlier turns keep the text the user typed
+(so the conversation's KV cache stays valid turn to turn), and a passage the answer quotes is in the prompt,
+where n-gram lookup drafts it (runtime.decode.ngram) for the price of one verify.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import PurePath
+from typing import Any
+
+from runtime.documents.library import Hit, Library
+from runtime.errors import UserError
+
+DEFAULT_TOP = 4
+MAX_TOP = 20
+MAX_SOURCE_CHARS = 2000  # a chunk is about 300-400 tokens (runtime.documents.chunk); a longer one is cut here
+
+INSTRUCTION = (
+    "Answer the question from the numbered sources below. Cite each source you use by its number in square "
+    "brackets, like [1]. If the sources do not answer the question, say so."
+)
+NOTHING_FOUND = (
+    "No passage of the user's documents matched the question. Say that the documents do not cover it, then "
+    "answer only if you are sure."
+)
+
+
+@dataclass(frozen=True)
+class Grounding:
+    """A request to answer from documents: a collection (None: every one) and how many passages."""
+
+    collection: str | None = None
+    top: int = DEFAULT_TOP
+    index: str | None = None  # the index file; None: the user's (runtime.documents.index.default_path)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.top <= MAX_TOP:
+            raise UserError(f"documents top {self.top} is out of range: 1 to {MAX_TOP}")
+
+
+@dataclass(frozen=True)
+class Citation:
+    """One numbered source of a grounded answer."""
+
+    n: int  # its number in the prompt: the answer cites it as [n]
+    path: str
+    collection: str
+    text: str
+    score: float
+    page: int | None = None
+    lines: tuple[int, int] | None = None
+    heading: str | None = None
+
+    @classmethod
+    def of(cls, n: int, hit: Hit) -> Citation:
+        return cls(n, hit.path, hit.collection, hit.text, hit.score, hit.page, hit.lines, hit.heading)
+
+    def where(self) -> str:
+        """`notes/install.md, lines 3-20, "Installing"`: enough to find the passage again."""
+        parts = [self.path]
+        if self.page is not None:
+            parts.append(f"page {self.page}")
+        if self.lines is not None:
+            first, last = self.lines
+            parts.append(f"line {first}" if first == last else f"lines {first}-{last}")
+        if self.heading:
+            parts.append(f'"{self.heading}"')
+        return ", ".join(parts)
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "n": self.n, "path": self.path, "collection": self.collection, "score": self.score, "text": self.text
+        }
+        if self.page is not None:
+            out["page"] = self.page
+        if self.lines is not None:
+            out["lines"] = list(self.lines)
+        if self.heading is not None:
+            out["heading"] = self.heading
+        return out
+
+
+def retrieve(library: Library, question: str, grounding: Grounding) -> tuple[Citation, ...]:
+    """The passages that best match `question`, numbered from 1. A question without a searchable word finds
+    nothing (the answer then says the documents do not cover it); a missing collection or an empty index is
+    the UserError Library.search raises."""
+    try:
+        hits = library.search(question, grounding.collection, grounding.top)
+    except UserError as e:
+        if "no words to search for" in str(e):
+            return ()
+        raise
+    return tuple(Citation.of(n, hit) for n, hit in enumerate(hits, 1))
+
+
+def source_block(citations: Sequence[Citation]) -> str:
+    """The sources as the model reads them: number, file name and heading, the passage (the full path and
+    lines are for the reader: they cost tokens and tempt a small model to copy them)."""
+    blocks = []
+    for c in citations:
+        text = c.text if len(c.text) <= MAX_SOURCE_CHARS else c.text[:MAX_SOURCE_CHARS] + " …"
+        title = PurePath(c.path).name + (f" ({c.heading})" if c.heading else "")
+        blocks.append(f"[{c.n}] {title}\n{text.strip()}")
+    return "\n\n".join(blocks)
+
+
+def grounded_question(question: str, citations: Sequence[Citation]) -> str:
+    """The last user message, rewritten to answer from `citations`."""
+    if not citations:
+        return f"{NOTHING_FOUND}\n\nQuestion: {question}"
+    return f"{INSTRUCTION}\n\nSources:\n\n{source_block(citations)}\n\nQuestion: {question}"
+
+
+def grounded_messages(messages: Sequence[dict[str, Any]], citations: Sequence[Citation]) -> list[dict[str, Any]]:
+    """`messages` with the last user message grounded (the others as they are)."""
+    out = [dict(m) for m in messages]
+    for m in reversed(out):
+        if m["role"] == "user":
+            m["content"] = grounded_question(m["content"], citations)
+            break
+    else:
+        raise UserError("a grounded answer needs a user message to answer")
+    return out
+
