@@ -1,0 +1,181 @@
+"""An assistant that acts: the model calls tools, the user approves each call, the tool runs, its result goes
+back as a tool message, and the model goes on, for up to `max_rounds` answers.
+
+    model → tool calls (grammar-held, runtime.engine.tools) → approval → the tool runs → tool message → model
+
+Where the tools come from is a `Toolbox` (MCP servers through runtime.mcp, the documents search below, or a
+test's own); who approves is an `Approve` callback (the CLI's prompt, the window's dialog, a fixed policy).
+The loop never lets a tool's result decide anything: a result is text in a tool message, read by the model
+only; approvals come from the callback alone.
+
+Each round is one answer on the same chat, so the engine keeps the KV cache of the conversation so far and
+round two starts with only the new call and result to read (`Chunk.stats.reused_tokens` says how much).
+Front ends read the loop as events: `RoundStarted`, the answer's `Chunk`s, `CallProposed`, `CallDecided`,
+`CallFinished`, and `LoopFinished` with the whole chat.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from runtime.engine.answer import Chunk
+from runtime.engine.options import ChatOptions, Message
+from runtime.engine.tools import Tool, ToolRequest, assemble
+from runtime.errors import Cancelled, UserError
+
+DEFAULT_ROUNDS = 8
+DENIED = "The user denied this call."
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One call the model made: OpenAI's id, the tool's name and its arguments as the model wrote them."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def parsed(self) -> dict[str, Any]:
+        """The arguments as an object (the grammar makes them one; {} for an empty text)."""
+        value = json.loads(self.arguments) if self.arguments.strip() else {}
+        if not isinstance(value, dict):
+            raise UserError(f"the call to {self.name} has arguments that are not an object")
+        return value
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What a tool said. `text` goes back to the model as the tool message, whatever it holds."""
+
+    text: str
+    is_error: bool = False
+    elapsed_s: float = 0.0
+    source: str = ""  # where the tool lives, for the user (an MCP server's name; "" for a built-in)
+
+
+class Toolbox(Protocol):
+    """Tools and how to run them."""
+
+    def tools(self) -> Sequence[Tool]: ...
+
+    def source(self, name: str) -> str:
+        """Where the tool `name` runs, as the approval shows it (an MCP server's name, or "built-in")."""
+        ...
+
+    def call(self, name: str, arguments: dict[str, Any], cancel: threading.Event) -> ToolResult: ...
+
+
+Approve = Callable[["ToolCall", str], bool]  # (call, source) → run it?
+
+
+@dataclass(frozen=True)
+class RoundStarted:
+    n: int  # 1-based
+
+
+@dataclass(frozen=True)
+class CallProposed:
+    call: ToolCall
+    source: str
+
+
+@dataclass(frozen=True)
+class CallDecided:
+    call: ToolCall
+    allowed: bool
+
+
+@dataclass(frozen=True)
+class CallFinished:
+    call: ToolCall
+    result: ToolResult
+
+
+@dataclass(frozen=True)
+class LoopFinished:
+    """The chat with every round's answers, calls and results; the last answer's last Chunk; the rounds run."""
+
+    messages: list[Message]
+    last: Chunk
+    rounds: int
+    calls: list[tuple[ToolCall, bool, ToolResult]] = field(default_factory=list)  # (call, allowed, result)
+    round_stats: list[Chunk] = field(default_factory=list)  # each round's last Chunk
+
+
+LoopEvent = RoundStarted | Chunk | CallProposed | CallDecided | CallFinished | LoopFinished
+Stream = Callable[[list[Message], ChatOptions], Iterator[Chunk]]
+
+
+def run_tool_loop(
+    stream: Stream,
+    messages: Sequence[Message],
+    options: ChatOptions,
+    toolbox: Toolbox,
+    approve: Approve,
+    max_rounds: int = DEFAULT_ROUNDS,
+    cancel: threading.Event | None = None,
+    first_choice: str = "auto",
+) -> Iterator[LoopEvent]:
+    """Answer `messages`, running the tools the model calls (those `approve` allows) and answering again
+    with their results, until an answer calls nothing or `max_rounds` answers were written (the last of
+    them may not call: its tools are shown but `tool_choice` is none). `stream(messages, options)` is one
+    answer (Engine.stream_chat, or an EngineThread's). A set `cancel` stops a running answer or tool call:
+    Cancelled is raised. `first_choice`: the first answer's `tool_choice` ("required": it must call)."""
+    if max_rounds < 1:
+        raise UserError(f"max rounds {max_rounds} must be at least 1")
+    cancel = cancel or threading.Event()
+    tools = tuple(toolbox.tools())
+    chat = [dict(m) for m in messages]
+    done: list[tuple[ToolCall, bool, ToolResult]] = []
+    rounds: list[Chunk] = []
+    for n in range(1, max_rounds + 1):
+        yield RoundStarted(n)
+        choice = (first_choice if n == 1 else "auto") if n < max_rounds else "none"
+        request = ToolRequest(tools, choice, parallel=False) if tools else None  # a call, its result, then on
+        text: list[str] = []
+        deltas = []
+        last: Chunk | None = None
+        for chunk in stream(chat, replace(options, tools=request)):
+            text.append(chunk.text)
+            deltas.extend(chunk.calls)
+            last = chunk
+            yield chunk
+        if last is None or cancel.is_set() or last.stats.stop_reason == "cancelled":
+            raise Cancelled("stopped during the answer")
+        rounds.append(last)
+        calls = [ToolCall(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in assemble(deltas)]
+        said = "".join(text)
+        if not calls:
+            chat.append({"role": "assistant", "content": said})
+            yield LoopFinished(chat, last, n, done, rounds)
+            return
+        chat.append({"role": "assistant", "content": said, "tool_calls": [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls
+        ]})
+        for call in calls:
+            source = toolbox.source(call.name)
+            yield CallProposed(call, source)
+            allowed = bool(approve(call, source))
+            yield CallDecided(call, allowed)
+            result = _run(toolbox, call, source, cancel) if allowed else ToolResult(DENIED, source=source)
+            if cancel.is_set():
+                raise Cancelled("stopped during a tool call")
+            done.append((call, allowed, result))
+            yield CallFinished(call, result)
+            chat.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": result.text})
+    raise AssertionError("unreachable: the last round cannot call")  # pragma: no cover
+
+
+def _run(toolbox: Toolbox, call: ToolCall, source: str, cancel: threading.Event) -> ToolResult:
+    """The call's result; arguments that are not an object, and a tool that raises, are error results the
+    model reads (it may try again), never an end of the loop."""
+    started = time.monotonic()
+    try:
+        return toolbox.call(call.name, call.parsed(), cancel)
+    except (ValueError, UserError) as e:
+        return ToolResult(f"error: {e}", True, time.monotonic() - started, source)
