@@ -18,6 +18,7 @@ from runtime.errors import UserError
 if TYPE_CHECKING:
     from runtime.engine.answer import Chunk
     from runtime.engine.options import ChatOptions, EngineSettings
+    from runtime.engine.system_presets import SystemPreset
     from runtime.engine.thread import EngineThread
 
 NAME = "chat"
@@ -41,11 +42,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="answer from your documents (`specquant docs add`), citing them; a collection's name, or none for all",
     )
     p.add_argument("--docs-top", type=int, metavar="N", help="passages to answer from (1-20, default 4)")
+    p.add_argument(
+        "--system-preset",
+        metavar="NAME",
+        help="a system-prompt preset: its system prompt and sampling (Assistant, Concise, Coder, Teacher, Writer, "
+        "or your own in presets.json)",
+    )
     add_answer_flags(p)
 
 
 def main(args: argparse.Namespace) -> int:
     from runtime.documents.grounding import DEFAULT_TOP, Grounding
+    from runtime.engine.system_presets import find_preset
     from runtime.engine.thread import EngineThread
 
     options = chat_options(args)  # bad values fail before any model loads
@@ -55,7 +63,8 @@ def main(args: argparse.Namespace) -> int:
     elif args.docs_top is not None:
         raise UserError("--docs-top needs --docs")
     prompt = read_prompt(args)
-    session = Session(EngineThread(), model_name(args.model), engine_settings(args), options)
+    preset = find_preset(args.system_preset) if args.system_preset else None
+    session = Session(EngineThread(), model_name(args.model), engine_settings(args), options, preset)
     try:
         if prompt is None:
             return _repl(session)
@@ -88,20 +97,31 @@ def main(args: argparse.Namespace) -> int:
 class Session:
     """One model's answers for this command, through the engine thread and a JobReader per answer."""
 
-    def __init__(self, runner: EngineThread, model: str, settings: EngineSettings, options: ChatOptions) -> None:
-        self.runner, self.model, self.settings, self.options = runner, model, settings, options
+    def __init__(
+        self,
+        runner: EngineThread,
+        model: str,
+        settings: EngineSettings,
+        options: ChatOptions,
+        preset: SystemPreset | None = None,
+    ) -> None:
+        self.runner, self.model, self.settings, self.options, self.preset = runner, model, settings, options, preset
 
     def answer(self, messages: list[dict[str, str]], stream: TextIO | None) -> tuple[str, Chunk]:
         """The answer's text and last Chunk; its text is written to `stream` as it comes, when one is given.
         Leaving early (Ctrl-C) closes the reader, which cancels the job."""
         from runtime.engine.answer import collect
+        from runtime.engine.system_presets import apply_preset
 
         def write(text: str) -> None:
             assert stream is not None
             stream.write(text)
             stream.flush()
 
-        chunks = self.runner.stream_chat(messages, self.options, model=self.model, settings=self.settings)
+        options = self.options
+        if self.preset is not None:  # applied per answer: the chat itself keeps only what was said
+            messages, options = apply_preset(self.preset, messages, options)
+        chunks = self.runner.stream_chat(messages, options, model=self.model, settings=self.settings)
         answer = collect(chunks, on_text=write if stream is not None else None)
         return answer.text, answer.last
 
