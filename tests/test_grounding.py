@@ -146,3 +146,14 @@ def test_the_api_answers_from_documents_with_citations(api_server: Served) -> No
     with pytest.raises(openai.BadRequestError, match="nope"):
         client.chat.completions.create(model=DEMO_NAME, messages=ask, max_tokens=4,
                                        extra_body={"specquant": {"documents": "nope"}})
+
+
+def test_the_rag_workload_reads_as_a_grounded_answer_and_scores_its_key_phrase() -> None:
+    from commands.bench.workloads import ASSETS, load_prompts, score
+
+    prompts = load_prompts([str(ASSETS / "rag.jsonl")], quick=False)
+    assert len(prompts) == 8 and all(p["kind"] == "contains" for p in prompts)
+    first = prompts[0]
+    assert first["prompt"].startswith("Answer the question from the numbered sources below.")
+    assert "[1] install.md (Installing Frobnicator)" in first["prompt"]
+    assert score(first, "It writes a FROB.TOML file [1].") is True and score(first, "No idea.") is False

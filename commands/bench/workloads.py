@@ -18,6 +18,9 @@ DEFAULT_SETS = ("mmlu", "alpaca", "gsm8k", "code", "edit")
 JSON = "json"
 # Tool calls (each prompt carries OpenAI's "tools" and a "tool_choice"): `--prompts assets/prompts/tools.jsonl`.
 TOOLS = "tools"
+# Grounded answers (each prompt is a "question" with its "sources", put in the prompt exactly as `chat --docs`
+# does, runtime.documents.grounding): `--prompts assets/prompts/rag.jsonl`; scored by a key phrase ("contains").
+CONTAINS = "contains"
 
 
 HUMANEVAL = "humaneval"
@@ -115,6 +118,8 @@ def score(item: dict[str, Any], text: str, calls: list[dict[str, Any]] | None = 
         return valid_json(item["schema"], text)
     if item.get("kind") == TOOLS:
         return valid_calls(item["tools"], calls or [])
+    if item.get("kind") == CONTAINS:
+        return str(item["answer"]).casefold() in text.casefold()
     if item.get("kind") == "choice":
         m = _LETTER.search(text)
         return m is not None and m.group(1) == item["answer"]
@@ -159,7 +164,7 @@ def load_prompts(files: list[str] | None, quick: bool, allow_exec: bool = False)
                     {
                         "workload": path.stem,
                         "id": str(item.get("id", n)),
-                        "prompt": str(item["prompt"]),
+                        "prompt": _prompt(item),
                         "kind": JSON if "schema" in item else TOOLS if "tools" in item else item.get("kind"),
                         "answer": item.get("answer"),
                         "schema": _schema(item.get("schema"), path, n),
@@ -167,11 +172,25 @@ def load_prompts(files: list[str] | None, quick: bool, allow_exec: bool = False)
                     }
                 )
             except (ValueError, KeyError, TypeError, AttributeError):
-                raise UserError(f"{path}:{n}: expected a JSON object with a 'prompt'") from None
+                raise UserError(f"{path}:{n}: expected a JSON object with a 'prompt' (or a 'question' with "
+                                "'sources')") from None
         prompts += items[:2] if quick else items
     if not prompts:
         raise UserError("no prompts to run")
     return prompts
+
+
+def _prompt(item: dict[str, Any]) -> str:
+    """The prompt as the model reads it: a grounded question is written as `chat --docs` writes it."""
+    if "question" not in item:
+        return str(item["prompt"])
+    from runtime.documents.grounding import Citation, grounded_question
+
+    sources = [
+        Citation(n, str(s["path"]), "bench", str(s["text"]), 0.0, heading=s.get("heading"))
+        for n, s in enumerate(item["sources"], 1)
+    ]
+    return grounded_question(str(item["question"]), sources)
 
 
 def _tools(tools: Any, choice: Any, path: Path, line: int) -> ToolRequest | None:
