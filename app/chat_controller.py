@@ -74,13 +74,13 @@ class ChatController(QObject):
         worker.failed.connect(self._on_failed)
 
     # --- turns: what to answer (the window checks first that no answer is in flight) ------------------
-    def new_turn(self, conversation: int | None, text: str) -> Turn:
-        """Store the user's `text` (in a new conversation titled by it when `conversation` is None) before
-        anything can fail, and return the turn that answers it."""
+    def new_turn(self, conversation: int | None, text: str, documents: str | None = None) -> Turn:
+        """Store the user's `text` (in a new conversation titled by it, answering from `documents`, when
+        `conversation` is None) before anything can fail, and return the turn that answers it."""
         if conversation is None:
             title = " ".join(text.split())
             ellipsis = "…" if len(title) > TITLE_CHARS else ""
-            conversation = self.store.create(title[:TITLE_CHARS] + ellipsis)
+            conversation = self.store.create(title[:TITLE_CHARS] + ellipsis, documents)
         self.store.add_message(conversation, "user", text)
         return Turn(conversation, self.store.messages(conversation))
 

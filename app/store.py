@@ -29,7 +29,9 @@ from runtime.errors import UserError
 
 log = logging.getLogger("specquant.app")
 
-SCHEMA_VERSION = 1
+# 2: conversations.documents (what a chat answers from). A version-1 file is upgraded in place when opened;
+# its chats load with no documents.
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_S = 2.0  # how long a write waits for another program's lock before saying so (the GUI waits too)
 _SIDE_FILES = ("-wal", "-shm", "-journal")  # SQLite's companions: they belong to the main file's contents
 _MAGIC = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
@@ -40,7 +42,8 @@ CREATE TABLE IF NOT EXISTS conversations (
     id INTEGER PRIMARY KEY,
     title TEXT NOT NULL,
     created REAL NOT NULL,
-    updated REAL NOT NULL
+    updated REAL NOT NULL,
+    documents TEXT  -- what answers come from: NULL no documents, '' every collection, else a collection's name
 );
 CREATE TABLE IF NOT EXISTS messages (
     id INTEGER PRIMARY KEY,
@@ -164,7 +167,11 @@ class Store:
             if check != "ok":
                 raise _Damaged(check)
             if version < SCHEMA_VERSION:  # written only when needed: opening must not wait for another's lock
-                db.executescript(f"BEGIN; {_SCHEMA} PRAGMA user_version={SCHEMA_VERSION}; COMMIT;")
+                # A version-1 table lacks the column (CREATE TABLE IF NOT EXISTS adds none); a new file has it.
+                columns = {row[1] for row in db.execute("PRAGMA table_info(conversations)")}
+                missing = columns and "documents" not in columns
+                upgrade = "ALTER TABLE conversations ADD COLUMN documents TEXT;" if missing else ""
+                db.executescript(f"BEGIN; {_SCHEMA} {upgrade} PRAGMA user_version={SCHEMA_VERSION}; COMMIT;")
         except BaseException:
             db.close()
             raise
@@ -246,13 +253,25 @@ class Store:
             rows = self.db.execute("SELECT id, title, updated FROM conversations ORDER BY updated DESC, id DESC")
         return [Conversation(*r) for r in rows]
 
-    def create(self, title: str = "New chat") -> int:
+    def create(self, title: str = "New chat", documents: str | None = None) -> int:
+        """A new conversation; `documents` is what it answers from (see `documents`)."""
         now = time.time()
         with self._guard():
             cur = self.db.execute(
-                "INSERT INTO conversations (title, created, updated) VALUES (?, ?, ?)", (title, now, now)
+                "INSERT INTO conversations (title, created, updated, documents) VALUES (?, ?, ?, ?)",
+                (title, now, now, documents),
             )
         return int(cur.lastrowid)
+
+    def documents(self, conversation_id: int) -> str | None:
+        """What the conversation answers from: None no documents, "" every collection, else a collection."""
+        with self._guard():
+            row = self.db.execute("SELECT documents FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+        return row[0] if row and isinstance(row[0], str) else None
+
+    def set_documents(self, conversation_id: int, documents: str | None) -> None:
+        with self._guard():
+            self.db.execute("UPDATE conversations SET documents = ? WHERE id = ?", (documents, conversation_id))
 
     def title(self, conversation_id: int) -> str:
         with self._guard():

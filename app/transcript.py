@@ -6,6 +6,9 @@ document at most every few frames, so streaming stays cheap however long the con
 blocks are lexed once (code_highlight caches by content); the block still being written is shown plain until
 its fence closes, so a long block is never re-lexed on every frame.
 
+A grounded answer's sources (its stored facts' "citations") follow it as a compact block: one link per
+source, to the file, with the passage as its tooltip.
+
 The draft tint is laid over the rendered Markdown: each rendered character is matched to the next equal
 source character (Markdown only removes syntax, so the rendered text is a subsequence of the source), and
 characters whose source came from an accepted draft token get the tint.
@@ -13,13 +16,17 @@ characters whose source came from an accepted draft token get the tint.
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import PurePath
+from typing import Any
 
 from PySide6.QtCore import QEvent, Qt, QUrl, Signal
 from PySide6.QtGui import (
     QColor,
+    QDesktopServices,
     QFont,
     QFontDatabase,
     QFontInfo,
@@ -45,6 +52,7 @@ _FENCE = re.compile(r"^(```|~~~)[ \t]*([\w+#.-]*)[^\n]*$", re.MULTILINE)
 _SPACE = re.compile(r"\s")
 DRAFT_TINT = QColor(255, 196, 0, 70)  # readable over light and dark text alike
 COLUMN_EM = 52  # the reading column's widest measure, in font heights (~70 characters of prose)
+TOOLTIP_CHARS = 1200  # a source's passage in its tooltip, at most (a chunk is ~1,200-1,600 characters)
 
 
 @dataclass(frozen=True)
@@ -117,10 +125,34 @@ def align(rendered: str, source: str) -> list[int | None]:
     return out
 
 
+def source_label(citation: dict[str, Any]) -> str:
+    """`[1] install.md — lines 1-8, "Installing"`: the number the answer cites, the file's name, where in it."""
+    where = []
+    if isinstance(citation.get("page"), int):
+        where.append(f"page {citation['page']}")
+    lines = citation.get("lines")
+    if isinstance(lines, list) and len(lines) == 2:
+        where.append(f"line {lines[0]}" if lines[0] == lines[1] else f"lines {lines[0]}-{lines[1]}")
+    if citation.get("heading"):
+        where.append(f'"{citation["heading"]}"')
+    name = PurePath(str(citation.get("path", ""))).name
+    return f"[{citation.get('n', '?')}] {name}" + (f" — {', '.join(where)}" if where else "")
+
+
+def source_tooltip(citation: dict[str, Any]) -> str:
+    """The passage the answer was given, as rich text (so that `<` in it is shown, not parsed), cut short."""
+    text = str(citation.get("text", "")).strip()
+    if len(text) > TOOLTIP_CHARS:
+        text = text[:TOOLTIP_CHARS] + " …"
+    return f"<p style='white-space: pre-wrap'>{html.escape(text)}</p>"
+
+
 class TranscriptView(QTextBrowser):
-    """Renders a conversation; emits `copied` with the code a Copy link put on the clipboard."""
+    """Renders a conversation; emits `copied` with the code a Copy link put on the clipboard, and
+    `open_failed` with a source file that no application would open."""
 
     copied = Signal(str)
+    open_failed = Signal(str)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -226,12 +258,34 @@ class TranscriptView(QTextBrowser):
         if self._frame is not None:
             self._frame = None
             self._fresh = True  # Qt keeps an empty block after a frame: the next turn starts in it
+        citations = meta.get("citations") if role == "assistant" else None
+        if isinstance(citations, list) and citations:
+            self._sources([c for c in citations if isinstance(c, dict) and c.get("path")])
         line = stats_line(meta) if role == "assistant" else ""
         if line:
             small = QTextCharFormat()
             small.setForeground(palette.color(QPalette.ColorRole.PlaceholderText))
             small.setFontPointSize(max(7.0, self.font().pointSizeF() * 0.85))
             self._new_block(top_margin=self._line() * 0.2).insertText(line, small)
+
+    def _sources(self, citations: list[dict[str, Any]]) -> None:
+        """"Sources" and one small link per source: to its file, the passage as the tooltip."""
+        if not citations:
+            return
+        palette = self._colours()
+        small = QTextCharFormat()
+        small.setForeground(palette.color(QPalette.ColorRole.PlaceholderText))
+        small.setFontPointSize(max(7.0, self.font().pointSizeF() * 0.85))
+        head = QTextCharFormat(small)
+        head.setFontWeight(QFont.Weight.Bold)
+        self._new_block(top_margin=self._line() * 0.4).insertText("Sources", head)
+        for c in citations:
+            link = QTextCharFormat(small)
+            link.setAnchor(True)
+            link.setAnchorHref(QUrl.fromLocalFile(str(c["path"])).toString())
+            link.setForeground(palette.color(QPalette.ColorRole.Link))
+            link.setToolTip(source_tooltip(c))
+            self._new_block().insertText(source_label(c), link)
 
     def _open_turn_frame(self) -> None:
         """A user turn sits on a lightly tinted panel, so turns read apart at a glance."""
@@ -354,6 +408,10 @@ class TranscriptView(QTextBrowser):
         self.verticalScrollBar().setValue(self.verticalScrollBar().maximum())
 
     def _on_anchor(self, url: QUrl) -> None:
+        if url.isLocalFile():  # a source of a grounded answer: the system's application for the file
+            if not QDesktopServices.openUrl(url):
+                self.open_failed.emit(url.toLocalFile())
+            return
         if url.scheme() == "copy":
             index = int(url.path() or -1)
             if 0 <= index < len(self._codes):

@@ -4,6 +4,7 @@ panels (built in app.window_panels, which sets their widgets on it) to the chat 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QEvent, QSettings, Qt, Signal
@@ -26,6 +27,7 @@ from app.settings_dialog import SettingsDialog
 from app.store import Store
 from app.theme import apply_look
 from app.worker import EngineWorker
+from runtime.documents.grounding import Grounding
 from runtime.engine.answer import Chunk
 from runtime.engine.thread import EngineThread
 from runtime.errors import UserError
@@ -38,12 +40,17 @@ class MainWindow(QMainWindow):
     answer_finished = Signal(str)  # the answer's text ("" when it failed); tests and the self-test wait on it
     chunk_shown = Signal(object)  # the latest streamed Chunk, once the window has shown it (on the GUI thread)
 
-    def __init__(self, store: Store | None = None, qsettings: QSettings | None = None) -> None:
+    def __init__(
+        self, store: Store | None = None, qsettings: QSettings | None = None, documents_index: Path | None = None
+    ) -> None:
         super().__init__()
         self.qsettings = qsettings
         self.settings: AppSettings = load_settings(qsettings)
         self.store = store or Store()
+        # Beside the history: the user's data directory, as runtime.documents' default; a test's own folder.
+        self.documents_index = documents_index or self.store.path.with_name("documents.sqlite3")
         self.conversation: int | None = None
+        self.unsent_documents: str | None = None  # what a new chat answers from, until its first message
         self._closing = False
         self.setWindowTitle("SpecQuant")
         self.resize(1100, 720)
@@ -85,7 +92,7 @@ class MainWindow(QMainWindow):
     # --- layout ------------------------------------------------------------------------------------
     def _build(self) -> None:
         """Lay out the panels that app.window_panels builds (in the order that makes the focus chain)."""
-        side = panels.sidebar(self)
+        side = panels.side_tabs(self, panels.sidebar(self), panels.documents(self))
         top = panels.model_bar(self)
         welcome = panels.welcome(self)
         transcript = panels.transcript(self)
@@ -180,6 +187,8 @@ class MainWindow(QMainWindow):
         self.conversation = conversation_id
         messages = self.store.messages(conversation_id) if conversation_id is not None else []
         self.transcript.show_messages(messages)
+        self._show_documents(self.store.documents(conversation_id) if conversation_id is not None
+                             else self.unsent_documents)
         if self.live is not None and self.live.conversation == conversation_id:
             self.transcript.begin_live()
             self._render_live()
@@ -187,6 +196,7 @@ class MainWindow(QMainWindow):
         self._set_busy(self.live is not None)
 
     def new_conversation(self) -> None:
+        self.unsent_documents = None  # a new chat starts without documents
         self.open_conversation(None)
         self.input.setFocus()
 
@@ -222,7 +232,7 @@ class MainWindow(QMainWindow):
         if not self.model:
             self.banner.show_error("There is no model yet: set up the demo model or add one.", "Set up demo model")
             return
-        turn = self.chat.new_turn(self.conversation, text)  # stored before anything can fail
+        turn = self.chat.new_turn(self.conversation, text, self.unsent_documents)  # stored before anything can fail
         self.conversation = turn.conversation
         self.input.clear()
         self._start(turn)
@@ -245,6 +255,9 @@ class MainWindow(QMainWindow):
         self.refresh_conversations()
         try:
             options = self.settings.chat_options(parent=turn.parent)
+            documents = self.store.documents(turn.conversation)
+            if documents is not None:
+                options = replace(options, documents=Grounding(documents or None, index=str(self.documents_index)))
         except UserError as e:
             self.banner.show_error(str(e))
             self._set_busy(False)
@@ -316,6 +329,36 @@ class MainWindow(QMainWindow):
         else:
             self.show_models()
 
+    # --- documents ---------------------------------------------------------------------------------
+    def choose_documents(self, documents: str | None) -> None:
+        """What this chat answers from: None no documents, "" every collection, else a collection's name;
+        kept with the conversation (a new chat's, until its first message is stored with it)."""
+        self._show_documents(documents)
+        if self.conversation is None:
+            self.unsent_documents = documents
+            return
+        try:
+            self.store.set_documents(self.conversation, documents)
+        except UserError as e:
+            self.banner.show_error(str(e))
+
+    def show_collections(self, names: list[str]) -> None:
+        """The Answer-from choices after the collections changed; the chat's own choice stays."""
+        current = self.answer_from.currentData()
+        while self.answer_from.count() > 2:  # after No documents and All documents
+            self.answer_from.removeItem(2)
+        for name in names:
+            self.answer_from.addItem(name, name)
+        self._show_documents(current)
+
+    def _show_documents(self, documents: str | None) -> None:
+        box = self.answer_from
+        index = next((i for i in range(box.count()) if box.itemData(i) == documents), -1)
+        if index < 0:  # a collection since removed: still shown, and its answer says it is missing
+            box.addItem(documents, documents)
+            index = box.count() - 1
+        box.setCurrentIndex(index)
+
     # --- settings and view -------------------------------------------------------------------------
     def show_settings(self) -> None:
         dialog = SettingsDialog(self.settings, self)
@@ -375,6 +418,7 @@ class MainWindow(QMainWindow):
             self._closing = True
             self.chat.stop()
             self.models.shutdown()
+            self.documents.shutdown()  # cancels indexing between two files; the rest stays pending
             if self.api is not None:
                 self.api.stop()
             self.runner.close()

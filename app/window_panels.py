@@ -17,11 +17,13 @@ from PySide6.QtWidgets import (
     QListWidget,
     QMenu,
     QPushButton,
+    QTabWidget,
     QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
+from app.documents_panel import DocumentsPanel
 from app.stats_bar import StatsBar
 from app.transcript import TranscriptView
 from app.widgets import ErrorBanner, InputBox
@@ -59,6 +61,22 @@ def sidebar(w: MainWindow) -> QWidget:
     side_layout.addWidget(w.conversations, 1)
     side_layout.addLayout(buttons)
     return side
+
+
+def documents(w: MainWindow) -> DocumentsPanel:
+    """The documents collections (app.documents_panel), on the index beside the conversation history."""
+    w.documents = DocumentsPanel(w.documents_index)
+    w.documents.collections_changed.connect(w.show_collections)
+    return w.documents
+
+
+def side_tabs(w: MainWindow, chats: QWidget, docs: QWidget) -> QTabWidget:
+    """Chats and Documents share the left column: the reading column keeps its width."""
+    w.side_tabs = QTabWidget()
+    w.side_tabs.setDocumentMode(True)
+    w.side_tabs.addTab(chats, "C&hats")
+    w.side_tabs.addTab(docs, "&Documents")
+    return w.side_tabs
 
 
 def model_bar(w: MainWindow) -> QHBoxLayout:
@@ -114,11 +132,25 @@ def transcript(w: MainWindow) -> TranscriptView:
     """The conversation's messages and the answer in flight."""
     w.transcript = TranscriptView()
     w.transcript.copied.connect(lambda _: w.statusBar().showMessage("Code copied", 2000))
+    w.transcript.open_failed.connect(lambda path: w.statusBar().showMessage(f"No application opens {path}", 6000))
     return w.transcript
 
 
-def input_row(w: MainWindow) -> QHBoxLayout:
-    """The input box with Send, Stop and Regenerate (its menu: answer at higher precision)."""
+def input_row(w: MainWindow) -> QVBoxLayout:
+    """What this chat answers from (`w.answer_from`), then the input box with Send, Stop and Regenerate (its
+    menu: answer at higher precision)."""
+    w.answer_from = QComboBox()
+    w.answer_from.setAccessibleName("Answer from")
+    w.answer_from.setToolTip(
+        "Answer from your documents: the best passages go into the question, and the answer lists its sources"
+    )
+    w.answer_from.addItem("No documents", None)
+    w.answer_from.addItem("All documents", "")
+    w.answer_from.activated.connect(lambda i: w.choose_documents(w.answer_from.itemData(i)))
+    choice = QHBoxLayout()
+    choice.addWidget(QLabel("&Answer from:", buddy=w.answer_from))
+    choice.addWidget(w.answer_from)
+    choice.addStretch(1)
     w.input = InputBox()
     w.input.submitted.connect(w.send)
     w.send_button = QPushButton("Send")
@@ -141,9 +173,12 @@ def input_row(w: MainWindow) -> QHBoxLayout:
         b.setMinimumWidth(110)
         actions.addWidget(b)
     actions.addStretch(1)
-    bottom = QHBoxLayout()
-    bottom.addWidget(w.input, 1)
-    bottom.addLayout(actions)
+    row = QHBoxLayout()
+    row.addWidget(w.input, 1)
+    row.addLayout(actions)
+    bottom = QVBoxLayout()
+    bottom.addLayout(choice)
+    bottom.addLayout(row)
     return bottom
 
 

@@ -1,0 +1,484 @@
+"""The Documents panel: collections and their files, Add folder / Add files / Sync / Remove, a progress line,
+and the folders watched so that a change on disk is indexed a moment later (#42).
+
+The index (runtime.documents.Library) is used on one thread only, the documents worker's: it opens the
+Library there and runs one job at a time, in order. The GUI thread sends it jobs and receives Progress, a
+one-line result and a Snapshot of the index through signals. watchdog's observer thread only reports that a
+watched folder changed; the panel waits DEBOUNCE_MS after the last change, then asks the worker to sync.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path, PurePath
+from typing import Any
+
+from PySide6.QtCore import QObject, Qt, QThread, QTimer, Signal, Slot
+from PySide6.QtGui import QBrush, QColor
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QGridLayout,
+    QHeaderView,
+    QInputDialog,
+    QLabel,
+    QMessageBox,
+    QPushButton,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+
+from app.worker import start_thread
+from runtime.documents.library import DEFAULT_COLLECTION, AddResult, FileRecord, Library, Progress
+from runtime.errors import UserError, readable
+
+log = logging.getLogger("specquant.app")
+
+DEBOUNCE_MS = 2000  # a folder is synced this long after its last change: a copy of many files is one sync
+ERROR_COLOUR = "#b3261e"  # the banner's red: 4.5:1 on white
+# Changes that can alter what a sync finds. Not opened/closed/attrib: a sync reads the files it indexes, and
+# those events would start the next sync, for ever. events_lost: inotify's queue overflowed, anything changed.
+WATCHED_EVENTS = frozenset({"created", "modified", "deleted", "moved", "events_lost"})
+
+
+@dataclass(frozen=True)
+class DocumentsJob:
+    verb: str  # add | sync | remove
+    paths: tuple[str, ...] = ()
+    collection: str | None = None  # sync: None for every collection; remove: with no path, the whole collection
+    automatic: bool = False  # the start's sync or a watched folder's: it speaks only when something changed
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the index holds: every file, and each collection's added folders and files (what is watched)."""
+
+    files: tuple[FileRecord, ...] = ()
+    roots: dict[str, tuple[str, ...]] = field(default_factory=dict)  # collection → added paths, in name order
+
+
+# --- pure: the words the panel shows ---------------------------------------------------------------------
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def result_line(job: DocumentsJob, result: AddResult | int) -> str:
+    """One line about a finished job; "" for an automatic sync that changed nothing."""
+    if isinstance(result, int):
+        what = job.paths[0] if job.paths else f"the collection {job.collection}"
+        return f"Removed {what} ({_count(result, 'file')})."
+    where = job.collection or "every collection"
+    head = f"Added to {where}" if job.verb == "add" else f"Synced {where}"
+    if not (result.indexed or result.removed or result.errors or result.cancelled):
+        if job.automatic:
+            return ""
+        return f"{head}: nothing new" + (f", {result.unchanged} unchanged." if result.unchanged else ".")
+    parts = []
+    if result.indexed:
+        parts.append(f"{_count(result.indexed, 'file')} indexed ({_count(result.chunks, 'chunk')})")
+    if result.unchanged:
+        parts.append(f"{result.unchanged} unchanged")
+    if result.removed:
+        parts.append(f"{result.removed} gone from disk")
+    if result.errors:
+        parts.append(f"{len(result.errors)} could not be indexed")
+    if result.cancelled:
+        parts.append("stopped")
+    return f"{head}: {', '.join(parts)}."
+
+
+def progress_line(p: Progress) -> str:
+    share = f" ({p.bytes_done / p.bytes_total:.0%})" if p.bytes_total else ""
+    name = f" · {PurePath(p.path).name}" if p.path else ""
+    return f"Indexing {p.files_done} of {p.files_total} files{share}, {p.chunks_done} chunks{name}"
+
+
+def worth_a_sync(event: FileSystemEvent, ignore: str) -> bool:
+    """Whether a watched folder's event can change what a sync finds: not the index's own files (a folder
+    added with the data directory in it), not hidden files (the walk passes over them: editors' swap files),
+    not a folder's own 'modified' (its files' events say what changed)."""
+    if event.event_type not in WATCHED_EVENTS:
+        return False
+    if event.event_type == "events_lost":
+        return True
+    if event.is_directory and event.event_type == "modified":
+        return False
+    paths = [os.fsdecode(p) for p in (event.src_path, getattr(event, "dest_path", "")) if p]
+    return any(not p.startswith(ignore) and not os.path.basename(p).startswith(".") for p in paths)
+
+
+def relative_name(path: str, roots: tuple[str, ...]) -> str:
+    """`path` under the added folder it came from, else whole."""
+    for root in roots:
+        if path != root and path.startswith(root.rstrip(os.sep) + os.sep):
+            return os.path.relpath(path, root)
+    return path
+
+
+# --- the documents worker: its own thread, its own Library --------------------------------------------------
+
+
+class DocumentsWorker(QObject):
+    """Runs documents jobs one at a time on its thread. The Library is opened here, on first use (a missing
+    index is not created just to list it), and only ever used here."""
+
+    progress = Signal(object)  # runtime.documents.Progress, before each file and at the end
+    done = Signal(object, object)  # the DocumentsJob, its AddResult (add, sync) or files removed (remove)
+    failed = Signal(object, str)  # the DocumentsJob (None: listing the index failed), one line saying why
+    snapshot = Signal(object)  # Snapshot, after every job
+
+    def __init__(self, index: Path) -> None:
+        super().__init__()
+        self.index = index
+        self.cancel = threading.Event()  # set when the window closes: an add or sync stops between two files
+        self.library: Library | None = None
+
+    @Slot(object)
+    def run(self, job: DocumentsJob) -> None:
+        if self.cancel.is_set():  # closing: jobs still queued behind the cancelled one are dropped
+            return
+        try:
+            result = self._run(job)
+        except UserError as e:
+            self.failed.emit(job, str(e))
+        except Exception as e:  # a bug: a traceback in the log, one line in the panel
+            log.warning("documents job %s failed", job.verb, exc_info=True)
+            self.failed.emit(job, f"Indexing failed: {readable(e)}")
+        else:
+            self.done.emit(job, result)
+        try:
+            self.snapshot.emit(self._snapshot())
+        except UserError as e:
+            self.failed.emit(None, str(e))
+        except Exception as e:
+            log.warning("listing the documents index failed", exc_info=True)
+            self.failed.emit(None, f"The documents index cannot be read: {readable(e)}")
+
+    def _open(self, create: bool) -> Library | None:
+        if self.library is None and (create or self.index.exists()):
+            self.library = Library(self.index)
+        return self.library
+
+    def _run(self, job: DocumentsJob) -> AddResult | int:
+        if job.verb == "sync" and not self.index.exists():
+            return AddResult()  # nothing added yet: no index to create
+        lib = self._open(create=True)
+        assert lib is not None
+        if job.verb == "add":
+            return lib.add(job.paths, job.collection or DEFAULT_COLLECTION, self.progress.emit, self.cancel)
+        if job.verb == "sync":
+            return lib.sync(job.collection, self.progress.emit, self.cancel)
+        if job.verb == "remove":
+            return lib.remove(job.paths[0] if job.paths else None, job.collection)
+        raise ValueError(f"unknown documents job {job.verb!r}")
+
+    def _snapshot(self) -> Snapshot:
+        lib = self._open(create=False)
+        if lib is None:
+            return Snapshot()
+        roots = {name: tuple(sorted(os.fsdecode(p) for p in lib.index.roots(cid)[0]))
+                 for cid, name in lib.index.collections()}
+        return Snapshot(tuple(lib.list_files()), roots)
+
+    def close(self) -> None:
+        """Once its thread has ended (nothing else uses the Library then)."""
+        if self.library is not None:
+            self.library.close()
+            self.library = None
+
+
+# --- watching the added folders ------------------------------------------------------------------------------
+
+
+class _Changes(FileSystemEventHandler):
+    """One collection's folders: on watchdog's observer thread, says that something changed, nothing more."""
+
+    def __init__(self, collection: str, report: Callable[[str], None], ignore: str) -> None:
+        self.collection = collection
+        self.report = report
+        self.ignore = ignore
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        if worth_a_sync(event, self.ignore):
+            self.report(self.collection)
+
+
+class FolderWatch(QObject):
+    """watchdog's observer over every added folder; `changed` (queued to the GUI thread) names a collection
+    whose folders changed on disk."""
+
+    changed = Signal(str)
+
+    def __init__(self, index: Path) -> None:
+        super().__init__()
+        self.ignore = str(index)  # documents.sqlite3 and its -wal, -shm, -journal
+        self.observer: Any = None
+        self.watched: frozenset[tuple[str, str]] = frozenset()
+
+    def watch(self, roots: dict[str, tuple[str, ...]]) -> str:
+        """Watch these folders (collection → added paths; files are synced with their collection) and stop
+        watching others. Returns "" or one line naming a folder that cannot be watched."""
+        wanted = frozenset((c, p) for c, paths in roots.items() for p in paths if os.path.isdir(p))
+        if wanted == self.watched:
+            return ""
+        if self.observer is None:
+            self.observer = Observer()
+            self.observer.daemon = True  # never keeps the process alive, should stop() be missed
+            self.observer.start()
+        self.observer.unschedule_all()
+        self.watched = wanted
+        problem = ""
+        for collection, folder in sorted(wanted):
+            try:
+                self.observer.schedule(_Changes(collection, self.changed.emit, self.ignore), folder, recursive=True)
+            except OSError as e:  # e.g. inotify's watch limit: the folder is still synced by hand
+                problem = f"{folder} is not watched for changes ({e.strerror or e}); use Sync after changing it."
+                log.warning("%s", problem)
+        return problem
+
+    def stop(self) -> None:
+        if self.observer is not None:
+            self.observer.stop()
+            self.observer.join(timeout=5)
+            self.observer = None
+        self.watched = frozenset()
+
+
+# --- the panel ------------------------------------------------------------------------------------------------
+
+
+class DocumentsPanel(QWidget):
+    """The collections and their files with their state, the buttons, and one line of progress or result."""
+
+    job_requested = Signal(object)  # DocumentsJob, queued to the worker's thread
+    collections_changed = Signal(list)  # the collections' names, after every change to the index
+    # On the GUI thread, once the panel has shown them (tests wait on these):
+    progressed = Signal(object)  # runtime.documents.Progress
+    job_ended = Signal(object, str)  # the DocumentsJob, "" or the one-line reason it failed (None: listing)
+    refreshed = Signal()  # the tree shows the index as it is now
+
+    def __init__(self, index: Path, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.index = index
+        self.snapshot = Snapshot()
+        self.jobs = 0  # sent to the worker and not yet ended
+        self.watch_problem = ""
+
+        self.tree = QTreeWidget()
+        self.tree.setHeaderLabels(["Documents", "State"])
+        self.tree.setAccessibleName("Document collections")
+        self.tree.header().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.tree.header().setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
+        self.tree.header().setStretchLastSection(False)
+        self.tree.itemSelectionChanged.connect(self._update_buttons)
+        self.add_folder_button = QPushButton("Add f&older…")
+        self.add_folder_button.setToolTip("Add a folder to a collection; it is watched and kept in sync")
+        self.add_folder_button.clicked.connect(self._add_folder)
+        self.add_files_button = QPushButton("Add f&iles…")
+        self.add_files_button.clicked.connect(self._add_files)
+        self.sync_button = QPushButton("S&ync")
+        self.sync_button.setToolTip("Read the selected collection (or all) again: new, changed and deleted files")
+        self.sync_button.clicked.connect(lambda: self.sync(self.selected()[0]))
+        self.remove_button = QPushButton("&Remove…")
+        self.remove_button.setToolTip("Forget the selected file or collection (the files on disk stay)")
+        self.remove_button.clicked.connect(self.remove_selected)
+        self.status = QLabel("")
+        self.status.setWordWrap(True)
+        self.status.setAccessibleName("Documents status")
+        self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        buttons = QGridLayout()
+        buttons.addWidget(self.add_folder_button, 0, 0)
+        buttons.addWidget(self.add_files_button, 0, 1)
+        buttons.addWidget(self.sync_button, 1, 0)
+        buttons.addWidget(self.remove_button, 1, 1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(8, 8, 4, 8)
+        layout.addWidget(self.tree, 1)
+        layout.addLayout(buttons)
+        layout.addWidget(self.status)
+
+        self.worker = DocumentsWorker(index)
+        self.worker.progress.connect(self._on_progress)
+        self.worker.done.connect(self._on_done)
+        self.worker.failed.connect(self._on_failed)
+        self.worker.snapshot.connect(self._on_snapshot)
+        self.job_requested.connect(self.worker.run)
+        self.worker_thread: QThread | None = start_thread(self.worker, "specquant-documents")
+        self.watch = FolderWatch(index)
+        self.watch.changed.connect(self._on_folder_changed)
+        self._debounce: dict[str, QTimer] = {}
+        self._update_buttons()
+        # Changes made while the window was closed, and files a killed run left pending, are caught up now.
+        self.request(DocumentsJob("sync", automatic=True))
+
+    # --- what the user (and the tests) do --------------------------------------------------------------
+    def request(self, job: DocumentsJob) -> None:
+        if self.worker_thread is None:  # shut down
+            return
+        self.jobs += 1
+        if not job.automatic and job.verb in ("add", "sync"):
+            self._say("Reading the folders…")
+        self.job_requested.emit(job)
+
+    def add(self, paths: list[str], collection: str) -> None:
+        """Add files and folders to `collection` (created if new), on the worker."""
+        self.request(DocumentsJob("add", tuple(paths), collection))
+
+    def sync(self, collection: str | None = None, automatic: bool = False) -> None:
+        self.request(DocumentsJob("sync", (), collection, automatic))
+
+    def collections(self) -> list[str]:
+        return list(self.snapshot.roots)
+
+    def selected(self) -> tuple[str | None, str | None]:
+        """(collection, file path) of the selected row; (None, None) when nothing is."""
+        item = self.tree.currentItem()
+        if item is None or not item.isSelected():
+            return None, None
+        data = item.data(0, Qt.ItemDataRole.UserRole) or (None, None)
+        return data[0], data[1]
+
+    def remove_selected(self) -> None:
+        collection, path = self.selected()
+        if collection is None:
+            return
+        if path is None:
+            n = sum(1 for f in self.snapshot.files if f.collection == collection)
+            question = f"Remove the collection “{collection}” and its {_count(n, 'file')} from the index?"
+        else:
+            question = f"Remove {path} from the collection “{collection}”?"
+        question += " The files on disk stay as they are."
+        if QMessageBox.question(self, "Remove", question) != QMessageBox.StandardButton.Yes:
+            return
+        self.request(DocumentsJob("remove", (path,) if path else (), collection))
+
+    def _ask_collection(self, suggestion: str) -> str | None:
+        names = self.collections()
+        chosen = self.selected()[0] or suggestion
+        items = names if chosen in names else [chosen, *names]
+        name, ok = QInputDialog.getItem(self, "Add documents", "Collection:", items, items.index(chosen), True)
+        return name.strip() if ok and name.strip() else None
+
+    def _add_folder(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Add a folder of documents")
+        if folder:
+            collection = self._ask_collection(os.path.basename(folder.rstrip("/\\")) or DEFAULT_COLLECTION)
+            if collection:
+                self.add([folder], collection)
+
+    def _add_files(self) -> None:
+        files, _ = QFileDialog.getOpenFileNames(self, "Add documents")
+        if files:
+            collection = self._ask_collection(DEFAULT_COLLECTION)
+            if collection:
+                self.add(files, collection)
+
+    # --- what the worker and the watcher report -------------------------------------------------------
+    def _on_progress(self, p: Progress) -> None:
+        if p.files_total:
+            self._say(progress_line(p))
+        self.progressed.emit(p)
+
+    def _on_done(self, job: DocumentsJob, result: AddResult | int) -> None:
+        self.jobs -= 1
+        line = result_line(job, result)
+        if line:
+            self._say(line)
+        elif self.jobs == 0 and self.status.text().startswith(("Indexing", "Reading")):
+            self._say("")  # an automatic sync's progress, done: nothing to say
+        self.job_ended.emit(job, "")
+
+    def _on_failed(self, job: DocumentsJob | None, message: str) -> None:
+        if job is not None:
+            self.jobs -= 1
+        self._say(message, error=True)
+        self.job_ended.emit(job, message)
+
+    def _on_snapshot(self, snapshot: Snapshot) -> None:
+        if self.worker_thread is None:  # queued before the window closed: the folders stay unwatched
+            return
+        changed = list(snapshot.roots) != list(self.snapshot.roots)
+        self.snapshot = snapshot
+        self._fill_tree()
+        problem = self.watch.watch(snapshot.roots)
+        if problem and problem != self.watch_problem:
+            self._say(problem, error=True)
+        self.watch_problem = problem
+        if changed:
+            self.collections_changed.emit(list(snapshot.roots))
+        self.refreshed.emit()
+
+    def _on_folder_changed(self, collection: str) -> None:
+        """On the GUI thread: sync `collection` once its folders have been quiet for DEBOUNCE_MS."""
+        if self.worker_thread is None:
+            return
+        timer = self._debounce.get(collection)
+        if timer is None:
+            timer = self._debounce[collection] = QTimer(self)
+            timer.setSingleShot(True)
+            timer.timeout.connect(lambda: self._sync_changed(collection))
+        timer.start(DEBOUNCE_MS)
+
+    def _sync_changed(self, collection: str) -> None:
+        if collection in self.snapshot.roots:  # not one removed meanwhile
+            self.sync(collection, automatic=True)
+
+    # --- showing --------------------------------------------------------------------------------------
+    def _fill_tree(self) -> None:
+        keep = self.selected()
+        folded = {self.tree.topLevelItem(i).text(0) for i in range(self.tree.topLevelItemCount())
+                  if not self.tree.topLevelItem(i).isExpanded()}
+        self.tree.clear()
+        red = QBrush(QColor(ERROR_COLOUR))
+        for collection, roots in self.snapshot.roots.items():
+            files = [f for f in self.snapshot.files if f.collection == collection]
+            top = QTreeWidgetItem([collection, _count(len(files), "file")])
+            top.setData(0, Qt.ItemDataRole.UserRole, (collection, None))
+            top.setToolTip(0, "\n".join(roots) or collection)
+            self.tree.addTopLevelItem(top)
+            for f in files:
+                state = f"indexed, {_count(f.chunks, 'chunk')}" if f.state == "indexed" else f.state
+                item = QTreeWidgetItem([relative_name(f.path, roots), state])
+                item.setData(0, Qt.ItemDataRole.UserRole, (collection, os.fsdecode(f.raw_path)))
+                item.setToolTip(0, f.path)
+                item.setToolTip(1, f.error or state)
+                if f.state == "error":
+                    item.setForeground(1, red)
+                top.addChild(item)
+                if (collection, os.fsdecode(f.raw_path)) == keep:
+                    self.tree.setCurrentItem(item)
+            top.setExpanded(collection not in folded)
+            if keep == (collection, None):
+                self.tree.setCurrentItem(top)
+        self._update_buttons()
+
+    def _update_buttons(self) -> None:
+        self.remove_button.setEnabled(self.selected()[0] is not None)
+
+    def _say(self, text: str, error: bool = False) -> None:
+        self.status.setText(text)
+        self.status.setStyleSheet(f"color: {ERROR_COLOUR};" if error else "")
+
+    # --- lifetime -------------------------------------------------------------------------------------
+    def shutdown(self) -> None:
+        """Stop watching, cancel the job in flight (it stops between two files, leaving them done or pending),
+        drop the queued ones, end the thread and close the index."""
+        for timer in self._debounce.values():
+            timer.stop()
+        self.watch.stop()
+        if self.worker_thread is None:
+            return
+        self.worker.cancel.set()
+        self.worker_thread.quit()
+        self.worker_thread.wait()
+        self.worker_thread = None
+        self.worker.close()
