@@ -9,14 +9,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import replace
-from typing import TYPE_CHECKING, TextIO
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, TextIO
 
+from commands.chat_tools import add_tool_flags, calls_json, check_tool_flags, event_line, open_toolbox
 from commands.common import add_answer_flags, add_engine_flags, chat_options, engine_settings, model_name, read_prompt
 from runtime.errors import UserError
 
 if TYPE_CHECKING:
     from runtime.engine.answer import Chunk
+    from runtime.engine.mcp_toolbox import McpToolbox
     from runtime.engine.options import ChatOptions, EngineSettings
     from runtime.engine.system_presets import SystemPreset
     from runtime.engine.thread import EngineThread
@@ -48,6 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="a system-prompt preset: its system prompt and sampling (Assistant, Concise, Coder, Teacher, Writer, "
         "or your own in presets.json)",
     )
+    add_tool_flags(p)
     add_answer_flags(p)
 
 
@@ -62,15 +66,20 @@ def main(args: argparse.Namespace) -> int:
         options = replace(options, documents=Grounding(args.docs or None, top))
     elif args.docs_top is not None:
         raise UserError("--docs-top needs --docs")
+    check_tool_flags(args)
     prompt = read_prompt(args)
     preset = find_preset(args.system_preset) if args.system_preset else None
     session = Session(EngineThread(), model_name(args.model), engine_settings(args), options, preset)
     try:
+        session.toolbox = open_toolbox(args)
+        session.max_rounds = args.max_rounds or session.max_rounds
+        session.first_choice = args.tool_choice or "auto"
         if prompt is None:
             return _repl(session)
         messages = [{"role": "user", "content": prompt}]
         if args.json:
-            text, last = session.answer(messages, stream=None)
+            outcome = session.answer(messages, stream=None)
+            text, last = outcome.text, outcome.last
             out = {
                 "text": text,
                 "route": last.route.as_dict(),
@@ -83,15 +92,32 @@ def main(args: argparse.Namespace) -> int:
             }
             if options.documents is not None:
                 out["citations"] = [c.as_dict() for c in last.citations]
+            if session.toolbox is not None:
+                out["rounds"] = outcome.rounds
+                out["calls"] = calls_json(outcome.calls, session.toolbox)
             print(json.dumps(out, indent=2, ensure_ascii=False))
         else:
-            _, last = session.answer(messages, stream=sys.stdout)
+            last = session.answer(messages, stream=sys.stdout).last
             print(file=sys.stdout)
             _print_sources(last, options)
             print(_stats_line(last), file=sys.stderr)
     finally:
         session.runner.close()
+        if session.toolbox is not None:
+            session.toolbox.close()
     return 0
+
+
+@dataclass
+class Outcome:
+    """One turn: the last answer's text and Chunk, the chat after it (with tools: every call and result in it),
+    and the calls made (call, allowed, result)."""
+
+    text: str
+    last: Chunk
+    messages: list[dict[str, Any]]
+    rounds: int = 1
+    calls: list[Any] = field(default_factory=list)
 
 
 class Session:
@@ -106,24 +132,50 @@ class Session:
         preset: SystemPreset | None = None,
     ) -> None:
         self.runner, self.model, self.settings, self.options, self.preset = runner, model, settings, options, preset
+        from runtime.engine.tool_loop import DEFAULT_ROUNDS
 
-    def answer(self, messages: list[dict[str, str]], stream: TextIO | None) -> tuple[str, Chunk]:
-        """The answer's text and last Chunk; its text is written to `stream` as it comes, when one is given.
-        Leaving early (Ctrl-C) closes the reader, which cancels the job."""
+        self.toolbox: McpToolbox | None = None
+        self.max_rounds = DEFAULT_ROUNDS
+        self.first_choice = "auto"  # the first answer's tool_choice (--tool-choice)
+
+    def answer(self, messages: list[dict[str, Any]], stream: TextIO | None) -> Outcome:
+        """The turn's outcome; its text is written to `stream` as it comes, when one is given (with tools, each
+        call on stderr). Leaving early (Ctrl-C) closes the reader, which cancels the job."""
         from runtime.engine.answer import collect
         from runtime.engine.system_presets import apply_preset
+        from runtime.engine.tool_loop import LoopFinished, run_tool_loop
 
         def write(text: str) -> None:
-            assert stream is not None
-            stream.write(text)
-            stream.flush()
+            if stream is not None and text:
+                stream.write(text)
+                stream.flush()
 
         options = self.options
+        chat = list(messages)
         if self.preset is not None:  # applied per answer: the chat itself keeps only what was said
-            messages, options = apply_preset(self.preset, messages, options)
-        chunks = self.runner.stream_chat(messages, options, model=self.model, settings=self.settings)
-        answer = collect(chunks, on_text=write if stream is not None else None)
-        return answer.text, answer.last
+            chat, options = apply_preset(self.preset, chat, options)
+
+        def one(chat: list[dict[str, Any]], options: ChatOptions) -> Iterator[Chunk]:
+            return self.runner.stream_chat(chat, options, model=self.model, settings=self.settings)
+
+        if self.toolbox is None:
+            answer = collect(one(chat, options), on_text=write)
+            return Outcome(answer.text, answer.last, [*messages, {"role": "assistant", "content": answer.text}])
+        text: list[str] = []
+        loop = run_tool_loop(
+            one, chat, options, self.toolbox, self.toolbox.approve, self.max_rounds, first_choice=self.first_choice
+        )
+        for event in loop:
+            if isinstance(event, LoopFinished):
+                said = event.messages[len(chat) - len(messages):]  # without the preset's system message
+                return Outcome(said[-1]["content"], event.last, said, event.rounds, event.calls)
+            line = event_line(event)
+            if line is not None:
+                print(line, file=sys.stderr)
+            elif hasattr(event, "text"):
+                text.append(event.text)
+                write(event.text)
+        raise AssertionError("the tool loop ends with LoopFinished")  # pragma: no cover
 
     def take_notice(self) -> str | None:
         """A notice from the engine (a worker lost, answers moved here), once; None before any answer."""
@@ -170,7 +222,7 @@ def _repl(session: Session) -> int:
             continue
         messages.append({"role": "user", "content": line})
         try:
-            text, last = session.answer(messages, stream=sys.stdout)
+            outcome = session.answer(messages, stream=sys.stdout)
         except KeyboardInterrupt:
             print("\n[stopped]")
             messages.pop()
@@ -179,7 +231,8 @@ def _repl(session: Session) -> int:
             print(f"\nspecquant: error: {e}", file=sys.stderr)
             messages.pop()
             continue
-        messages.append({"role": "assistant", "content": text})
+        messages[:] = outcome.messages  # with tools: the calls and their results stay in the conversation
+        last = outcome.last
         print()
         _print_sources(last, session.options)
         notice = session.take_notice()

@@ -22,6 +22,7 @@ FOLDERS = {
     "commands": "surface", "commands.bench": "surface", "commands.common": "surface",
     "runtime.engine": "engine",
     "runtime.documents": "documents",
+    "runtime.mcp": "mcp",
     "runtime.plan": "plan",
     "converters": "converters",
     "runtime.decode": "decode",
@@ -37,7 +38,8 @@ BELOW = {
     "converters": {"base", "machine", "models"},
     "plan": {"base", "machine", "models", "decode"},
     "documents": {"base"},
-    "engine": {"base", "machine", "models", "decode", "plan", "documents"},
+    "mcp": {"base"},
+    "engine": {"base", "machine", "models", "decode", "plan", "documents", "mcp"},
 }
 MAY_IMPORT = {name: below | {name} for name, below in BELOW.items()}
 
@@ -130,7 +132,7 @@ def test_every_folder_has_a_layer() -> None:
     found = modules()
     runtime_top = {m for m, p in found.items() if m.startswith("runtime.") and p.parent.name == "runtime"
                    and p.name != "__init__.py"}
-    base = {"runtime.errors", "runtime.atomic", "runtime.child"}
+    base = {"runtime.errors", "runtime.atomic", "runtime.child", "runtime.paths"}
     assert runtime_top <= base, "runtime/'s top level is the base"
     packages = {m for m, p in found.items() if p.name == "__init__.py" and m.count(".") == 1}
     unplaced = sorted(packages - set(FOLDERS))

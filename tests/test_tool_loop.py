@@ -45,6 +45,7 @@ class Calculator:
     def __init__(self, reply: str | None = None, hang: bool = False) -> None:
         self.calls: list[dict[str, Any]] = []
         self.reply, self.hang = reply, hang
+        self.entered = threading.Event()  # a call has started
 
     def tools(self) -> tuple[Tool, ...]:
         return (ADD,)
@@ -54,6 +55,7 @@ class Calculator:
 
     def call(self, name: str, arguments: dict[str, Any], cancel: threading.Event) -> ToolResult:
         self.calls.append(arguments)
+        self.entered.set()
         if self.hang:
             cancel.wait(60)
             return ToolResult("stopped", True, source="calc")
@@ -111,11 +113,18 @@ def test_only_the_approver_approves_whatever_a_result_says(engine: Engine) -> No
 def test_stop_during_a_tool_call_ends_the_loop_promptly(engine: Engine) -> None:
     cancel = threading.Event()
     calc = Calculator(hang=True)
-    started = time.monotonic()
-    threading.Timer(1.0, cancel.set).start()
-    with pytest.raises(Cancelled):
+    stopped: list[float] = []
+
+    def stop_once_the_tool_runs() -> None:  # the Stop comes during the call, however long the answer took
+        if calc.entered.wait(120):
+            time.sleep(0.5)
+            stopped.append(time.monotonic())
+            cancel.set()
+
+    threading.Thread(target=stop_once_the_tool_runs, daemon=True).start()
+    with pytest.raises(Cancelled, match="tool call"):
         events(engine, calc, lambda call, source: True, cancel=cancel)
-    assert calc.calls and time.monotonic() - started < 30
+    assert calc.calls and time.monotonic() - stopped[0] < 5
 
 
 def test_the_last_round_cannot_call(engine: Engine) -> None:

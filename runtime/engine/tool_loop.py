@@ -70,7 +70,8 @@ class Toolbox(Protocol):
     def call(self, name: str, arguments: dict[str, Any], cancel: threading.Event) -> ToolResult: ...
 
 
-Approve = Callable[["ToolCall", str], bool]  # (call, source) → run it?
+# (call, source) → True: run it; False: refused (the model reads DENIED); a text: refused, the model reads that.
+Approve = Callable[["ToolCall", str], "bool | str"]
 
 
 @dataclass(frozen=True)
@@ -160,9 +161,11 @@ def run_tool_loop(
         for call in calls:
             source = toolbox.source(call.name)
             yield CallProposed(call, source)
-            allowed = bool(approve(call, source))
+            verdict = approve(call, source)
+            allowed = verdict is True
             yield CallDecided(call, allowed)
-            result = _run(toolbox, call, source, cancel) if allowed else ToolResult(DENIED, source=source)
+            refusal = verdict if isinstance(verdict, str) and verdict else DENIED
+            result = _run(toolbox, call, source, cancel) if allowed else ToolResult(refusal, source=source)
             if cancel.is_set():
                 raise Cancelled("stopped during a tool call")
             done.append((call, allowed, result))

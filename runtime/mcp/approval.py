@@ -1,0 +1,168 @@
+"""Whether a tool call may run: the user's mode and remembered choices, apart from any window or prompt.
+
+Modes: `ask` puts each call to the front end's `ask` callback (the CLI's prompt, the window's dialog) unless
+the user chose Always allow for that server's tool before; `all` runs every call; `none` runs none. The user
+answers Allow once, Always allow (remembered per server and tool in `mcp-approvals.json` in the config folder,
+written atomically, revocable) or Deny; a call that does not run is answered, to the model, with the text of
+its Verdict (`DENIED`: "The user denied this call.").
+
+A tool's result is untrusted text, and by construction it cannot change an approval or a setting: the policy
+reads only its mode, the user's answers and its own file, and takes a call's request, never a result. The only
+writes are `Approvals.allow`, reached through an answer of the user's, and `revoke`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, Literal
+
+from runtime.atomic import write_text_atomic
+from runtime.errors import UserError
+from runtime.paths import config_dir
+
+log = logging.getLogger(__name__)
+
+Mode = Literal["ask", "all", "none"]
+MODES: tuple[Mode, ...] = ("ask", "all", "none")
+DENIED = "The user denied this call."
+TURNED_OFF = "Tool calls are turned off in the settings, so this call did not run."
+FILE_NAME = "mcp-approvals.json"
+_VERSION = 1
+
+
+class Decision(str, Enum):
+    """The user's answer to one call."""
+
+    ALLOW_ONCE = "allow_once"
+    ALWAYS = "always"
+    DENY = "deny"
+
+
+@dataclass(frozen=True)
+class CallRequest:
+    """A call to approve: the server, its tool, the arguments the model gave, and the name the model used."""
+
+    server: str
+    tool: str
+    arguments: Mapping[str, Any] | str = field(default_factory=dict)
+    name: str = ""
+
+    def arguments_text(self) -> str:
+        """The arguments for a dialog or a prompt, indented JSON where they parse."""
+        value: Any = self.arguments
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                return value
+        return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether the call runs; if not, `message` is the tool message the model reads instead."""
+
+    allowed: bool
+    message: str | None = None
+    decision: Decision | None = None  # the user's answer; None where nobody was asked
+    remembered: bool = False  # allowed by an earlier Always allow
+
+
+Ask = Callable[[CallRequest], Decision]
+
+
+class Approvals:
+    """The Always allow choices, per server and tool, in one small JSON file (read afresh each time, so a
+    choice revoked in the window holds for the CLI too)."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or config_dir() / FILE_NAME
+        self._lock = threading.Lock()
+
+    def allowed(self) -> dict[str, frozenset[str]]:
+        """Each server's always-allowed tools. A file that cannot be read allows nothing (and is logged)."""
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as e:
+            log.warning("%s cannot be read, so no tool is always allowed: %s", self.path, e)
+            return {}
+        table = data.get("always_allow") if isinstance(data, dict) else None
+        if not isinstance(table, dict):
+            return {}
+        return {
+            server: frozenset(t for t in tools if isinstance(t, str))
+            for server, tools in table.items()
+            if isinstance(server, str) and isinstance(tools, list)
+        }
+
+    def is_allowed(self, server: str, tool: str) -> bool:
+        return tool in self.allowed().get(server, frozenset())
+
+    def allow(self, server: str, tool: str) -> None:
+        """Remember Always allow for one server's tool."""
+        with self._lock:
+            table = {s: set(t) for s, t in self.allowed().items()}
+            table.setdefault(server, set()).add(tool)
+            self._write(table)
+
+    def revoke(self, server: str, tool: str | None = None) -> int:
+        """Forget Always allow for one tool, or every tool of `server`; how many were forgotten."""
+        with self._lock:
+            table = {s: set(t) for s, t in self.allowed().items()}
+            had = table.get(server, set())
+            gone = set(had) if tool is None else had & {tool}
+            if not gone:
+                return 0
+            table[server] = had - gone
+            self._write({s: t for s, t in table.items() if t})
+            return len(gone)
+
+    def _write(self, table: Mapping[str, set[str]]) -> None:
+        data = {"version": _VERSION, "always_allow": {s: sorted(t) for s, t in sorted(table.items())}}
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(self.path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+        except OSError as e:
+            raise UserError(f"{self.path}: cannot save the tool approvals: {e}") from None
+
+
+class ApprovalPolicy:
+    """Checks each call against the mode, the remembered choices and, in `ask` mode, the user."""
+
+    def __init__(self, mode: Mode = "ask", ask: Ask | None = None, approvals: Approvals | None = None) -> None:
+        if mode not in MODES:
+            raise UserError(f"unknown tool approval mode {mode!r}: use one of {', '.join(MODES)}")
+        self.mode = mode
+        self.ask = ask
+        self.approvals = approvals or Approvals()
+
+    def check(self, request: CallRequest) -> Verdict:
+        """May this call run? Asks the user where the mode says so; remembers an Always allow."""
+        if self.mode == "all":
+            return Verdict(True)
+        if self.mode == "none":
+            return Verdict(False, TURNED_OFF)
+        if self.approvals.is_allowed(request.server, request.tool):
+            return Verdict(True, remembered=True)
+        if self.ask is None:  # no one to ask: a call nobody approved does not run
+            return Verdict(False, DENIED)
+        try:
+            decision = Decision(self.ask(request))
+        except Exception:  # a broken dialog must fail closed, not open
+            log.exception("asking about %s/%s failed", request.server, request.tool)
+            return Verdict(False, DENIED)
+        if decision is Decision.DENY:
+            return Verdict(False, DENIED, decision)
+        if decision is Decision.ALWAYS:
+            with contextlib.suppress(UserError):  # not remembered, but allowed this once as answered
+                self.approvals.allow(request.server, request.tool)
+        return Verdict(True, None, decision)
