@@ -20,6 +20,7 @@ from runtime.engine.answer import Chunk
 from runtime.engine.engine import EngineSettings
 from runtime.engine.options import ChatOptions, Message
 from runtime.engine.summary import answer_facts
+from runtime.engine.system_presets import SystemPreset, apply_preset
 from runtime.plan.policy import more_precise
 
 TITLE_CHARS = 60  # a new conversation's title: the first message's words, cut here
@@ -74,13 +75,21 @@ class ChatController(QObject):
         worker.failed.connect(self._on_failed)
 
     # --- turns: what to answer (the window checks first that no answer is in flight) ------------------
-    def new_turn(self, conversation: int | None, text: str, documents: str | None = None) -> Turn:
-        """Store the user's `text` (in a new conversation titled by it, answering from `documents`, when
-        `conversation` is None) before anything can fail, and return the turn that answers it."""
+    def new_turn(
+        self,
+        conversation: int | None,
+        text: str,
+        documents: str | None = None,
+        preset: str | None = None,
+        model: str | None = None,
+    ) -> Turn:
+        """Store the user's `text` (in a new conversation titled by it, answering from `documents` with the
+        system-prompt `preset` and `model`, when `conversation` is None) before anything can fail, and return
+        the turn that answers it."""
         if conversation is None:
             title = " ".join(text.split())
             ellipsis = "…" if len(title) > TITLE_CHARS else ""
-            conversation = self.store.create(title[:TITLE_CHARS] + ellipsis, documents)
+            conversation = self.store.create(title[:TITLE_CHARS] + ellipsis, documents, preset, model)
         self.store.add_message(conversation, "user", text)
         return Turn(conversation, self.store.messages(conversation))
 
@@ -104,9 +113,18 @@ class ChatController(QObject):
             return False, False
         return True, more_precise(last.meta.get("parent", "f16")) is not None
 
-    def answer(self, turn: Turn, model: str, settings: EngineSettings, options: ChatOptions) -> Live:
-        """Start answering `turn` (its options built with `turn.parent`)."""
+    def answer(
+        self,
+        turn: Turn,
+        model: str,
+        settings: EngineSettings,
+        options: ChatOptions,
+        preset: SystemPreset | None = None,
+    ) -> Live:
+        """Start answering `turn` (its options built with `turn.parent`), told and sampled as `preset` says."""
         history = [m.as_chat() for m in turn.messages]
+        if preset is not None:  # only the request carries the preset: the stored chat holds what was said
+            history, options = apply_preset(preset, history, options)
         return self.start(turn.conversation, history, model, settings, options, turn.replaces)
 
     # --- the answer in flight ------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from PySide6.QtCore import QSettings
 from runtime.api import DEFAULT_PORT
 from runtime.decode.sampling import LLAMA_DEFAULTS, SamplingParams
 from runtime.engine.engine import ChatOptions, EngineSettings
+from runtime.engine.system_presets import SystemPreset
 from runtime.errors import UserError
 from runtime.machine.rpc import parse_endpoints
 from runtime.plan.placement import PlacementSettings
@@ -85,6 +86,14 @@ class AppSettings:
             if self.model_sampling
             else SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k),
         )
+
+    def under_own_sampling(self, preset: SystemPreset) -> SystemPreset:
+        """`preset` less the sampling values the user set here: with the model's sampling off, theirs win over
+        a preset's, as the CLI's --temp does."""
+        if self.model_sampling:
+            return preset
+        own = ("temperature", "top_p", "top_k")
+        return replace(preset, sampling=tuple(p for p in preset.sampling if p[0] not in own))
 
     def engine_settings(self) -> EngineSettings:
         if not math.isfinite(self.max_memory_gb) or self.max_memory_gb < 0:

@@ -17,7 +17,7 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,9 +29,12 @@ from runtime.errors import UserError
 
 log = logging.getLogger("specquant.app")
 
-# 2: conversations.documents (what a chat answers from). A version-1 file is upgraded in place when opened;
-# its chats load with no documents.
-SCHEMA_VERSION = 2
+# 2: conversations.documents (what a chat answers from). 3: conversations.preset (its system-prompt preset)
+# and conversations.model (the model it answers with). An older file is upgraded in place when opened: its
+# chats load with no documents, no preset and the window's current model.
+SCHEMA_VERSION = 3
+ADDED_COLUMNS = ("documents", "preset", "model")  # nullable TEXT columns added since version 1, in order
+ROLES = ("system", "user", "assistant")  # what a stored message may be (the table's CHECK)
 BUSY_TIMEOUT_S = 2.0  # how long a write waits for another program's lock before saying so (the GUI waits too)
 _SIDE_FILES = ("-wal", "-shm", "-journal")  # SQLite's companions: they belong to the main file's contents
 _MAGIC = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
@@ -43,7 +46,9 @@ CREATE TABLE IF NOT EXISTS conversations (
     title TEXT NOT NULL,
     created REAL NOT NULL,
     updated REAL NOT NULL,
-    documents TEXT  -- what answers come from: NULL no documents, '' every collection, else a collection's name
+    documents TEXT,  -- what answers come from: NULL no documents, '' every collection, else a collection's name
+    preset TEXT,  -- the system-prompt preset's name (runtime.engine.system_presets); NULL none
+    model TEXT  -- the model the chat answers with; NULL the window's current one
 );
 CREATE TABLE IF NOT EXISTS messages (
     id INTEGER PRIMARY KEY,
@@ -167,10 +172,10 @@ class Store:
             if check != "ok":
                 raise _Damaged(check)
             if version < SCHEMA_VERSION:  # written only when needed: opening must not wait for another's lock
-                # A version-1 table lacks the column (CREATE TABLE IF NOT EXISTS adds none); a new file has it.
+                # An older table lacks the newer columns (CREATE TABLE IF NOT EXISTS adds none); a new file has them.
                 columns = {row[1] for row in db.execute("PRAGMA table_info(conversations)")}
-                missing = columns and "documents" not in columns
-                upgrade = "ALTER TABLE conversations ADD COLUMN documents TEXT;" if missing else ""
+                missing = [name for name in ADDED_COLUMNS if columns and name not in columns]
+                upgrade = "".join(f"ALTER TABLE conversations ADD COLUMN {name} TEXT;" for name in missing)
                 db.executescript(f"BEGIN; {_SCHEMA} {upgrade} PRAGMA user_version={SCHEMA_VERSION}; COMMIT;")
         except BaseException:
             db.close()
@@ -253,25 +258,71 @@ class Store:
             rows = self.db.execute("SELECT id, title, updated FROM conversations ORDER BY updated DESC, id DESC")
         return [Conversation(*r) for r in rows]
 
-    def create(self, title: str = "New chat", documents: str | None = None) -> int:
-        """A new conversation; `documents` is what it answers from (see `documents`)."""
+    def create(
+        self, title: str = "New chat", documents: str | None = None, preset: str | None = None, model: str | None = None
+    ) -> int:
+        """A new conversation; `documents` is what it answers from (see `documents`), `preset` its system-prompt
+        preset and `model` the model it answers with (None: none chosen)."""
         now = time.time()
         with self._guard():
+            cur = self.db.execute(
+                "INSERT INTO conversations (title, created, updated, documents, preset, model) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (title, now, now, documents, preset, model),
+            )
+        return int(cur.lastrowid)
+
+    def import_conversation(self, title: str, messages: Sequence[Any], documents: str | None = None) -> int:
+        """A new conversation holding `messages` (anything with role, content and meta, as
+        app.conversation_io reads them), all in one transaction: a failure leaves nothing half imported."""
+        title = " ".join(title.split())[:200]
+        if not title:
+            raise UserError("a conversation needs a title")
+        for i, m in enumerate(messages):
+            if m.role not in ROLES:
+                raise UserError(f"message {i + 1} is a {m.role!r} message; a chat here holds {', '.join(ROLES)}")
+        now = time.time()
+        with self._guard(), self.db:
+            self.db.execute("BEGIN")
             cur = self.db.execute(
                 "INSERT INTO conversations (title, created, updated, documents) VALUES (?, ?, ?, ?)",
                 (title, now, now, documents),
             )
-        return int(cur.lastrowid)
+            conversation = int(cur.lastrowid)
+            self.db.executemany(
+                "INSERT INTO messages (conversation_id, role, content, created, meta) VALUES (?, ?, ?, ?, ?)",
+                [(conversation, m.role, m.content, now, json.dumps(m.meta or {})) for m in messages],
+            )
+        return conversation
 
     def documents(self, conversation_id: int) -> str | None:
         """What the conversation answers from: None no documents, "" every collection, else a collection."""
-        with self._guard():
-            row = self.db.execute("SELECT documents FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
-        return row[0] if row and isinstance(row[0], str) else None
+        return self._text_column("documents", conversation_id)
 
     def set_documents(self, conversation_id: int, documents: str | None) -> None:
         with self._guard():
             self.db.execute("UPDATE conversations SET documents = ? WHERE id = ?", (documents, conversation_id))
+
+    def preset(self, conversation_id: int) -> str | None:
+        """The name of the conversation's system-prompt preset; None for none."""
+        return self._text_column("preset", conversation_id)
+
+    def set_preset(self, conversation_id: int, preset: str | None) -> None:
+        with self._guard():
+            self.db.execute("UPDATE conversations SET preset = ? WHERE id = ?", (preset, conversation_id))
+
+    def model(self, conversation_id: int) -> str | None:
+        """The model the conversation last answered with (or was switched to); None if never recorded."""
+        return self._text_column("model", conversation_id)
+
+    def set_model(self, conversation_id: int, model: str | None) -> None:
+        with self._guard():
+            self.db.execute("UPDATE conversations SET model = ? WHERE id = ?", (model, conversation_id))
+
+    def _text_column(self, column: str, conversation_id: int) -> str | None:
+        with self._guard():
+            row = self.db.execute(f"SELECT {column} FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+        return row[0] if row and isinstance(row[0], str) else None
 
     def title(self, conversation_id: int) -> str:
         with self._guard():

@@ -3,6 +3,7 @@ panels (built in app.window_panels, which sets their widgets on it) to the chat 
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 from PySide6.QtCore import QCoreApplication, QEvent, QSettings, Qt, Signal
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import (
+    QFileDialog,
     QInputDialog,
     QListWidgetItem,
     QMainWindow,
@@ -21,7 +23,9 @@ from PySide6.QtWidgets import (
 
 from app import window_panels as panels
 from app.chat_controller import AtHighestPrecision, ChatController, Live, Turn, answer_meta
+from app.conversation_io import exported, read_file, write_file
 from app.models_dialog import ModelsDialog
+from app.presets_dialog import PresetsDialog
 from app.settings import AppSettings, load_settings, save_settings
 from app.settings_dialog import SettingsDialog
 from app.store import Store
@@ -29,11 +33,14 @@ from app.theme import apply_look
 from app.worker import EngineWorker
 from runtime.documents.grounding import Grounding
 from runtime.engine.answer import Chunk
+from runtime.engine.system_presets import SHIPPED, SystemPreset, load_presets
 from runtime.engine.thread import EngineThread
 from runtime.errors import UserError
 from runtime.models.cache import DEMO_NAME, cache_root, list_models
 
 API_QUEUE = 32  # API requests that may wait for the engine (the window's own never wait on this bound)
+NOTE_MS = 10_000  # how long a one-line note (an export, an import, a preset file's fault) stays in the status bar
+EXPORT_FILTERS = "Markdown (*.md);;JSON (*.json)"
 
 
 class MainWindow(QMainWindow):
@@ -51,10 +58,13 @@ class MainWindow(QMainWindow):
         self.documents_index = documents_index or self.store.path.with_name("documents.sqlite3")
         self.conversation: int | None = None
         self.unsent_documents: str | None = None  # what a new chat answers from, until its first message
+        self.unsent_preset: str | None = None  # a new chat's system-prompt preset, until its first message
+        self.presets: list[SystemPreset] = list(SHIPPED)  # what the Preset box offers (refresh_presets)
         self._closing = False
         self.setWindowTitle("SpecQuant")
         self.resize(1100, 720)
         self.models = ModelsDialog(self.release_engine, self)
+        self.presets_dialog = PresetsDialog(self)
         self._build()
         panels.menus(self)
 
@@ -70,10 +80,12 @@ class MainWindow(QMainWindow):
 
         self.models.models_changed.connect(self.refresh_models)
         self.models.use_model.connect(self.select_model)
+        self.presets_dialog.presets_changed.connect(self.refresh_presets)
 
         apply_look(self.settings)
         self.transcript.highlight_draft = self.settings.highlight_draft
         self.refresh_models()
+        self.refresh_presets()
         self.refresh_conversations()
         self.sync_api_server()
         if self.store.recovered_from:
@@ -144,10 +156,28 @@ class MainWindow(QMainWindow):
         return self.settings.model
 
     def select_model(self, name: str) -> None:
+        """Answer with `name` from now on, in this chat too (it is switched back to when the chat is opened)."""
         if name and name != self.settings.model:
             self._save(replace(self.settings, model=name))
+            if self.conversation is not None:
+                try:
+                    self.store.set_model(self.conversation, name)
+                except UserError as e:
+                    self.banner.show_error(str(e))
         self.refresh_models()
         self.banner.hide()
+
+    def _use_chat_model(self, conversation_id: int) -> None:
+        """Switch to the model the chat answered with, while it is still among the complete models."""
+        wanted = self.store.model(conversation_id)
+        if not wanted or wanted == self.model:
+            return
+        if wanted not in self.complete_models():
+            gone = f"This chat used {wanted}, which is no longer among the models; it goes on with {self.model}."
+            self.statusBar().showMessage(gone, NOTE_MS)
+            return
+        self._save(replace(self.settings, model=wanted))
+        self.refresh_models()
 
     def setup_demo(self) -> None:
         self.show_models()
@@ -184,11 +214,17 @@ class MainWindow(QMainWindow):
             self.open_conversation(item.data(Qt.ItemDataRole.UserRole))
 
     def open_conversation(self, conversation_id: int | None) -> None:
+        # Only a chat opened anew brings its model back: a redraw of this one (zoom, an answer's end) keeps the
+        # model the user has just picked.
+        if conversation_id is not None and conversation_id != self.conversation:
+            self._use_chat_model(conversation_id)
         self.conversation = conversation_id
         messages = self.store.messages(conversation_id) if conversation_id is not None else []
         self.transcript.show_messages(messages)
-        self._show_documents(self.store.documents(conversation_id) if conversation_id is not None
-                             else self.unsent_documents)
+        self._show_documents(
+            self.store.documents(conversation_id) if conversation_id is not None else self.unsent_documents
+        )
+        self._show_preset(self.store.preset(conversation_id) if conversation_id is not None else self.unsent_preset)
         if self.live is not None and self.live.conversation == conversation_id:
             self.transcript.begin_live()
             self._render_live()
@@ -196,7 +232,8 @@ class MainWindow(QMainWindow):
         self._set_busy(self.live is not None)
 
     def new_conversation(self) -> None:
-        self.unsent_documents = None  # a new chat starts without documents
+        self.unsent_documents = None  # a new chat starts without documents or preset
+        self.unsent_preset = None
         self.open_conversation(None)
         self.input.setFocus()
 
@@ -232,7 +269,8 @@ class MainWindow(QMainWindow):
         if not self.model:
             self.banner.show_error("There is no model yet: set up the demo model or add one.", "Set up demo model")
             return
-        turn = self.chat.new_turn(self.conversation, text, self.unsent_documents)  # stored before anything can fail
+        # Stored before anything can fail.
+        turn = self.chat.new_turn(self.conversation, text, self.unsent_documents, self.unsent_preset, self.model)
         self.conversation = turn.conversation
         self.input.clear()
         self._start(turn)
@@ -258,12 +296,16 @@ class MainWindow(QMainWindow):
             documents = self.store.documents(turn.conversation)
             if documents is not None:
                 options = replace(options, documents=Grounding(documents or None, index=str(self.documents_index)))
+            preset, missing = self._chat_preset(turn.conversation)
+            self.store.set_model(turn.conversation, self.model)
         except UserError as e:
             self.banner.show_error(str(e))
             self._set_busy(False)
             return
-        self.chat.answer(turn, self.model, self.settings.engine_settings(), options)
+        self.chat.answer(turn, self.model, self.settings.engine_settings(), options, preset)
         self.banner.hide()
+        if missing:
+            self.banner.show_error(f"The preset {missing} is gone: this answer has none. Pick another under Preset.")
         self.transcript.begin_live()
         self._render_live()
         self._set_busy(True)
@@ -358,6 +400,94 @@ class MainWindow(QMainWindow):
             box.addItem(documents, documents)
             index = box.count() - 1
         box.setCurrentIndex(index)
+
+    # --- system-prompt presets ----------------------------------------------------------------------
+    def refresh_presets(self) -> None:
+        """Reload the presets into the Preset box; an unreadable presets.json is one status line, and the
+        shipped presets are still offered."""
+        try:
+            self.presets = load_presets()
+        except UserError as e:
+            self.presets = list(SHIPPED)
+            self.statusBar().showMessage(str(e), NOTE_MS)
+        current = self.preset_box.currentData()
+        self.preset_box.clear()
+        self.preset_box.addItem("No preset", None)
+        for p in self.presets:
+            self.preset_box.addItem(p.name, p.name)
+        self._show_preset(current)
+
+    def choose_preset(self, name: str | None) -> None:
+        """This chat's system-prompt preset (None: none); kept with the conversation, as its documents are."""
+        self._show_preset(name)
+        if self.conversation is None:
+            self.unsent_preset = name
+            return
+        try:
+            self.store.set_preset(self.conversation, name)
+        except UserError as e:
+            self.banner.show_error(str(e))
+
+    def _show_preset(self, name: str | None) -> None:
+        box = self.preset_box
+        index = box.findData(name) if name is not None else 0
+        if index < 0:  # a preset since deleted: still shown as the chat's, and its next answer says so
+            box.addItem(f"{name} (gone)", name)
+            index = box.count() - 1
+        box.setCurrentIndex(index)
+
+    def _chat_preset(self, conversation_id: int) -> tuple[SystemPreset | None, str]:
+        """The chat's preset as its answer applies it, and the name of a chosen preset that no longer exists."""
+        name = self.store.preset(conversation_id)
+        if name is None:
+            return None, ""
+        preset = next((p for p in self.presets if p.name.casefold() == name.casefold()), None)
+        if preset is None:
+            return None, name
+        return self.settings.under_own_sampling(preset), ""
+
+    def show_presets(self) -> None:
+        self.presets_dialog.refresh()
+        self.presets_dialog.show()
+        self.presets_dialog.raise_()
+
+    # --- export and import -------------------------------------------------------------------------
+    def export_conversation(self) -> None:
+        """Save the open chat as Markdown or JSON (the suffix, or else the chosen filter, says which)."""
+        if self.conversation is None:
+            self.statusBar().showMessage("Open a chat to export it.", NOTE_MS)
+            return
+        title = self.store.title(self.conversation)
+        stem = re.sub(r'[\\/:*?"<>|\x00-\x1f]+', " ", title).strip()[:80] or "chat"
+        path, chosen = QFileDialog.getSaveFileName(self, "Export chat", str(Path.home() / f"{stem}.md"), EXPORT_FILTERS)
+        if not path:
+            return
+        target = Path(path)
+        if target.suffix.lower() not in (".md", ".markdown", ".json"):  # some platforms' dialogs add none
+            target = target.with_name(target.name + (".json" if "json" in chosen.lower() else ".md"))
+        try:
+            conv = exported(title, self.store.messages(self.conversation), self.store.documents(self.conversation))
+            write_file(target, conv)
+        except UserError as e:
+            self.statusBar().showMessage(str(e), NOTE_MS)
+            return
+        self.statusBar().showMessage(f"Exported to {target}", NOTE_MS)
+
+    def import_conversation(self) -> None:
+        """Read an exported JSON chat into a new conversation (all of it or, on any fault, none) and open it."""
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Import chat", str(Path.home()), "SpecQuant chats (*.json);;All files (*)"
+        )
+        if not path:
+            return
+        try:
+            conv = read_file(Path(path))
+            new = self.store.import_conversation(conv.title, conv.messages, conv.documents)
+        except UserError as e:
+            self.statusBar().showMessage(str(e), NOTE_MS)
+            return
+        self.open_conversation(new)
+        self.statusBar().showMessage(f"Imported “{conv.title}”", NOTE_MS)
 
     # --- settings and view -------------------------------------------------------------------------
     def show_settings(self) -> None:

@@ -137,8 +137,8 @@ def transcript(w: MainWindow) -> TranscriptView:
 
 
 def input_row(w: MainWindow) -> QVBoxLayout:
-    """What this chat answers from (`w.answer_from`), then the input box with Send, Stop and Regenerate (its
-    menu: answer at higher precision)."""
+    """What this chat answers from (`w.answer_from`) and its system-prompt preset (`w.preset_box`), then the
+    input box with Send, Stop and Regenerate (its menu: answer at higher precision)."""
     w.answer_from = QComboBox()
     w.answer_from.setAccessibleName("Answer from")
     w.answer_from.setToolTip(
@@ -147,9 +147,19 @@ def input_row(w: MainWindow) -> QVBoxLayout:
     w.answer_from.addItem("No documents", None)
     w.answer_from.addItem("All documents", "")
     w.answer_from.activated.connect(lambda i: w.choose_documents(w.answer_from.itemData(i)))
+    w.preset_box = QComboBox()
+    w.preset_box.setAccessibleName("System-prompt preset")
+    w.preset_box.setToolTip("What the assistant is told before this chat, and how it samples (Manage presets…)")
+    w.preset_box.activated.connect(lambda i: w.choose_preset(w.preset_box.itemData(i)))
+    manage = QPushButton("Manage presets…")
+    manage.clicked.connect(w.show_presets)
     choice = QHBoxLayout()
     choice.addWidget(QLabel("&Answer from:", buddy=w.answer_from))
     choice.addWidget(w.answer_from)
+    choice.addSpacing(12)
+    choice.addWidget(QLabel("&Preset:", buddy=w.preset_box))
+    choice.addWidget(w.preset_box)
+    choice.addWidget(manage)
     choice.addStretch(1)
     w.input = InputBox()
     w.input.submitted.connect(w.send)
@@ -192,7 +202,8 @@ def status_bar(w: MainWindow) -> None:
 
 
 def menus(w: MainWindow) -> None:
-    """File, Chat and View with their shortcuts; the View toggles as `w.highlight_toggle` and `w.chart_toggle`."""
+    """File, Chat and View with their shortcuts; Export and Import chat as `w.export_action` and
+    `w.import_action`, the View toggles as `w.highlight_toggle` and `w.chart_toggle`."""
 
     def act(menu: QMenu, text: str, slot: Any, keys: Any = None) -> QAction:
         a = menu.addAction(text)
@@ -203,6 +214,9 @@ def menus(w: MainWindow) -> None:
 
     file = w.menuBar().addMenu("&File")
     act(file, "&New chat", w.new_conversation, QKeySequence.StandardKey.New)
+    w.export_action = act(file, "&Export chat…", w.export_conversation)
+    w.import_action = act(file, "&Import chat…", w.import_conversation)
+    file.addSeparator()
     act(file, "&Models…", w.show_models)
     act(file, "&Settings…", w.show_settings, "Ctrl+,")  # StandardKey.Preferences is empty on Linux
     file.addSeparator()
@@ -211,6 +225,8 @@ def menus(w: MainWindow) -> None:
     act(chat, "&Stop", w.stop, Qt.Key.Key_Escape)
     act(chat, "&Regenerate", lambda: w.regenerate(higher=False), "Ctrl+R")
     act(chat, "Regenerate at &higher precision", lambda: w.regenerate(higher=True), "Ctrl+Shift+R")
+    chat.addSeparator()
+    act(chat, "Manage &presets…", w.show_presets)
     view = w.menuBar().addMenu("&View")
     act(view, "Zoom &in", lambda: w.zoom(+1), [QKeySequence("Ctrl++"), QKeySequence("Ctrl+=")])
     act(view, "Zoom &out", lambda: w.zoom(-1), QKeySequence("Ctrl+-"))
