@@ -165,7 +165,10 @@ class DocumentsWorker(QObject):
 
     def _open(self, create: bool) -> Library | None:
         if self.library is None and (create or self.index.exists()):
-            self.library = Library(self.index)
+            # The embedding model, converted here on first use (on this thread): hybrid search, as the CLI's.
+            from commands.common import embedding_model
+
+            self.library = Library(self.index, embedder=embedding_model(note=lambda text: log.info("%s", text)))
         return self.library
 
     def _run(self, job: DocumentsJob) -> AddResult | int:
@@ -193,6 +196,8 @@ class DocumentsWorker(QObject):
         """Once its thread has ended (nothing else uses the Library then)."""
         if self.library is not None:
             self.library.close()
+            if self.library.embedder is not None:
+                self.library.embedder.close()
             self.library = None
 
 

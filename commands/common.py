@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,7 @@ from runtime.plan.router import LEVELS
 
 if TYPE_CHECKING:  # imported where used: `specquant --help` must not load llama.cpp
     from runtime.decode.grammar import Grammar
+    from runtime.documents.embed import Embedder
     from runtime.engine.engine import EngineSettings
     from runtime.engine.interface import LoadedEngine
 
@@ -185,3 +187,31 @@ def setup_logging(verbose: bool) -> None:
     logging.getLogger("llama.cpp").setLevel(logging.DEBUG if verbose else logging.ERROR)
     logging.addLevelName(logging.WARNING, "warning")
     logging.addLevelName(logging.ERROR, "error")
+
+
+def embedding_model(note: Callable[[str], None] | None = None) -> Embedder | None:
+    """The embedding model (all-MiniLM-L6-v2), converted from its package into the model cache when it is first
+    needed (so a command that fails its checks converts nothing); None, said in one line on stderr, when the
+    package is not installed: words alone (BM25) still index and search."""
+    from converters.embedding import ensure_embedding_model, package_zip
+    from runtime.documents.embed import Embedder, model_path
+    from runtime.machine.hardware import ensure_backends, physical_cores
+    from runtime.models.cache import cache_root
+
+    path = model_path(cache_root())
+    if not path.is_file():
+        try:
+            package_zip()
+        except UserError as e:
+            (note or _note_on_stderr)(f"{e}; searching by words alone")
+            return None
+
+    def prepare() -> None:
+        ensure_embedding_model(path)
+        ensure_backends()
+
+    return Embedder(path, physical_cores(), prepare=prepare)
+
+
+def _note_on_stderr(text: str) -> None:
+    print(f"note: {text}", file=sys.stderr)

@@ -8,10 +8,10 @@ import sys
 import time
 from typing import TYPE_CHECKING, TextIO
 
+from commands.common import embedding_model
 from runtime.errors import UserError
 
 if TYPE_CHECKING:  # loaded inside `main`: `specquant --help` must not open SQLite or load pypdf
-    from runtime.documents.embed import Embedder
     from runtime.documents.library import AddResult, Library, Progress
 
 NAME = "docs"
@@ -82,30 +82,6 @@ def main(args: argparse.Namespace) -> int:
     finally:
         if embedder is not None:
             embedder.close()
-
-
-def embedding_model() -> Embedder | None:
-    """The embedding model (all-MiniLM-L6-v2), converted from its package into the model cache when it is first
-    needed (so a command that fails its checks converts nothing); None, said in one line on stderr, when the
-    package is not installed: words alone (BM25) still index and search."""
-    from converters.embedding import ensure_embedding_model, package_zip
-    from runtime.documents.embed import Embedder, model_path
-    from runtime.machine.hardware import ensure_backends, physical_cores
-    from runtime.models.cache import cache_root
-
-    path = model_path(cache_root())
-    if not path.is_file():
-        try:
-            package_zip()
-        except UserError as e:
-            print(f"note: {e}; searching by words alone", file=sys.stderr)
-            return None
-
-    def prepare() -> None:
-        ensure_embedding_model(path)
-        ensure_backends()
-
-    return Embedder(path, physical_cores(), prepare=prepare)
 
 
 def _index(lib: Library, args: argparse.Namespace) -> int:

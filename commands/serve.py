@@ -33,7 +33,9 @@ def main(args: argparse.Namespace) -> int:
     from runtime.engine.thread import EngineThread
 
     key = args.api_key or os.environ.get("SPECQUANT_API_KEY") or None
-    config = server.ServeConfig(args.host, args.port, key, tuple(args.cors_origin or ()))
+    config = server.ServeConfig(
+        args.host, args.port, key, tuple(args.cors_origin or ()), prepare_embeddings=_convert_embedding_model
+    )
     server.check_config(config)
     if args.max_queue < 1:
         raise UserError(f"--max-queue {args.max_queue} must be at least 1")
@@ -56,3 +58,12 @@ def main(args: argparse.Namespace) -> int:
         sock.close()
     print("stopped", file=sys.stderr)
     return 0
+
+
+def _convert_embedding_model() -> None:
+    """/v1/embeddings' first request converts the embedding model from its package (once, about a second)."""
+    from converters.embedding import ensure_embedding_model
+    from runtime.documents.embed import model_path
+    from runtime.models.cache import cache_root
+
+    ensure_embedding_model(model_path(cache_root()))

@@ -377,3 +377,18 @@ def test_embedding_runs_off_the_event_loop(api: tuple[str, openai.OpenAI], monke
         release.set()
         worker.join(60)
     assert len(answers) == 1 and len(answers[0].data[0].embedding) == 384
+
+
+def test_specquant_serve_converts_the_model_at_its_first_embedding(tmp_path: Path, demo_model) -> None:
+    """`specquant serve` on a cache without the embedding model converts it when it is first asked for."""
+    from tests.conftest import copy_of_demo
+    from tests.test_server import Served
+
+    cache = copy_of_demo(demo_model, tmp_path / "cache")
+    server = Served(cache)
+    try:
+        assert not model_path(cache).exists()
+        vectors = server.client().embeddings.create(model=MODEL_NAME, input=["hello", "world"]).data
+        assert len(vectors) == 2 and len(vectors[0].embedding) == 384 and model_path(cache).is_file()
+    finally:
+        assert server.stop() == 0, server.stderr()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,12 +30,14 @@ from starlette.responses import JSONResponse, Response
 from runtime.api.auth import authorize
 from runtime.api.responses import ApiError
 from runtime.documents.embed import Embedder, model_path
-from runtime.errors import Cancelled
+from runtime.errors import Cancelled, UserError
 from runtime.machine.hardware import ensure_backends, physical_cores
 from runtime.models.cache import cache_root
 
 if TYPE_CHECKING:
     from runtime.api.server import Service
+
+log = logging.getLogger("specquant.server")
 
 MAX_INPUTS = 2048  # OpenAI's own limit on one request's list
 MAX_TOKENS = 32768  # word pieces per request, once cut: about 10 s on 2 cores (3,300 word pieces/s)
@@ -100,6 +103,12 @@ class Embeddings:
 
     def _cached_model(self) -> Embedder:
         path = model_path(cache_root())
+        prepare = self.service.config.prepare_embeddings
+        if prepare is not None and not path.is_file():
+            try:
+                prepare()
+            except UserError as e:  # the package is missing or damaged: the 503 below says what to do
+                log.info("no embedding model: %s", e)
         if not path.is_file():
             words = ("the embedding model is not set up on this computer yet: run `specquant docs add PATH` once "
                      "(it converts all-MiniLM-L6-v2), then ask again")

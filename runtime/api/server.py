@@ -26,7 +26,7 @@ import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sse_starlette import EventSourceResponse
@@ -85,6 +85,9 @@ class ServeConfig:
     stall_s: float = STALL_S
     header_timeout_s: float = HEADER_TIMEOUT_S
     parse_deadline_s: float = PARSE_DEADLINE_S
+    # Called before the embedding model first loads: converts it on first use (converters.embedding, which
+    # runtime may not import; commands/serve.py and the window pass it). None: /v1/embeddings needs it converted.
+    prepare_embeddings: Callable[[], object] | None = field(default=None, compare=False)
 
 
 def check_config(config: ServeConfig) -> None:

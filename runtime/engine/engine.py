@@ -218,14 +218,23 @@ class Engine(Answers):
         for lib in self._libraries.values():
             with contextlib.suppress(Exception):  # SQLite refuses a close from another thread: it closes at exit
                 lib.close()
+            if lib.embedder is not None:
+                lib.embedder.close()
         self._libraries.clear()
 
     def library(self, index: str | None) -> Library:
         """The documents index that grounded answers read (None: the user's), opened once per Engine: on the
-        engine's thread, which every answer runs on."""
+        engine's thread, which every answer runs on. With the embedding model converted (`specquant docs add`
+        and the window's Documents panel convert it), search is hybrid; else BM25 alone."""
         lib = self._libraries.get(index)
         if lib is None:
-            lib = self._libraries[index] = Library(index)
+            from runtime.documents.embed import Embedder, model_path
+            from runtime.machine.hardware import ensure_backends
+
+            path = model_path(cache_root())
+            threads = self.settings.n_threads or self.hardware.physical_cores
+            embedder = Embedder(path, threads, prepare=ensure_backends) if path.is_file() else None
+            lib = self._libraries[index] = Library(index, embedder=embedder)
         return lib
 
     # --- per-model caches of an answer's prompt and grammar ---------------------------------------------
