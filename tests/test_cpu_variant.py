@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import llama_cpp
@@ -18,6 +19,7 @@ import pytest
 
 from runtime.errors import UserError
 from runtime.machine import cpu_variant, hardware
+from tests.conftest import REPO
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler to build test variants")
 
@@ -156,3 +158,14 @@ def test_this_process_runs_proven_kernels() -> None:
     else:
         assert kernels.variant == "built-in"
     assert kernels.describe().startswith(kernels.variant)
+
+
+def test_the_installed_build_passes_the_check_setup_sh_makes_of_a_native_build() -> None:
+    """`python -m runtime.machine.cpu_variant --check-build`: this build's kernels decode the probe model in a
+    child (setup.sh keeps a build compiled for this CPU only when it does)."""
+    done = subprocess.run([sys.executable, "-m", "runtime.machine.cpu_variant", "--check-build"],
+                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert done.returncode == 0, done.stderr
+    bad = subprocess.run([sys.executable, "-m", "runtime.machine.cpu_variant"], capture_output=True, text=True,
+                         cwd=REPO, timeout=60)
+    assert bad.returncode == 1 and "usage:" in bad.stderr

@@ -30,7 +30,8 @@ from pathlib import Path
 args = sys.argv[1:]
 wheels = Path(args[args.index("-w") + 1])
 go, log = Path(os.environ["FAKE_GO"]), Path(os.environ["FAKE_LOG"])
-log.write_text(os.environ.get("CMAKE_ARGS", "") + "\\n")
+with log.open("a") as f:  # appended: a fallback build logs its flags after the first's
+    f.write(os.environ.get("CMAKE_ARGS", "") + "\\n")
 print("Building wheel for llama-cpp-python (pyproject.toml)", flush=True)
 waiting = go.with_name("waiting")
 for i in range(1, STEPS + 1):
@@ -64,6 +65,9 @@ def fake_python(tmp_path: Path) -> Path:
         #!/bin/sh
         if [ "$1 $2 $3" = "-m pip wheel" ]; then shift 3; exec "{sys.executable}" "{build}" "$@"; fi
         if [ "$1 $2" = "-m pip" ]; then exit 0; fi
+        if [ "$1 $2 $3" = "-m runtime.machine.cpu_variant --check-build" ] && [ -n "$FAKE_CHECK_FAILS" ]; then
+          echo "this build's CPU kernels do not run here: killed by SIGILL" >&2; exit 1
+        fi
         exec "{sys.executable}" "$@"
         """)
     )
@@ -84,8 +88,11 @@ def awk_folder(tmp_path: Path, awk: str) -> Path:
     return folder
 
 
-def run_setup(tmp_path: Path, awk: str, fail: bool = False) -> tuple[list[tuple[float, str]], int, Path]:
-    """setup.sh's stderr lines with the time each arrived, its exit code, and the fake build's log."""
+def run_setup(
+    tmp_path: Path, awk: str, fail: bool = False, **more: str
+) -> tuple[list[tuple[float, str]], int, Path]:
+    """setup.sh's stderr lines with the time each arrived, its exit code, and the fake build's log (`more`:
+    further environment; the flavour is the installers' unless it says otherwise)."""
     go, log = tmp_path / "go", tmp_path / "fake.log"
     env = {
         "HOME": str(tmp_path / "home"),
@@ -95,6 +102,8 @@ def run_setup(tmp_path: Path, awk: str, fail: bool = False) -> tuple[list[tuple[
         "FAKE_GO": str(go),
         "FAKE_LOG": str(log),
         **({"FAKE_FAIL": "1"} if fail else {}),
+        "SPECQUANT_FLAVOUR": "cpu-all-variants",
+        **more,
     }
     started = time.monotonic()
     proc = subprocess.Popen(
@@ -104,7 +113,7 @@ def run_setup(tmp_path: Path, awk: str, fail: bool = False) -> tuple[list[tuple[
     lines = []
     for line in proc.stderr:
         lines.append((time.monotonic() - started, line.rstrip("\n")))
-        if "compiling llama.cpp 50%" in line:
+        if "compiling llama.cpp 50%" in line and not go.exists():  # the first build's; a fallback's runs on
             assert (tmp_path / "waiting").exists(), "the 50% line came after the build went on"
             go.touch()
     return lines, proc.wait(timeout=60), log
@@ -166,3 +175,27 @@ def test_progress_errors_are_one_line(tmp_path: Path) -> None:
                               "no-such-program-here"], capture_output=True, text=True)
     assert missing.returncode == 127 and "no-such-program-here" in missing.stderr
     assert missing.stderr.count("\n") == 1
+
+
+def test_a_native_build_is_kept_per_cpu_and_replaced_by_the_portable_one_where_it_does_not_run(
+    tmp_path: Path,
+) -> None:
+    lines, code, log = run_setup(tmp_path, "none", SPECQUANT_FLAVOUR="cpu-native")
+    assert code == 0, lines
+    native = [p for p in (tmp_path / "wheels").iterdir()]
+    assert len(native) == 1 and re.fullmatch(r"cpu-native-[0-9a-f]{12}", native[0].name)  # named after this CPU
+    assert (native[0] / "FLAGS").read_text().startswith("-DGGML_NATIVE=ON")
+    assert "about 3 to 8 minutes on 2 cores" in lines[0][1]
+    # Where the build for this CPU does not run (its check dies), the portable one is built and installed.
+    other = tmp_path / "other"
+    other.mkdir()
+    lines, code, log = run_setup(other, "none", SPECQUANT_FLAVOUR="cpu-native", FAKE_CHECK_FAILS="1")
+    texts = [text for _, text in lines]
+    assert code == 0, texts
+    assert "setup.sh: the build for this CPU does not run here; building the portable one instead" in texts
+    assert [line.split()[0] for line in log.read_text().splitlines() if line.startswith("-D")] == [
+        "-DGGML_NATIVE=ON", "-DGGML_NATIVE=OFF"
+    ]
+    folders = sorted(p.name for p in (other / "wheels").iterdir())
+    assert folders[0] == "cpu-all-variants" and folders[1].startswith("cpu-native-")
+    assert (other / "wheels" / folders[1] / "DOES-NOT-RUN").exists()  # and it is never tried here again
