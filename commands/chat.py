@@ -56,7 +56,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from runtime.documents.grounding import DEFAULT_TOP, Grounding
+    from runtime.documents.grounding import DEFAULT_TOP, Grounding, cited_numbers
     from runtime.engine.system_presets import find_preset
     from runtime.engine.thread import EngineThread
 
@@ -90,8 +90,9 @@ def main(args: argparse.Namespace) -> int:
                 "placement": last.placement.as_dict(),
                 "stats": last.stats.as_dict(),
             }
-            if options.documents is not None:
-                out["citations"] = [c.as_dict() for c in last.citations]
+            if options.documents is not None:  # each source, and whether the answer cites it
+                cited = cited_numbers(text)
+                out["citations"] = [c.as_dict() | {"cited": c.n in cited} for c in last.citations]
             if session.toolbox is not None:
                 out["rounds"] = outcome.rounds
                 out["calls"] = calls_json(outcome.calls, session.toolbox)

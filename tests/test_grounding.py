@@ -9,7 +9,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from runtime.documents.grounding import Citation, Grounding, grounded_messages, retrieve
+from runtime.documents.grounding import Citation, Grounding, cited_numbers, grounded_messages, retrieve
 from runtime.documents.library import Library
 from runtime.engine.engine import Engine, EngineSettings
 from runtime.engine.options import ChatOptions
@@ -76,6 +76,10 @@ def test_a_question_without_words_finds_nothing_and_says_so(tmp_path: Path) -> N
     assert "No passage of the user's documents matched" in grounded[0]["content"]
 
 
+def test_the_numbers_an_answer_cites() -> None:
+    assert cited_numbers("Run pip [1]. Then init [2, 3], not [x] or [1.5].") == {1, 2, 3}
+
+
 def test_where_names_the_file_the_lines_and_the_heading() -> None:
     c = Citation(1, "/home/ann/notes/install.md", "notes", "text", 1.0, lines=(3, 20), heading="Installing")
     assert c.where() == '/home/ann/notes/install.md, lines 3-20, "Installing"'
@@ -118,7 +122,9 @@ def test_the_cli_prints_the_sources_and_refuses_bad_flags_in_one_line(demo_cache
     assert "Sources:\n  [1] " in out.stdout and "install.md" in out.stdout
     data = run_cli("chat", "--docs", "--json", "--max-tokens", "8", "--prompt", QUESTION, env=env)
     assert data.returncode == 0, data.stderr
-    assert json.loads(data.stdout)["citations"][0]["path"].endswith("install.md")  # every collection
+    answer = json.loads(data.stdout)
+    assert answer["citations"][0]["path"].endswith("install.md")  # every collection
+    assert all(c["cited"] == (f"[{c['n']}]" in answer["text"]) for c in answer["citations"])
     assert_one_line_error(run_cli("chat", "--docs", "nope", "--prompt", "hi", env=env), "nope")
     assert_one_line_error(run_cli("chat", "--docs", "--docs-top", "0", "--prompt", "hi", env=env), "out of range")
     assert_one_line_error(run_cli("chat", "--docs-top", "3", "--prompt", "hi", env=env), "--docs-top needs --docs")

@@ -8,6 +8,7 @@ where n-gram lookup drafts it (runtime.decode.ngram) for the price of one verify
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
@@ -114,6 +115,14 @@ def grounded_question(question: str, citations: Sequence[Citation]) -> str:
     if not citations:
         return f"{NOTHING_FOUND}\n\nQuestion: {question}"
     return f"{INSTRUCTION}\n\nSources:\n\n{source_block(citations)}\n\nQuestion: {question}"
+
+
+_CITE = re.compile(r"\[(\d+(?:\s*,\s*\d+)*)\]")  # [1], [2, 3]
+
+
+def cited_numbers(answer: str) -> set[int]:
+    """The source numbers an answer cites: [1], [2, 3]."""
+    return {int(n) for group in _CITE.findall(answer) for n in group.split(",")}
 
 
 def grounded_messages(messages: Sequence[dict[str, Any]], citations: Sequence[Citation]) -> list[dict[str, Any]]:
