@@ -158,7 +158,7 @@ def test_the_rag_workload_reads_as_a_grounded_answer_and_scores_its_key_phrase()
     from commands.bench.workloads import ASSETS, load_prompts, score
 
     prompts = load_prompts([str(ASSETS / "rag.jsonl")], quick=False)
-    assert len(prompts) == 8 and all(p["kind"] == "contains" for p in prompts)
+    assert len(prompts) == 12 and all(p["kind"] == "contains" for p in prompts)
     first = prompts[0]
     assert first["prompt"].startswith("Answer the question from the numbered sources below.")
     assert "[1] install.md (Installing Frobnicator)" in first["prompt"]
