@@ -4,16 +4,23 @@ The window shows what this reports (as gpt4all-chat keeps its `Chat` apart from 
 
 One answer at a time. A message is stored before anything can fail; the answer when it completes (a
 regenerated one replaces the old only then); a stopped answer keeps the part written so far.
+
+A chat with tools answers through app.tool_runner's ToolTurn instead of the worker: the Live then also holds
+the turn's rounds of calls, and the answer is stored with them (app.store's `tool_turn`), stopped or not, as
+soon as a call has run: what a tool did is never forgotten.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from app.store import Store, StoredMessage
+from app.store import CALL_FIELDS, TOOL_TURN, Store, StoredMessage, chat_history
+from app.tool_runner import ToolSetup, ToolTurn
 from app.transcript import draft_mask
 from app.worker import ChatRequest, EngineWorker
 from runtime.engine.answer import Chunk
@@ -21,6 +28,7 @@ from runtime.engine.engine import EngineSettings
 from runtime.engine.options import ChatOptions, Message
 from runtime.engine.summary import answer_facts
 from runtime.engine.system_presets import SystemPreset, apply_preset
+from runtime.engine.tools import ToolRequest
 from runtime.plan.policy import more_precise
 
 TITLE_CHARS = 60  # a new conversation's title: the first message's words, cut here
@@ -50,6 +58,19 @@ class Live:
     text: str = ""
     flags: list[bool] = field(default_factory=list)  # per character: from an accepted draft token
     last: Chunk | None = None  # the latest Chunk
+    tool: ToolTurn | None = None  # a turn with tools: the loop that answers it
+    rounds: list[dict[str, Any]] = field(default_factory=list)  # its rounds of calls so far (app.store.tool_rounds)
+    round_open: bool = False  # the answer being written has called: its next words start a new round
+
+    def meta(self) -> dict[str, object]:
+        """What the answer stores (and shows while it streams): its facts, and its calls when it made any."""
+        meta = answer_meta(self.last, self.flags, self.text) if self.last is not None else {}
+        if self.rounds:
+            meta[TOOL_TURN] = [
+                {"content": r["content"], "calls": [{k: c.get(k) for k in CALL_FIELDS} for c in r["calls"]]}
+                for r in self.rounds
+            ]
+        return meta
 
 
 def answer_meta(chunk: Chunk, flags: list[bool], text: str) -> dict[str, object]:
@@ -62,6 +83,8 @@ class ChatController(QObject):
     chunks_taken = Signal(object)  # a list of Chunks in order, once they are part of `live` (the last alone)
     finished = Signal(object, str)  # the Live that ended, its text ("" when nothing was stored)
     failed = Signal(object, str, str)  # the Live that failed, a one-line reason ("" when stopped), its kind
+    calls_changed = Signal()  # a turn with tools: a call was proposed, decided or finished
+    approval_needed = Signal(object)  # a runtime.mcp.CallRequest for the user; reply with `answer_approval`
 
     def __init__(self, store: Store, worker: EngineWorker) -> None:
         super().__init__()
@@ -82,14 +105,17 @@ class ChatController(QObject):
         documents: str | None = None,
         preset: str | None = None,
         model: str | None = None,
+        tools: bool = False,
     ) -> Turn:
         """Store the user's `text` (in a new conversation titled by it, answering from `documents` with the
-        system-prompt `preset` and `model`, when `conversation` is None) before anything can fail, and return
-        the turn that answers it."""
+        system-prompt `preset`, `model` and `tools` on or off, when `conversation` is None) before anything can
+        fail, and return the turn that answers it."""
         if conversation is None:
             title = " ".join(text.split())
             ellipsis = "…" if len(title) > TITLE_CHARS else ""
             conversation = self.store.create(title[:TITLE_CHARS] + ellipsis, documents, preset, model)
+            if tools:
+                self.store.set_tools(conversation, True)
         self.store.add_message(conversation, "user", text)
         return Turn(conversation, self.store.messages(conversation))
 
@@ -120,12 +146,17 @@ class ChatController(QObject):
         settings: EngineSettings,
         options: ChatOptions,
         preset: SystemPreset | None = None,
+        tools: ToolSetup | None = None,
     ) -> Live:
-        """Start answering `turn` (its options built with `turn.parent`), told and sampled as `preset` says."""
-        history = [m.as_chat() for m in turn.messages]
+        """Start answering `turn` (its options built with `turn.parent`), told and sampled as `preset` says;
+        with `tools`, the model may call them (app.tool_runner)."""
+        history = chat_history(turn.messages)
+        if tools is None and len(history) > len(turn.messages):
+            # Earlier calls and results are shown to the model as the template writes them; none is offered.
+            options = replace(options, tools=ToolRequest((), "none"))
         if preset is not None:  # only the request carries the preset: the stored chat holds what was said
             history, options = apply_preset(preset, history, options)
-        return self.start(turn.conversation, history, model, settings, options, turn.replaces)
+        return self.start(turn.conversation, history, model, settings, options, turn.replaces, tools)
 
     # --- the answer in flight ------------------------------------------------------------------------
     def start(
@@ -136,12 +167,29 @@ class ChatController(QObject):
         settings: EngineSettings,
         options: ChatOptions,
         replaces: int | None = None,
+        tools: ToolSetup | None = None,
     ) -> Live:
         assert self.live is None, "one answer at a time"
         request = ChatRequest(next(self._ids), model, settings, history, options)
         self.live = Live(request, conversation, replaces)
-        self.worker.generate(request)
+        if tools is None:
+            self.worker.generate(request)
+            return self.live
+        turn = self.live.tool = ToolTurn(self.worker.runner, request, tools)
+        turn.status.connect(functools.partial(self._on_tool_status, turn))
+        turn.chunks.connect(functools.partial(self._on_tool_chunks, turn))
+        turn.round_started.connect(functools.partial(self._on_round, turn))
+        turn.call.connect(functools.partial(self._on_call, turn))
+        turn.ask.connect(functools.partial(self._on_ask, turn))
+        turn.finished.connect(functools.partial(self._on_tool_finished, turn))
+        turn.failed.connect(functools.partial(self._on_tool_failed, turn))
+        turn.start()
         return self.live
+
+    def answer_approval(self, decision: Any) -> None:
+        """The user's answer (a runtime.mcp.Decision) to the turn's open question."""
+        if self.live is not None and self.live.tool is not None:
+            self.live.tool.answer(decision)
 
     def stop(self) -> bool:
         """Ask the answer in flight to stop (within one verify cycle); False when there is none."""
@@ -185,6 +233,82 @@ class ChatController(QObject):
                 self.store.delete_message(live.replaces)
         self.chunks_taken.emit([chunk])
         self.finished.emit(live, text)
+
+    # --- a turn with tools (app.tool_runner.ToolTurn) ---------------------------------------------------
+    def _tool_live(self, turn: ToolTurn) -> Live | None:
+        live = self.live
+        return live if live is not None and live.tool is turn else None
+
+    def _on_tool_status(self, turn: ToolTurn, message: str) -> None:
+        if self._tool_live(turn) is not None:
+            self.status.emit(message)
+
+    def _on_tool_chunks(self, turn: ToolTurn, chunks: list[Chunk]) -> None:
+        live = self._tool_live(turn)
+        if live is None:
+            return
+        self._absorb(live.request.id, chunks)
+        self.chunks_taken.emit(chunks)
+
+    def _on_round(self, turn: ToolTurn, n: int) -> None:
+        live = self._tool_live(turn)
+        if live is not None and live.round_open:  # the last round's words went into its record
+            live.text, live.flags, live.round_open = "", [], False
+
+    def _on_call(self, turn: ToolTurn, record: dict[str, Any]) -> None:
+        live = self._tool_live(turn)
+        if live is None:
+            return
+        if not live.round_open:  # the first call of this answer: its words so far belong to the round
+            live.rounds.append({"content": live.text, "calls": []})
+            live.round_open = True
+        calls = live.rounds[-1]["calls"]
+        for i, c in enumerate(calls):
+            if c["id"] == record["id"]:
+                calls[i] = record
+                break
+        else:
+            calls.append(record)
+        self.calls_changed.emit()
+
+    def _on_ask(self, turn: ToolTurn, request: Any) -> None:
+        if self._tool_live(turn) is not None:
+            self.approval_needed.emit(request)
+
+    def _on_tool_finished(self, turn: ToolTurn, chunk: Chunk) -> None:
+        live = self._tool_live(turn)
+        if live is None:
+            return
+        live.last = chunk  # its text came with the stream already (the loop yields every Chunk)
+        self.live = None
+        text = self._store_tool_turn(live)
+        self.finished.emit(live, text)
+
+    def _on_tool_failed(self, turn: ToolTurn, message: str, kind: str) -> None:
+        live = self._tool_live(turn)
+        if live is None:
+            return
+        self.live = None
+        if live.round_open:  # stopped after a call: no words of a next answer yet
+            live.text, live.flags = "", []
+        if kind == "cancelled" and live.last is not None:  # the answer shows how it ended, as any stopped one
+            live.last = replace(live.last, stats=replace(live.last.stats, stop_reason="cancelled"))
+        stopped = kind == "cancelled"
+        text = self._store_tool_turn(live, keep_words=stopped)
+        if stopped and (text or live.rounds):
+            self.finished.emit(live, text)
+        else:
+            self.failed.emit(live, message, kind)
+
+    def _store_tool_turn(self, live: Live, keep_words: bool = True) -> str:
+        """Store the turn's answer with its calls: once a call ran, whatever ended the turn (what a tool did is
+        never forgotten); without calls, when there are words to `keep` (a finished or stopped answer)."""
+        text = live.text.strip() if keep_words or live.rounds else ""
+        if text or live.rounds:
+            self.store.add_message(live.conversation, "assistant", live.text, live.meta())
+            if live.replaces is not None:
+                self.store.delete_message(live.replaces)
+        return text
 
     def _on_failed(self, request_id: int, message: str, kind: str) -> None:
         live = self._current(request_id)

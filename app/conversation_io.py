@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.store import tool_rounds
 from runtime.errors import UserError
 
 FORMAT = "specquant-conversation"
@@ -53,12 +54,17 @@ def to_json(conv: ExportedConversation) -> str:
 
 
 def to_markdown(conv: ExportedConversation) -> str:
-    """The chat as Markdown: a heading per turn, the answer's model and speed in a quote, its sources listed."""
+    """The chat as Markdown: a heading per turn, an answer's tool calls listed before its words, its model and
+    speed in a quote, its sources listed."""
     out = [f"# {conv.title}", ""]
     if conv.documents is not None:
         out += [f"*Answers from documents: {conv.documents or 'all collections'}*", ""]
     for m in conv.messages:
-        out += [f"## {m.role.capitalize()}", "", m.content.rstrip(), ""]
+        out += [f"## {m.role.capitalize()}", ""]
+        for r in tool_rounds(m.meta) if m.role == "assistant" else []:
+            out += [r["content"].rstrip(), ""] if r["content"].strip() else []
+            out += [_call_line(c) for c in r["calls"]] + [""]
+        out += [m.content.rstrip(), ""]
         facts = m.meta  # an answer's stored facts (runtime.engine.summary.answer_facts)
         pair, speed = facts.get("pair"), facts.get("tok_per_s")
         if m.role == "assistant" and pair:
@@ -70,6 +76,14 @@ def to_markdown(conv: ExportedConversation) -> str:
             out += [f"{c.get('n', i)}. {c.get('path', '?')}" for i, c in enumerate(cited, 1) if isinstance(c, dict)]
             out.append("")
     return "\n".join(out).rstrip() + "\n"
+
+
+def _call_line(call: dict[str, Any]) -> str:
+    """One tool call as a list item: where it ran, what it was asked, its outcome and its result's first line."""
+    result = (call.get("result") or "").strip().splitlines()
+    head = result[0][:200] if result else ""
+    arguments = " ".join(str(call.get("arguments") or "").split())
+    return f"- Tool call: {call.get('server')} › {call.get('tool')} `{arguments}` — {call.get('outcome')}: {head}"
 
 
 def from_json(text: str, where: str) -> ExportedConversation:

@@ -18,6 +18,7 @@ from runtime.api import DEFAULT_PORT
 from runtime.decode.sampling import LLAMA_DEFAULTS, SamplingParams
 from runtime.engine.engine import ChatOptions, EngineSettings
 from runtime.engine.system_presets import SystemPreset
+from runtime.engine.tool_loop import DEFAULT_ROUNDS
 from runtime.errors import UserError
 from runtime.machine.rpc import parse_endpoints
 from runtime.plan.placement import PlacementSettings
@@ -25,6 +26,8 @@ from runtime.plan.placement import PlacementSettings
 ORGANIZATION = "SpecQuant"
 APPLICATION = "SpecQuant"
 THEMES = ("system", "light", "dark")
+# runtime.mcp.approval's modes, named here so that the settings load without the MCP SDK (half a second).
+APPROVAL_MODES = ("ask", "all", "none")
 
 log = logging.getLogger("specquant.app")
 
@@ -55,6 +58,11 @@ class AppSettings:
     # -1: a fresh seed for every answer (Regenerate samples anew). 0 to 2^64 - 1: every answer draws the same
     # numbers (settings file only, for reproducing a run; docs/cli.md, "Seeds", says what that repeats).
     seed: int = -1
+    tool_approval: str = "ask"  # MCP tool calls (Tools panel): ask each time, run all, or run none
+    # Settings file only, for tests and for reproducing a turn: the first answer's tool_choice ("required": it
+    # must call a tool, which makes a small model's call certain) and the answers per turn with tools.
+    tool_first_choice: str = "auto"
+    tool_rounds: int = DEFAULT_ROUNDS
 
     def check(self) -> AppSettings:
         """Raise UserError naming the first bad value (the runtime's own checks included)."""
@@ -64,6 +72,13 @@ class AppSettings:
             raise UserError(f"context size {self.n_ctx} is too small (at least 256)")
         if not 1 <= self.api_port <= 65535:
             raise UserError(f"API port {self.api_port} must be 1 to 65535")
+        if self.tool_approval not in APPROVAL_MODES:
+            modes = ", ".join(APPROVAL_MODES)
+            raise UserError(f"unknown tool approval mode {self.tool_approval!r}: use one of {modes}")
+        if self.tool_first_choice not in ("auto", "required"):
+            raise UserError(f"unknown first tool choice {self.tool_first_choice!r}: auto or required")
+        if not 1 <= self.tool_rounds <= 64:
+            raise UserError(f"answers per turn with tools {self.tool_rounds} is out of range: 1 to 64")
         if self.draft_length < 0:
             raise UserError(f"draft length {self.draft_length} must be 0 (automatic) or more")
         SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k)  # checked even if unused

@@ -1,5 +1,9 @@
 """Conversations and per-message stats in SQLite (WAL), written as each message completes.
 
+An answer that called tools keeps its calls and their results in its meta (`tool_turn`: each round's words and
+calls, see `tool_rounds`), so the turn is one row that regenerates, exports and deletes whole; `as_chats`
+replays it to the engine as the assistant's `tool_calls` and the `tool` messages that answered them.
+
 No Qt here: the window calls it on the GUI thread, and each call is one short transaction, so a crash or a
 kill loses at most the answer in flight.
 
@@ -31,9 +35,13 @@ log = logging.getLogger("specquant.app")
 
 # 2: conversations.documents (what a chat answers from). 3: conversations.preset (its system-prompt preset)
 # and conversations.model (the model it answers with). An older file is upgraded in place when opened: its
-# chats load with no documents, no preset and the window's current model.
+# chats load with no documents, no preset and the window's current model. conversations.tools (whether the
+# chat may call tools) came later without a new number: a reader of schema 3 selects the columns it knows, so
+# an older SpecQuant still opens a file that has it, and a file without it gains it when opened.
 SCHEMA_VERSION = 3
-ADDED_COLUMNS = ("documents", "preset", "model")  # nullable TEXT columns added since version 1, in order
+ADDED_COLUMNS = ("documents", "preset", "model", "tools")  # nullable TEXT columns added since version 1, in order
+TOOL_TURN = "tool_turn"  # an answer's meta: the rounds of tool calls before its last words (`tool_rounds`)
+CALL_FIELDS = ("id", "name", "arguments", "server", "tool", "outcome", "result", "is_error", "elapsed_s")
 ROLES = ("system", "user", "assistant")  # what a stored message may be (the table's CHECK)
 BUSY_TIMEOUT_S = 2.0  # how long a write waits for another program's lock before saying so (the GUI waits too)
 _SIDE_FILES = ("-wal", "-shm", "-journal")  # SQLite's companions: they belong to the main file's contents
@@ -48,7 +56,8 @@ CREATE TABLE IF NOT EXISTS conversations (
     updated REAL NOT NULL,
     documents TEXT,  -- what answers come from: NULL no documents, '' every collection, else a collection's name
     preset TEXT,  -- the system-prompt preset's name (runtime.engine.system_presets); NULL none
-    model TEXT  -- the model the chat answers with; NULL the window's current one
+    model TEXT,  -- the model the chat answers with; NULL the window's current one
+    tools TEXT  -- '1': its answers may call the Tools panel's tools; NULL they may not
 );
 CREATE TABLE IF NOT EXISTS messages (
     id INTEGER PRIMARY KEY,
@@ -84,6 +93,44 @@ class StoredMessage:
 
     def as_chat(self) -> dict[str, str]:
         return {"role": self.role, "content": self.content}
+
+    def as_chats(self) -> list[dict[str, Any]]:
+        """The message as the engine reads it: an answer that called tools first replays each round (its words
+        and `tool_calls`, then a `tool` message per result), then says its last words."""
+        out: list[dict[str, Any]] = []
+        for r in tool_rounds(self.meta) if self.role == "assistant" else []:
+            calls = [{"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+                     for c in r["calls"]]
+            out.append({"role": "assistant", "content": r["content"], "tool_calls": calls})
+            out += [{"role": "tool", "tool_call_id": c["id"], "name": c["name"], "content": c["result"]}
+                    for c in r["calls"]]
+        out.append(self.as_chat())
+        return out
+
+
+def tool_rounds(meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """An answer's rounds of tool calls, each `{"content": words, "calls": [call, ...]}` with a call's fields
+    (CALL_FIELDS: OpenAI's id, name and arguments; server, tool, outcome allowed/denied/stopped, the result the
+    model read, whether it was an error, seconds). Malformed entries (an edited or imported
+    file) are left out, so what is replayed is always a valid chat."""
+    rounds = meta.get(TOOL_TURN)
+    out: list[dict[str, Any]] = []
+    for r in rounds if isinstance(rounds, list) else []:
+        if not isinstance(r, dict) or not isinstance(r.get("calls"), list):
+            continue
+        calls = [
+            {k: c.get(k) for k in CALL_FIELDS}
+            for c in r["calls"]
+            if isinstance(c, dict) and all(isinstance(c.get(k), str) for k in ("id", "name", "arguments", "result"))
+        ]
+        if calls:
+            out.append({"content": r.get("content") if isinstance(r.get("content"), str) else "", "calls": calls})
+    return out
+
+
+def chat_history(messages: Sequence[StoredMessage]) -> list[dict[str, Any]]:
+    """The stored messages as the engine reads them (`StoredMessage.as_chats`)."""
+    return [m for message in messages for m in message.as_chats()]
 
 
 class _Damaged(Exception):
@@ -171,10 +218,10 @@ class Store:
             check = db.execute("PRAGMA quick_check").fetchone()[0]
             if check != "ok":
                 raise _Damaged(check)
-            if version < SCHEMA_VERSION:  # written only when needed: opening must not wait for another's lock
-                # An older table lacks the newer columns (CREATE TABLE IF NOT EXISTS adds none); a new file has them.
-                columns = {row[1] for row in db.execute("PRAGMA table_info(conversations)")}
-                missing = [name for name in ADDED_COLUMNS if columns and name not in columns]
+            # An older table lacks the newer columns (CREATE TABLE IF NOT EXISTS adds none); a new file has them.
+            columns = {row[1] for row in db.execute("PRAGMA table_info(conversations)")}
+            missing = [name for name in ADDED_COLUMNS if columns and name not in columns]
+            if version < SCHEMA_VERSION or missing:  # written only when needed: opening must not wait for a lock
                 upgrade = "".join(f"ALTER TABLE conversations ADD COLUMN {name} TEXT;" for name in missing)
                 db.executescript(f"BEGIN; {_SCHEMA} {upgrade} PRAGMA user_version={SCHEMA_VERSION}; COMMIT;")
         except BaseException:
@@ -310,6 +357,14 @@ class Store:
     def set_preset(self, conversation_id: int, preset: str | None) -> None:
         with self._guard():
             self.db.execute("UPDATE conversations SET preset = ? WHERE id = ?", (preset, conversation_id))
+
+    def tools(self, conversation_id: int) -> bool:
+        """Whether the conversation's answers may call tools (the Tools panel's "Tools in this chat")."""
+        return self._text_column("tools", conversation_id) == "1"
+
+    def set_tools(self, conversation_id: int, on: bool) -> None:
+        with self._guard():
+            self.db.execute("UPDATE conversations SET tools = ? WHERE id = ?", ("1" if on else None, conversation_id))
 
     def model(self, conversation_id: int) -> str | None:
         """The model the conversation last answered with (or was switched to); None if never recorded."""

@@ -9,6 +9,11 @@ its fence closes, so a long block is never re-lexed on every frame.
 A grounded answer's sources (its stored facts' "citations") follow it as a compact block: one link per
 source, to the file, with the passage as its tooltip.
 
+An answer that called tools shows each round's words and, for each call, a one-line block (collapsed by
+default): "server › tool — allowed — 0.12 s". A click expands it to the arguments and the result, inserted as
+plain text (never read as markup), a long result cut with a note. The blocks come from the answer's stored
+meta, so they are the same when the conversation is opened again.
+
 The draft tint is laid over the rendered Markdown: each rendered character is matched to the next equal
 source character (Markdown only removes syntax, so the rendered text is a subsequence of the source), and
 characters whose source came from an accepted draft token get the tint.
@@ -17,6 +22,7 @@ characters whose source came from an accepted draft token get the tint.
 from __future__ import annotations
 
 import html
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,7 +51,7 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QApplication, QTextBrowser, QWidget
 
 from app.code_highlight import highlight, language_label, mix
-from app.store import StoredMessage
+from app.store import StoredMessage, tool_rounds
 from runtime.engine.summary import stats_line
 
 _FENCE = re.compile(r"^(```|~~~)[ \t]*([\w+#.-]*)[^\n]*$", re.MULTILINE)
@@ -53,6 +59,8 @@ _SPACE = re.compile(r"\s")
 DRAFT_TINT = QColor(255, 196, 0, 70)  # readable over light and dark text alike
 COLUMN_EM = 52  # the reading column's widest measure, in font heights (~70 characters of prose)
 TOOLTIP_CHARS = 1200  # a source's passage in its tooltip, at most (a chunk is ~1,200-1,600 characters)
+RESULT_CHARS = 4000  # a tool's result as an expanded call block shows it, at most (the model read it whole)
+OUTCOMES = {"proposed": "waiting for approval", "running": "running…"}  # a call still under way
 
 
 @dataclass(frozen=True)
@@ -147,6 +155,35 @@ def source_tooltip(citation: dict[str, Any]) -> str:
     return f"<p style='white-space: pre-wrap'>{html.escape(text)}</p>"
 
 
+def call_heading(call: dict[str, Any]) -> str:
+    """A call block's line: `files › read_file — allowed — 0.12 s` (denied: no time; under way: its state)."""
+    head = f"{call.get('server') or '?'} › {call.get('tool') or call.get('name') or '?'}"
+    outcome = str(call.get("outcome") or "allowed")
+    if outcome in OUTCOMES:
+        return f"{head} — {OUTCOMES[outcome]}"
+    if outcome == "denied":
+        return f"{head} — denied"
+    if outcome == "allowed" and call.get("is_error"):
+        outcome = "allowed, failed"
+    elapsed = call.get("elapsed_s")
+    return f"{head} — {outcome}" + (f" — {elapsed:.2f} s" if isinstance(elapsed, int | float) else "")
+
+
+def shown_arguments(arguments: str) -> str:
+    """The arguments as indented JSON where they parse, else as the model wrote them."""
+    try:
+        return json.dumps(json.loads(arguments), indent=2, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return arguments
+
+
+def shown_result(text: str, limit: int = RESULT_CHARS) -> str:
+    """A result cut to `limit` characters for the transcript, with a note saying how much is not shown."""
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n[… {len(text) - limit:,} more characters not shown here; the model read them all]"
+
+
 class TranscriptView(QTextBrowser):
     """Renders a conversation; emits `copied` with the code a Copy link put on the clipboard, and
     `open_failed` with a source file that no application would open."""
@@ -168,11 +205,18 @@ class TranscriptView(QTextBrowser):
         self._frame: QTextFrame | None = None  # where blocks go: the root frame, or a user turn's frame
         self._fresh = False  # the block at the end is still unused (a new frame's first, the one after it)
         self._live_fresh = False
+        self._messages: Sequence[StoredMessage] = ()  # what is shown, to draw again when a call block toggles
+        self._live_shown: tuple[str, dict] = ("", {})  # the answer in flight as last drawn
+        self._calls: list[str] = []  # the call ids of the blocks shown, in order (their links' numbers)
+        self._live_calls = 0
+        self.expanded: set[str] = set()  # call ids whose blocks are open
 
     # --- whole conversations -----------------------------------------------------------------------
     def show_messages(self, messages: Sequence[StoredMessage]) -> None:
         self.clear()
+        self._messages = messages
         self._codes.clear()
+        self._calls.clear()
         self._live_start = None
         self._frame = None
         self._fresh = False
@@ -186,6 +230,7 @@ class TranscriptView(QTextBrowser):
         """Mark where the streamed answer starts; `update_live` redraws from here."""
         self._live_start = self._end_cursor().position()
         self._live_codes = len(self._codes)
+        self._live_calls = len(self._calls)
         self._live_role = role
         self._live_fresh = self._fresh
 
@@ -199,6 +244,8 @@ class TranscriptView(QTextBrowser):
         cursor.removeSelectedText()
         self._fresh = self._live_fresh  # removing leaves the block the answer started in, empty again
         del self._codes[self._live_codes :]
+        del self._calls[self._live_calls :]
+        self._live_shown = (text, meta or {})
         self._append(self._live_role, text, meta or {}, live=True)
         if at_bottom:
             self._scroll_to_end()
@@ -250,11 +297,11 @@ class TranscriptView(QTextBrowser):
         head.setFontWeight(QFont.Weight.Bold)
         head.setForeground(palette.color(QPalette.ColorRole.Highlight if role == "user" else QPalette.ColorRole.Text))
         cursor.insertText(who, head)
-        for seg in split_code(content):
-            if seg.kind == "code":
-                self._code(seg, flags, colour=seg.closed or not live)
-            else:
-                self._markdown(seg, flags)
+        for r in tool_rounds(meta) if role == "assistant" else []:
+            self._body(r["content"], None, live=False)
+            for call in r["calls"]:
+                self._call(call)
+        self._body(content, flags, live)
         if self._frame is not None:
             self._frame = None
             self._fresh = True  # Qt keeps an empty block after a frame: the next turn starts in it
@@ -267,6 +314,64 @@ class TranscriptView(QTextBrowser):
             small.setForeground(palette.color(QPalette.ColorRole.PlaceholderText))
             small.setFontPointSize(max(7.0, self.font().pointSizeF() * 0.85))
             self._new_block(top_margin=self._line() * 0.2).insertText(line, small)
+
+    def _body(self, content: str, flags: list[bool] | None, live: bool) -> None:
+        for seg in split_code(content):
+            if seg.kind == "code":
+                self._code(seg, flags, colour=seg.closed or not live)
+            else:
+                self._markdown(seg, flags)
+
+    def _call(self, call: dict[str, Any]) -> None:
+        """A call's block: its line as a link that opens or closes it; open, its arguments and result."""
+        palette = self._colours()
+        small = QTextCharFormat()
+        small.setForeground(palette.color(QPalette.ColorRole.PlaceholderText))
+        small.setFontPointSize(max(7.0, self.font().pointSizeF() * 0.85))
+        is_open = call["id"] in self.expanded
+        link = QTextCharFormat(small)
+        link.setAnchor(True)
+        link.setAnchorHref(f"call:{len(self._calls)}")
+        link.setForeground(palette.color(QPalette.ColorRole.Link))
+        link.setToolTip("Hide the arguments and the result" if is_open else "Show the arguments and the result")
+        self._calls.append(call["id"])
+        self._new_block(top_margin=self._line() * 0.3).insertText(
+            ("▾ " if is_open else "▸ ") + call_heading(call), link
+        )
+        if not is_open:
+            return
+        label = QTextCharFormat(small)
+        label.setFontWeight(QFont.Weight.Bold)
+        mono = QTextCharFormat()
+        font = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+        font.setPointSizeF(self.font().pointSizeF() * 0.9)
+        mono.setFont(font)
+        mono.setForeground(palette.color(QPalette.ColorRole.Text))
+        result = str(call.get("result") or "") or "(no result yet)"
+        for title, text in (("Arguments", shown_arguments(str(call.get("arguments") or ""))),
+                            ("Result", shown_result(result))):
+            self._indented_block(self._line() * 0.2).insertText(title, label)
+            self._indented_block().insertText(text, mono)  # plain text: a result's markup is shown, not run
+
+    def _indented_block(self, top_margin: float = 0) -> QTextCursor:
+        cursor = self._new_block(top_margin)
+        fmt = cursor.blockFormat()
+        fmt.setLeftMargin(self._line())
+        cursor.setBlockFormat(fmt)
+        return cursor
+
+    def toggle_call(self, call_id: str) -> None:
+        """Open or close a call's block, drawing the conversation again where the reader is."""
+        self.expanded ^= {call_id}
+        bar = self.verticalScrollBar()
+        value = bar.value()
+        live = self._live_start is not None
+        role, (text, meta) = self._live_role, self._live_shown
+        self.show_messages(self._messages)
+        if live:
+            self.begin_live(role)
+            self.update_live(text, meta)
+        bar.setValue(value)
 
     def _sources(self, citations: list[dict[str, Any]]) -> None:
         """"Sources" and one small link per source: to its file, the passage as the tooltip."""
@@ -411,6 +516,11 @@ class TranscriptView(QTextBrowser):
         if url.isLocalFile():  # a source of a grounded answer: the system's application for the file
             if not QDesktopServices.openUrl(url):
                 self.open_failed.emit(url.toLocalFile())
+            return
+        if url.scheme() == "call":
+            index = int(url.path() or -1)
+            if 0 <= index < len(self._calls):
+                self.toggle_call(self._calls[index])
             return
         if url.scheme() == "copy":
             index = int(url.path() or -1)

@@ -1,12 +1,17 @@
 """The main window: conversations, transcript, input, status bar; inference on the worker thread. It wires the
-panels (built in app.window_panels, which sets their widgets on it) to the chat flow (app.chat_controller)."""
+panels (built in app.window_panels, which sets their widgets on it) to the chat flow (app.chat_controller).
+
+It owns the MCP host of a chat with tools (#43): created when such a chat first answers (or a server is
+started in the Tools panel), replaced when mcp.json changes, and closed with the window. Approval questions
+open app.approval_dialog without a nested event loop; Stop and closing the window deny them."""
 
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QCoreApplication, QEvent, QSettings, Qt, Signal
 from PySide6.QtGui import QCloseEvent
@@ -22,7 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 from app import window_panels as panels
-from app.chat_controller import AtHighestPrecision, ChatController, Live, Turn, answer_meta
+from app.chat_controller import AtHighestPrecision, ChatController, Live, Turn
 from app.conversation_io import exported, read_file, write_file
 from app.models_dialog import ModelsDialog
 from app.presets_dialog import PresetsDialog
@@ -30,6 +35,8 @@ from app.settings import AppSettings, load_settings, save_settings
 from app.settings_dialog import SettingsDialog
 from app.store import Store
 from app.theme import apply_look
+from app.tool_runner import ToolSetup
+from app.tool_switches import ToolSwitches
 from app.worker import EngineWorker
 from runtime.documents.grounding import Grounding
 from runtime.engine.answer import Chunk
@@ -38,9 +45,13 @@ from runtime.engine.thread import EngineThread
 from runtime.errors import UserError
 from runtime.models.cache import DEMO_NAME, cache_root, list_models
 
+if TYPE_CHECKING:  # the MCP SDK loads only once a chat uses tools
+    from app.approval_dialog import ApprovalDialog
+
 API_QUEUE = 32  # API requests that may wait for the engine (the window's own never wait on this bound)
 NOTE_MS = 10_000  # how long a one-line note (an export, an import, a preset file's fault) stays in the status bar
 EXPORT_FILTERS = "Markdown (*.md);;JSON (*.json)"
+TOOL_JOIN_S = 5.0  # at close: how long the loop's thread may take to end (a Stop reaches it within ~0.05 s)
 
 
 class MainWindow(QMainWindow):
@@ -60,6 +71,13 @@ class MainWindow(QMainWindow):
         self.unsent_documents: str | None = None  # what a new chat answers from, until its first message
         self.unsent_preset: str | None = None  # a new chat's system-prompt preset, until its first message
         self.presets: list[SystemPreset] = list(SHIPPED)  # what the Preset box offers (refresh_presets)
+        self.unsent_tools = False  # a new chat's "Tools in this chat", until its first message
+        self.tool_host: Any = None  # runtime.mcp.McpHost, once a chat with tools answered (ensure_tool_host)
+        self.tool_switches = ToolSwitches()
+        self.approval_dialog: ApprovalDialog | None = None  # the question open now
+        self.has_documents = False  # a documents collection exists: the built-in search is a tool
+        self._retiring: Any = None  # a host replaced while a turn still uses it: closed when the turn ends
+        self._host_closers: list[threading.Thread] = []
         self._closing = False
         self.setWindowTitle("SpecQuant")
         self.resize(1100, 720)
@@ -77,6 +95,8 @@ class MainWindow(QMainWindow):
         self.chat.chunks_taken.connect(self._on_chunks)
         self.chat.finished.connect(self._on_finished)
         self.chat.failed.connect(self._on_failed)
+        self.chat.calls_changed.connect(self._render_live)
+        self.chat.approval_needed.connect(self._ask_approval)
 
         self.models.models_changed.connect(self.refresh_models)
         self.models.use_model.connect(self.select_model)
@@ -104,7 +124,7 @@ class MainWindow(QMainWindow):
     # --- layout ------------------------------------------------------------------------------------
     def _build(self) -> None:
         """Lay out the panels that app.window_panels builds (in the order that makes the focus chain)."""
-        side = panels.side_tabs(self, panels.sidebar(self), panels.documents(self))
+        side = panels.side_tabs(self, panels.sidebar(self), panels.documents(self), panels.tools(self))
         top = panels.model_bar(self)
         welcome = panels.welcome(self)
         transcript = panels.transcript(self)
@@ -225,6 +245,9 @@ class MainWindow(QMainWindow):
             self.store.documents(conversation_id) if conversation_id is not None else self.unsent_documents
         )
         self._show_preset(self.store.preset(conversation_id) if conversation_id is not None else self.unsent_preset)
+        self.tools_panel.show_chat_tools(
+            self.store.tools(conversation_id) if conversation_id is not None else self.unsent_tools
+        )
         if self.live is not None and self.live.conversation == conversation_id:
             self.transcript.begin_live()
             self._render_live()
@@ -234,6 +257,7 @@ class MainWindow(QMainWindow):
     def new_conversation(self) -> None:
         self.unsent_documents = None  # a new chat starts without documents or preset
         self.unsent_preset = None
+        self.unsent_tools = False
         self.open_conversation(None)
         self.input.setFocus()
 
@@ -270,7 +294,9 @@ class MainWindow(QMainWindow):
             self.banner.show_error("There is no model yet: set up the demo model or add one.", "Set up demo model")
             return
         # Stored before anything can fail.
-        turn = self.chat.new_turn(self.conversation, text, self.unsent_documents, self.unsent_preset, self.model)
+        turn = self.chat.new_turn(
+            self.conversation, text, self.unsent_documents, self.unsent_preset, self.model, self.unsent_tools
+        )
         self.conversation = turn.conversation
         self.input.clear()
         self._start(turn)
@@ -298,11 +324,12 @@ class MainWindow(QMainWindow):
                 options = replace(options, documents=Grounding(documents or None, index=str(self.documents_index)))
             preset, missing = self._chat_preset(turn.conversation)
             self.store.set_model(turn.conversation, self.model)
+            tools = self._tool_setup() if self.store.tools(turn.conversation) else None
         except UserError as e:
             self.banner.show_error(str(e))
             self._set_busy(False)
             return
-        self.chat.answer(turn, self.model, self.settings.engine_settings(), options, preset)
+        self.chat.answer(turn, self.model, self.settings.engine_settings(), options, preset, tools)
         self.banner.hide()
         if missing:
             self.banner.show_error(f"The preset {missing} is gone: this answer has none. Pick another under Preset.")
@@ -311,6 +338,7 @@ class MainWindow(QMainWindow):
         self._set_busy(True)
 
     def stop(self) -> None:
+        self._close_approval()  # denies: the turn ends (its cancel is set just below)
         if self.chat.stop():
             self.stop_button.setEnabled(False)
             self.statusBar().showMessage("Stopping…", 2000)
@@ -333,6 +361,7 @@ class MainWindow(QMainWindow):
         self.chunk_shown.emit(last)
 
     def _on_finished(self, live: Live, text: str) -> None:
+        self._turn_ended(live)
         if self.conversation == live.conversation:
             self.open_conversation(live.conversation)
         self.statusBar().clearMessage()
@@ -340,6 +369,7 @@ class MainWindow(QMainWindow):
         self.answer_finished.emit(text)
 
     def _on_failed(self, live: Live, message: str, kind: str) -> None:
+        self._turn_ended(live)
         if self.conversation == live.conversation:
             self.open_conversation(live.conversation)  # the user's message stays; only the answer is gone
         self.statusBar().clearMessage()
@@ -352,8 +382,7 @@ class MainWindow(QMainWindow):
         live = self.live
         if live is None or live.conversation != self.conversation:
             return
-        meta = answer_meta(live.last, live.flags, live.text) if live.last is not None else {}
-        self.transcript.update_live(live.text or "…", meta)
+        self.transcript.update_live(live.text or "…", live.meta())
         if live.last is not None:
             self.stats.show_answer(live.last, self.model)
 
@@ -392,6 +421,8 @@ class MainWindow(QMainWindow):
         for name in names:
             self.answer_from.addItem(name, name)
         self._show_documents(current)
+        self.has_documents = bool(names)
+        self.tools_panel.show_documents(self.has_documents)
 
     def _show_documents(self, documents: str | None) -> None:
         box = self.answer_from
@@ -400,6 +431,82 @@ class MainWindow(QMainWindow):
             box.addItem(documents, documents)
             index = box.count() - 1
         box.setCurrentIndex(index)
+
+    # --- tools (MCP servers and the built-in documents search) -----------------------------------------
+    def choose_tools(self, on: bool) -> None:
+        """Whether this chat's answers may call tools; kept with the conversation, as its preset is."""
+        if self.conversation is None:
+            self.unsent_tools = on
+            return
+        try:
+            self.store.set_tools(self.conversation, on)
+        except UserError as e:
+            self.banner.show_error(str(e))
+
+    def choose_tool_mode(self, mode: str) -> None:
+        self._save(replace(self.settings, tool_approval=mode))
+
+    def ensure_tool_host(self) -> Any:
+        """The McpHost of mcp.json's servers, created on first use (None without servers); UserError for a
+        file that cannot be read."""
+        if self.tool_host is None:
+            from runtime.mcp import McpHost, load_config
+
+            config = load_config()
+            self.tool_host = McpHost(config) if config.servers else None
+        return self.tool_host
+
+    def retire_tool_host(self) -> None:
+        """mcp.json changed: the next use builds a new host; the old one closes (after the turn that uses it)."""
+        host, self.tool_host = self.tool_host, None
+        if host is None:
+            return
+        live = self.live
+        if live is not None and live.tool is not None and live.tool.setup.host is host:
+            self._retiring = host
+        else:
+            self._close_host(host)
+
+    def _close_host(self, host: Any) -> None:
+        """Close a host off the GUI thread: a stubborn server takes seconds to end."""
+        closer = threading.Thread(target=host.close, name="mcp-close", daemon=True)
+        closer.start()
+        self._host_closers.append(closer)
+
+    def _tool_setup(self) -> ToolSetup:
+        documents = self.documents_index if self.has_documents and self.documents_index.exists() else None
+        s = self.settings
+        return ToolSetup(self.ensure_tool_host(), s.tool_approval, self.tool_switches, documents,
+                         s.tool_first_choice, s.tool_rounds)
+
+    def _ask_approval(self, request: Any) -> None:
+        """The turn asks whether a call may run: a window-modal question, answered through `decided`."""
+        from app.approval_dialog import ApprovalDialog
+
+        self._close_approval()
+        dialog = self.approval_dialog = ApprovalDialog(request, self)
+        dialog.decided.connect(lambda decision: self._on_approval(dialog, decision))
+        dialog.open()
+
+    def _on_approval(self, dialog: ApprovalDialog, decision: Any) -> None:
+        if self.approval_dialog is dialog:
+            self.approval_dialog = None
+        self.chat.answer_approval(decision)
+        dialog.deleteLater()
+
+    def _close_approval(self) -> None:
+        if self.approval_dialog is not None:
+            self.approval_dialog.reject()  # Deny
+
+    def _turn_ended(self, live: Live) -> None:
+        if live.tool is None:
+            return
+        self._close_approval()
+        if self._retiring is not None:
+            self._close_host(self._retiring)
+            self._retiring = None
+        if self.tools_panel.loaded:
+            self.tools_panel.refresh()  # a new "always", a server's new state
 
     # --- system-prompt presets ----------------------------------------------------------------------
     def refresh_presets(self) -> None:
@@ -546,6 +653,7 @@ class MainWindow(QMainWindow):
         """Cancel an answer or conversion in flight, free the models on their thread, and wait for it."""
         if not self._closing:
             self._closing = True
+            self._close_approval()
             self.chat.stop()
             self.models.shutdown()
             self.documents.shutdown()  # cancels indexing between two files; the rest stays pending
@@ -556,6 +664,15 @@ class MainWindow(QMainWindow):
             # deliver them now (it passes them on to the chat controller), so the partial answer is saved
             # before the history closes.
             QCoreApplication.sendPostedEvents(self.worker, QEvent.Type.MetaCall)
+            live = self.chat.live
+            if live is not None and live.tool is not None:  # the same for a turn with tools: it ends at the Stop
+                live.tool.join(TOOL_JOIN_S)
+                live.tool.flush()
             self.chat.live = None
+            for host in (self.tool_host, self._retiring):
+                if host is not None:
+                    host.close()  # bounded: the SDK ends even a server that ignores it within ~8 s
+            for closer in self._host_closers:
+                closer.join(TOOL_JOIN_S)
             self.store.close()
         event.accept()

@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 
 from app.documents_panel import DocumentsPanel
 from app.stats_bar import StatsBar
+from app.tools_panel import ToolsPanel
 from app.transcript import TranscriptView
 from app.widgets import ErrorBanner, InputBox
 
@@ -70,12 +71,23 @@ def documents(w: MainWindow) -> DocumentsPanel:
     return w.documents
 
 
-def side_tabs(w: MainWindow, chats: QWidget, docs: QWidget) -> QTabWidget:
-    """Chats and Documents share the left column: the reading column keeps its width."""
+def tools(w: MainWindow) -> ToolsPanel:
+    """The MCP servers and their tools (app.tools_panel), on the window's lazily created McpHost."""
+    w.tools_panel = ToolsPanel(lambda: w.tool_host, w.ensure_tool_host, w.tool_switches)
+    w.tools_panel.show_mode(w.settings.tool_approval)
+    w.tools_panel.chat_tools_changed.connect(w.choose_tools)
+    w.tools_panel.mode_changed.connect(w.choose_tool_mode)
+    w.tools_panel.servers_changed.connect(w.retire_tool_host)
+    return w.tools_panel
+
+
+def side_tabs(w: MainWindow, chats: QWidget, docs: QWidget, tools_tab: QWidget) -> QTabWidget:
+    """Chats, Documents and Tools share the left column: the reading column keeps its width."""
     w.side_tabs = QTabWidget()
     w.side_tabs.setDocumentMode(True)
     w.side_tabs.addTab(chats, "C&hats")
     w.side_tabs.addTab(docs, "&Documents")
+    w.side_tabs.addTab(tools_tab, "T&ools")
     return w.side_tabs
 
 

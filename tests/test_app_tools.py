@@ -1,0 +1,305 @@
+"""MCP tools in the window (#43), offscreen, on the demo model and tests/mcp_server.py: a call approved through
+the dialog (its call block, its result, the answer after it, the chat going on without tools, and all of it
+after reopening), a denial that never reaches the server, "always allow" remembered and revoked in the Tools
+panel, Stop during a call that hangs, the panel's Add server / Start / switches / Remove, the dialog's Esc and
+Enter, and a history from before the tools column."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt, QUrl
+from PySide6.QtWidgets import QMessageBox
+
+from app.approval_dialog import ApprovalDialog
+from app.chat_controller import Live
+from app.store import Store
+from app.tool_runner import OfferedTools
+from app.tools_panel import AddServerDialog
+from app.window import MainWindow
+from runtime.mcp import Approvals, CallRequest, Decision
+from runtime.mcp.approval import DENIED
+from tests.test_app import ANSWER_MS, open_window
+
+SERVER = str(Path(__file__).with_name("mcp_server.py"))
+ASK = "What is 17 plus 25? Use the tool."
+TURN_MS = 4 * ANSWER_MS  # a model load, a server's start and two answers on 2 busy cores
+
+
+@pytest.fixture
+def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The window's data folder and config folder (mcp.json, approvals, switches): the user's never."""
+    (tmp_path / "data").mkdir()
+    monkeypatch.setenv("SPECQUANT_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("SPECQUANT_CONFIG_DIR", str(tmp_path / "config"))
+    return tmp_path / "config"
+
+
+def servers(config: Path, **tools: str) -> None:
+    """mcp.json with one server per keyword: its name, and the one tool tests/mcp_server.py lists."""
+    config.mkdir(exist_ok=True)
+    entries = {name: {"command": sys.executable, "args": [SERVER, "--only", tool]} for name, tool in tools.items()}
+    (config / "mcp.json").write_text(json.dumps({"mcpServers": entries}))
+
+
+def window(qtbot, config: Path, **overrides: object) -> MainWindow:
+    """A window whose first answer with tools must call one (a hidden setting), greedy, two answers a turn."""
+    settings = {"max_tokens": 48, "model_sampling": False, "temperature": 0.0, "tool_first_choice": "required",
+                "tool_rounds": 2} | overrides
+    w = open_window(config.parent / "data", **settings)
+    qtbot.addWidget(w)
+    return w
+
+
+def send(w: MainWindow, text: str) -> None:
+    w.input.setPlainText(text)
+    w.send()
+
+
+def question(qtbot, w: MainWindow) -> ApprovalDialog:
+    """The approval dialog, once the turn opens it (a turn that ends without asking fails at once)."""
+    qtbot.waitUntil(lambda: w.live is None or (w.approval_dialog is not None and w.approval_dialog.isVisible()),
+                    timeout=TURN_MS)
+    assert w.approval_dialog is not None, "the turn ended without asking"
+    return w.approval_dialog
+
+
+def server_rows(panel) -> list[tuple[str, str]]:
+    """The Tools panel's servers as the user sees them: (name, state)."""
+    return [(panel.tree.topLevelItem(i).text(0), panel.tree.topLevelItem(i).text(1))
+            for i in range(panel.tree.topLevelItemCount())]
+
+
+def calls(w: MainWindow, conversation: int) -> list[dict]:
+    answer = w.store.messages(conversation)[-1]
+    return [c for r in answer.meta.get("tool_turn", []) for c in r["calls"]]
+
+
+def test_a_call_allowed_once_shows_its_block_and_result_and_the_chat_goes_on(
+    qtbot, demo_cache: Path, config: Path
+) -> None:
+    servers(config, calc="add")
+    w = window(qtbot, config)
+    assert w.tool_host is None  # nothing starts before a chat with tools answers
+    w.tools_panel.chat_tools.setChecked(True)  # a new chat's choice, kept with its first message
+    streamed: list[str] = []
+    w.chat.chunks_taken.connect(lambda chunks: streamed.extend(c.text for c in chunks))
+    with qtbot.waitSignal(w.answer_finished, timeout=TURN_MS) as done:
+        send(w, ASK)
+        dialog = question(qtbot, w)
+        assert (dialog.server_label.text(), dialog.tool_label.text()) == ("calc", "add")
+        assert json.loads(dialog.arguments.toPlainText()) == {"a": 17, "b": 25} and dialog.arguments.isReadOnly()
+        assert "waiting for approval" in w.transcript.toPlainText()
+        dialog.allow_once_button.click()
+    chat = w.conversation
+    assert w.store.tools(chat) and done.args[0]  # the final answer, after the result
+    [call] = calls(w, chat)
+    assert (call["server"], call["tool"], call["outcome"], call["result"]) == ("calc", "add", "allowed", "42")
+    answer = w.store.messages(chat)[-1]
+    assert [m.role for m in w.store.messages(chat)] == ["user", "assistant"]  # one turn: one row
+    assert "".join(streamed) == answer.meta["tool_turn"][0]["content"] + answer.content  # each word once
+    shown = w.transcript.toPlainText()
+    assert f"calc › add — allowed — {call['elapsed_s']:.2f} s" in shown and "Result" not in shown  # collapsed
+    w.transcript.anchorClicked.emit(QUrl("call:0"))
+    assert "Result\n42" in w.transcript.toPlainText() and '"a": 17' in w.transcript.toPlainText()
+
+    # Without tools now: the calls and their result are sent back, as the template shows them; none offered.
+    w.tools_panel.chat_tools.setChecked(False)
+    lives: list[Live] = []
+    w.chat.finished.connect(lambda live, _: lives.append(live))
+    with qtbot.waitSignal(w.answer_finished, timeout=ANSWER_MS) as again:
+        send(w, "Thanks. And 2 plus 2?")
+    request = lives[-1].request
+    assert [m["role"] for m in request.messages] == ["user", "assistant", "tool", "assistant", "user"]
+    assert request.messages[1]["tool_calls"][0]["function"]["name"] == "calc__add"
+    assert request.messages[2]["content"] == "42" and request.options.tools.choice == "none"
+    assert again.args[0]
+    w.close()
+
+    reopened = window(qtbot, config)
+    reopened.open_conversation(chat)
+    assert "calc › add — allowed" in reopened.transcript.toPlainText()
+    assert not reopened.tools_panel.chat_tools.isChecked()
+    reopened.transcript.toggle_call(call["id"])
+    assert "Result\n42" in reopened.transcript.toPlainText()
+    reopened.close()
+
+
+def test_deny_never_reaches_the_server_and_always_is_remembered_then_revoked(
+    qtbot, demo_cache: Path, config: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    servers(config, calc="add")
+    w = window(qtbot, config)
+    host = w.ensure_tool_host()
+    ran: list[str] = []
+    real_call = host.call
+    monkeypatch.setattr(host, "call", lambda name, *a, **k: ran.append(name) or real_call(name, *a, **k))
+    w.tools_panel.chat_tools.setChecked(True)
+    with qtbot.waitSignal(w.answer_finished, timeout=TURN_MS):
+        send(w, ASK)
+        qtbot.keyClick(question(qtbot, w), Qt.Key.Key_Escape)  # Esc is Deny
+    [call] = calls(w, w.conversation)
+    assert (call["outcome"], call["result"], ran) == ("denied", DENIED, [])
+    assert "calc › add — denied" in w.transcript.toPlainText()
+
+    with qtbot.waitSignal(w.answer_finished, timeout=TURN_MS):
+        send(w, ASK)
+        question(qtbot, w).always_button.click()
+    assert ran == ["calc__add"] and calls(w, w.conversation)[0]["result"] == "42"
+    assert Approvals().allowed() == {"calc": frozenset({"add"})}
+    asked: list[object] = []
+    w.chat.approval_needed.connect(asked.append)
+    with qtbot.waitSignal(w.answer_finished, timeout=TURN_MS):
+        send(w, ASK)
+    assert asked == [] and ran == ["calc__add"] * 2  # remembered: it ran without a question
+
+    panel = w.tools_panel
+    w.side_tabs.setCurrentWidget(panel)  # shown: it reads mcp.json and the approvals
+    assert [panel.approvals.item(i).text() for i in range(panel.approvals.count())] == ["calc › add"]
+    panel.approvals.setCurrentRow(0)
+    panel.revoke_button.click()
+    assert Approvals().allowed() == {} and panel.approvals.count() == 0
+
+    # Asked again now; closing the window with the question open denies, and ends the turn at once.
+    send(w, ASK)
+    question(qtbot, w)
+    chat = w.conversation
+    started = time.monotonic()
+    w.close()
+    assert time.monotonic() - started < 15 and ran == ["calc__add"] * 2
+    store = Store(config.parent / "data" / "conversations.sqlite3")
+    last = store.messages(chat)[-1]
+    assert [c["outcome"] for c in last.meta["tool_turn"][0]["calls"]] == ["denied"]
+    assert last.as_chats()[-2] == {"role": "tool", "tool_call_id": last.meta["tool_turn"][0]["calls"][0]["id"],
+                                   "name": "calc__add", "content": DENIED}
+    store.close()
+
+
+def test_stop_during_a_call_that_hangs_ends_the_turn_at_once(qtbot, demo_cache: Path, config: Path) -> None:
+    servers(config, slow="hang")
+    w = window(qtbot, config)
+    w.tools_panel.mode_box.setCurrentIndex(w.tools_panel.mode_box.findData("all"))
+    w.tools_panel.mode_box.activated.emit(w.tools_panel.mode_box.currentIndex())
+    assert w.settings.tool_approval == "all"
+    w.tools_panel.chat_tools.setChecked(True)
+    send(w, "Wait for me.")
+    qtbot.waitUntil(lambda: w.live is not None and any(c["outcome"] == "running" for r in w.live.rounds
+                                                         for c in r["calls"]), timeout=TURN_MS)
+    started = time.monotonic()
+    with qtbot.waitSignal(w.answer_finished, timeout=5000):
+        qtbot.mouseClick(w.stop_button, Qt.MouseButton.LeftButton)
+    assert time.monotonic() - started < 5
+    [call] = calls(w, w.conversation)
+    assert call["outcome"] == "stopped" and "slow › hang — stopped" in w.transcript.toPlainText()
+    assert w.store.messages(w.conversation)[-1].meta["stop_reason"] == "cancelled"
+    started = time.monotonic()
+    w.close()
+    assert time.monotonic() - started < 15 and not w.runner.alive
+
+
+def test_the_panel_adds_starts_switches_and_removes_servers(
+    qtbot, config: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    servers(config, calc="add")
+    w = window(qtbot, config)
+    panel = w.tools_panel
+    w.side_tabs.setCurrentWidget(panel)
+    assert server_rows(panel) == [("calc", "stopped")] and panel.problems.isHidden()
+
+    # A bad snippet: one line, nothing written.
+    before = (config / "mcp.json").read_text()
+    dialog = AddServerDialog(panel)
+    dialog.text.setPlainText('{"echo": {"command": "python", "url": "http://x"}}')
+    dialog.add_button.click()
+    assert "both" in dialog.error.text() and "\n" not in dialog.error.text()
+    dialog.text.setPlainText("{not json")
+    dialog.add_button.click()
+    assert "not valid JSON" in dialog.error.text() and (config / "mcp.json").read_text() == before
+    # A good one, through the panel's button, with a secret that is never shown.
+    good = json.dumps({"command": sys.executable, "args": [SERVER, "--only", "echo"], "env": {"TOKEN": "s3cret"}})
+
+    def paste(self: AddServerDialog) -> int:  # the modal dialog, as the user fills it in
+        self.name.setText("echo")
+        self.text.setPlainText(good)
+        self.add_button.click()
+        return self.result()
+
+    monkeypatch.setattr(AddServerDialog, "exec", paste)
+    panel.add_button.click()
+    assert [name for name, _ in server_rows(panel)] == ["calc", "echo"] and panel.status.text() == "Added echo."
+    assert json.loads((config / "mcp.json").read_text())["mcpServers"]["echo"]["env"] == {"TOKEN": "s3cret"}
+    assert "s3cret" not in panel.tree.topLevelItem(1).toolTip(0)
+
+    # Start lists the tools; a tool switched off is not offered.
+    panel.tree.setCurrentItem(panel.tree.topLevelItem(0))
+    panel.start_button.click()
+    qtbot.waitUntil(lambda: panel.tree.topLevelItem(0).text(1) == "ready"
+                    and panel.tree.topLevelItem(0).childCount() == 1, timeout=ANSWER_MS)
+    assert panel.status.text() == "calc: ready"
+    tool = panel.tree.topLevelItem(0).child(0)
+    assert tool.text(0) == "add" and tool.checkState(0) == Qt.CheckState.Checked
+    tool.setCheckState(0, Qt.CheckState.Unchecked)
+    assert not w.tool_switches.is_on("calc", "add")
+    from runtime.engine.mcp_toolbox import McpToolbox
+    from runtime.mcp import ApprovalPolicy
+
+    offered = OfferedTools(McpToolbox(w.tool_host, ApprovalPolicy("none")), w.tool_switches)
+    assert [t.name for t in offered.tools()] == ["echo__echo"]  # calc__add is off
+
+    # Remove: gone from the file and the panel, its approvals and switches with it.
+    Approvals().allow("calc", "add")
+    panel.tree.setCurrentItem(panel.tree.topLevelItem(0))
+    monkeypatch.setattr("app.tools_panel.QMessageBox.question", lambda *a, **k: QMessageBox.StandardButton.Yes)
+    panel.remove_button.click()
+    assert list(json.loads((config / "mcp.json").read_text())["mcpServers"]) == ["echo"]
+    assert Approvals().allowed() == {} and w.tool_switches.off() == {} and w.tool_host is None
+    assert [name for name, _ in server_rows(panel)] == ["echo"]
+
+    # A bad entry written by hand: one line under the list, the other servers listed.
+    data = json.loads((config / "mcp.json").read_text())
+    data["mcpServers"]["bad"] = {"command": "x", "url": "http://example.com/mcp"}
+    (config / "mcp.json").write_text(json.dumps(data))
+    panel.refresh()
+    assert panel.problems.text().startswith("mcp.json: server 'bad': give either a command")
+    assert "\n" not in panel.problems.text() and [name for name, _ in server_rows(panel)] == ["echo"]
+    w.close()
+
+
+def test_the_approval_dialog_shows_plain_text_and_esc_denies(qtbot) -> None:
+    request = CallRequest("<b>srv</b>", "read", '{"path": "/tmp/<i>x</i>"}')
+    dialog = ApprovalDialog(request)
+    qtbot.addWidget(dialog)
+    decided: list[Decision] = []
+    dialog.decided.connect(decided.append)
+    dialog.open()
+    assert dialog.server_label.text() == "<b>srv</b>" and dialog.server_label.textFormat() == Qt.TextFormat.PlainText
+    assert json.loads(dialog.arguments.toPlainText()) == {"path": "/tmp/<i>x</i>"}
+    qtbot.keyClick(dialog, Qt.Key.Key_Escape)
+    assert decided == [Decision.DENY]
+    dialog.reject()  # a late Stop answers nothing more
+    assert decided == [Decision.DENY]
+    unread = ApprovalDialog(request)  # Enter on a dialog nobody read denies too
+    qtbot.addWidget(unread)
+    unread.decided.connect(decided.append)
+    unread.open()
+    qtbot.keyClick(unread.focusWidget() or unread, Qt.Key.Key_Return)
+    assert decided == [Decision.DENY, Decision.DENY]
+
+
+def test_a_history_without_the_tools_column_gains_it_and_stays_schema_3(tmp_path: Path) -> None:
+    store = Store(tmp_path / "conversations.sqlite3")
+    chat = store.create("Before tools")
+    store.add_message(chat, "assistant", "plain", {"tool_turn": [{"content": "", "calls": [{"id": "c1"}]}]})
+    store.db.execute("ALTER TABLE conversations DROP COLUMN tools")  # as the schema-3 file of an older SpecQuant
+    store.close()
+    store = Store(tmp_path / "conversations.sqlite3")
+    assert store.tools(chat) is False and store.db.execute("PRAGMA user_version").fetchone()[0] == 3
+    store.set_tools(chat, True)
+    assert store.tools(chat)
+    # A malformed call (an edited or imported file) is left out of what is replayed to the engine.
+    assert store.messages(chat)[-1].as_chats() == [{"role": "assistant", "content": "plain"}]
+    store.close()
