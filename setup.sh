@@ -10,7 +10,7 @@
 #                    (-march=native): 144 compile steps instead of 390, and its kernels are the ones the best
 #                    portable variant would pick. Kept in a wheel folder named after this CPU's model and flags,
 #                    so a cache that meets another CPU builds anew instead of crashing, and proven in a child
-#                    before it is kept (python -m runtime.machine.cpu_variant --check-build); a CPU with AMX,
+#                    before it is kept (python -m runtime.machine.build_check --check-build); a CPU with AMX,
 #                    whose kernels some virtual machines advertise but cannot run, gets cpu-all-variants.
 #   cpu-all-variants (the default of `./setup.sh test` and `bench`) one CPU kernel library per x86-64 level, the
 #                    best this CPU runs chosen at start (AVX-512, VNNI, AMX where present), as the installers
@@ -121,7 +121,7 @@ extra=""
 [ "${1:-}" = "test" ] && extra="[test]"
 "$PY" -m pip install -q --find-links "$WHEELS" -e ".$extra"
 # A build for this CPU must run here before it is kept: else the portable one (and never this one again).
-if [ "$FLAVOUR" = cpu-native ] && ! "$PY" -m runtime.machine.cpu_variant --check-build; then
+if [ "$FLAVOUR" = cpu-native ] && ! "$PY" -m runtime.machine.build_check --check-build; then
   echo "setup.sh: the build for this CPU does not run here; building the portable one instead" >&2
   : > "$WHEELS/DOES-NOT-RUN"
   SPECQUANT_FLAVOUR=cpu-all-variants exec "$0" "$@"

@@ -161,11 +161,11 @@ def test_this_process_runs_proven_kernels() -> None:
 
 
 def test_the_installed_build_passes_the_check_setup_sh_makes_of_a_native_build() -> None:
-    """`python -m runtime.machine.cpu_variant --check-build`: this build's kernels decode the probe model in a
+    """`python -m runtime.machine.build_check --check-build`: this build's kernels decode the probe model in a
     child (setup.sh keeps a build compiled for this CPU only when it does)."""
-    done = subprocess.run([sys.executable, "-m", "runtime.machine.cpu_variant", "--check-build"],
+    done = subprocess.run([sys.executable, "-m", "runtime.machine.build_check", "--check-build"],
                           capture_output=True, text=True, cwd=REPO, timeout=300)
     assert done.returncode == 0, done.stderr
-    bad = subprocess.run([sys.executable, "-m", "runtime.machine.cpu_variant"], capture_output=True, text=True,
+    bad = subprocess.run([sys.executable, "-m", "runtime.machine.build_check"], capture_output=True, text=True,
                          cwd=REPO, timeout=60)
     assert bad.returncode == 1 and "usage:" in bad.stderr

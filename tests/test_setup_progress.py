@@ -65,7 +65,7 @@ def fake_python(tmp_path: Path) -> Path:
         #!/bin/sh
         if [ "$1 $2 $3" = "-m pip wheel" ]; then shift 3; exec "{sys.executable}" "{build}" "$@"; fi
         if [ "$1 $2" = "-m pip" ]; then exit 0; fi
-        if [ "$1 $2 $3" = "-m runtime.machine.cpu_variant --check-build" ] && [ -n "$FAKE_CHECK_FAILS" ]; then
+        if [ "$1 $2 $3" = "-m runtime.machine.build_check --check-build" ] && [ -n "$FAKE_CHECK_FAILS" ]; then
           echo "this build's CPU kernels do not run here: killed by SIGILL" >&2; exit 1
         fi
         exec "{sys.executable}" "$@"

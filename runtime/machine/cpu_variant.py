@@ -251,9 +251,11 @@ def write_probe_model(path: Path) -> Path:
     return path
 
 
-def _probe_child(library: str, model: str, n_threads: int, conn: Connection) -> None:
-    """In the child: load only `library` ("": the build's own CPU kernels), then decode one batch through
-    `model`; report "" or why not."""
+def _probe_child(
+    library: str, model: str, n_threads: int, prepare: Callable[[], object] | None, conn: Connection
+) -> None:
+    """In the child: run `prepare` (module-level, so it pickles), load only `library` ("": the build's own CPU
+    kernels), then decode one batch through `model`; report "" or why not."""
     import logging
 
     import llama_cpp
@@ -264,10 +266,8 @@ def _probe_child(library: str, model: str, n_threads: int, conn: Connection) -> 
     errors = route_llama_log()
     logging.getLogger("llama.cpp").setLevel(logging.CRITICAL + 1)
     try:
-        if not library:  # the build's own kernels: built in, or (a portable build) the variant proven for here
-            from runtime.machine.hardware import ensure_backends
-
-            ensure_backends()
+        if prepare is not None:
+            prepare()
         lib = libggml() if library else None
         if library and (lib is None or not lib.ggml_backend_load(library.encode())):
             conn.send(f"ggml would not load it: {errors.last() or 'no reason given'}")
@@ -296,12 +296,18 @@ def _probe_child(library: str, model: str, n_threads: int, conn: Connection) -> 
         conn.close()
 
 
-def probe(library: Path | None, model: Path, n_threads: int = 2, timeout: float = PROBE_TIMEOUT_S) -> str | None:
-    """None if `library` (None: the build's own CPU kernels) runs the probe model in a spawned child; otherwise
-    why not, in a few words."""
+def probe(
+    library: Path | None,
+    model: Path,
+    n_threads: int = 2,
+    timeout: float = PROBE_TIMEOUT_S,
+    prepare: Callable[[], object] | None = None,
+) -> str | None:
+    """None if `library` (None: the kernels `prepare` sets up in the child) runs the probe model in a spawned
+    child; otherwise why not, in a few words."""
     name = "" if library is None else str(library)
     try:
-        message = child.run(_probe_child, (name, str(model), n_threads), timeout=timeout, what="its probe")
+        message = child.run(_probe_child, (name, str(model), n_threads, prepare), timeout=timeout, what="its probe")
     except child.ChildFailed as e:
         return f"killed by {e.signal}" if e.signal else str(e)
     return message or None
@@ -350,27 +356,3 @@ def select(folder: Path, n_threads: int = 2) -> tuple[Variant, dict[str, str], f
         )
     write_verdict(key_file, {"variant": chosen.name, "excluded": excluded, "probe_s": seconds})
     return chosen, excluded, seconds, False
-
-
-def check_build(n_threads: int = 2) -> str | None:
-    """None if this llama.cpp build's CPU kernels run here (a child decodes the probe model with them); else
-    why not. `setup.sh` asks this of a build compiled for this CPU (`cpu-native`) before keeping it: a kernel
-    the CPU advertises but cannot run (AMX on some KVM guests) kills the child, not the user's first answer."""
-    from runtime.machine.hardware import ensure_backends
-
-    try:  # a portable build proves its variant here first (in children of its own); the check's child reads it
-        ensure_backends()
-    except UserError as e:
-        return str(e)
-    with tempfile.TemporaryDirectory(prefix="specquant-cpu-probe-") as tmp:
-        model = write_probe_model(Path(tmp) / "probe.gguf")
-        return probe(None, model, n_threads)
-
-
-if __name__ == "__main__":  # python -m runtime.machine.cpu_variant --check-build (setup.sh)
-    if sys.argv[1:] != ["--check-build"]:
-        sys.exit("usage: python -m runtime.machine.cpu_variant --check-build")
-    why = check_build()
-    if why is not None:
-        print(f"this build's CPU kernels do not run here: {why}", file=sys.stderr)
-    sys.exit(0 if why is None else 1)
