@@ -9,12 +9,17 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from runtime.documents import Library, Progress
+from runtime.documents import library as library_module
+from runtime.documents.query import match_expression
 from runtime.errors import UserError
+from scripts.measure_search import RandomEmbedder, queries, synthesise
 from tests.conftest import REPO
 from tests.doc_samples import FRENCH, pdf_bytes, write_docx, zip_bomb_docx
 
@@ -302,3 +307,123 @@ def test_a_damaged_index_file_is_a_user_error(tmp_path: Path) -> None:
     (tmp_path / "documents.sqlite3").write_bytes(b"this is not a database" * 100)
     with pytest.raises(UserError, match=r"cannot be used .*file is not a database.*move it aside"):
         Library(tmp_path / "documents.sqlite3")
+
+
+def test_questions_lose_their_function_words_unless_they_have_nothing_else() -> None:
+    assert match_expression("How do I install the model?") == '"install" OR "model"'
+    assert match_expression("What is it?") == '"What" OR "is" OR "it"'
+    assert match_expression("the*") == '"the"*'  # a prefix the user asked for
+
+
+def test_full_texts_give_whole_documents_when_they_fit(lib: Library, tmp_path: Path) -> None:
+    notes = _folder(tmp_path / "notes", 2)
+    long = "\n\n".join(f"Paragraph {i}: " + "lighthouse keepers " * 120 for i in range(6))
+    (notes / "long.txt").write_text(long + "\n")
+    lib.add([notes], collection="notes")
+    lib.add([_folder(tmp_path / "other", 1)], collection="other")
+    lib.add([notes / "note0.md"], collection="other")  # one file in two collections
+    texts = lib.full_texts("notes", 1_000_000)
+    assert [Path(p).name for p, _ in texts] == ["long.txt", "note0.md", "note1.md"]
+    whole = dict(texts)[str(notes / "long.txt")]
+    assert lib.list_files("notes")[0].chunks > 1  # several chunks, joined back in order
+    assert whole.split() == long.split() and whole.index("Paragraph 1") < whole.index("Paragraph 5")
+    assert dict(texts)[str(notes / "note0.md")] == "# Note 0\n\nThe keyword zebra0 lives here with otter."
+    every = lib.full_texts(None, 1_000_000)
+    assert sorted(Path(p).name for p, _ in every) == ["long.txt", "note0.md", "note0.md", "note1.md"]  # 2 folders
+    assert len({p for p, _ in every}) == 4  # the shared note0.md once
+    total = sum(len(t) for _, t in texts)
+    assert lib.full_texts("notes", total) == texts and lib.full_texts("notes", total - 1) is None
+    with pytest.raises(UserError, match="no collection named 'missing'"):
+        lib.full_texts("missing", 100)
+    with Library(lib.index.path) as other:
+        assert other.full_texts(None, 10**9) == every and other.full_texts("other", 10**9) == [
+            (str(notes / "note0.md"), dict(texts)[str(notes / "note0.md")]),
+            (str(tmp_path / "other" / "note0.md"), "# Note 0\n\nThe keyword zebra0 lives here with otter."),
+        ]
+    lib.remove(collection="other")
+    lib.remove(collection="notes")
+    assert lib.full_texts(None, 10) == []  # nothing indexed: nothing to give
+
+
+def test_an_index_from_before_the_generation_counter_gets_it(tmp_path: Path) -> None:
+    db = tmp_path / "documents.sqlite3"
+    with Library(db) as lib:
+        lib.add([_folder(tmp_path / "notes", 2)])
+    old = sqlite3.connect(db)
+    old.executescript(
+        "DROP TRIGGER chunks_gen_ai; DROP TRIGGER chunks_gen_ad; DROP TRIGGER embeddings_gen_ai; "
+        "DROP TRIGGER embeddings_gen_ad; DROP TRIGGER embeddings_gen_au; DROP TABLE generation; PRAGMA user_version=1;"
+    )
+    old.close()
+    with Library(db) as lib:
+        before = lib.index.generation()
+        assert lib.search("zebra1")[0].path.endswith("note1.md")
+        lib.remove(tmp_path / "notes" / "note1.md")  # a cascade to its chunks counts
+        assert lib.index.generation() > before
+        assert [Path(h.path).name for h in lib.search("zebra1 otter")] == ["note0.md"]  # the snapshot was renewed
+    _consistent(db)
+
+
+def _brute_force(db: Path, query_vector: np.ndarray, among: set[int] | None, depth: int) -> list[int]:
+    """Chunk ids by cosine, every vector read from SQLite: what search computed per query before the matrix."""
+    rows = sqlite3.connect(db).execute("SELECT chunk_id, vector FROM embeddings ORDER BY chunk_id").fetchall()
+    rows = [(i, v) for i, v in rows if among is None or i in among]
+    cosines = np.stack([np.frombuffer(v, "<f4") for _, v in rows]) @ query_vector
+    return [rows[i][0] for i in np.argsort(-cosines, kind="stable")[:depth]]
+
+
+class _Recording(RandomEmbedder):
+    def embed(self, texts: list[str], cancel: object = None) -> np.ndarray:
+        self.last = super().embed(texts)[0]
+        return self.last[None, :]
+
+
+def test_ten_thousand_chunks_are_searched_from_memory_with_the_same_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "documents.sqlite3"
+    words = synthesise(db, 10_000)
+    synthesise(db, 500, collection="small", seed=7)
+    small_ids = {r[0] for r in sqlite3.connect(db).execute(
+        "SELECT c.id FROM chunks c JOIN files f ON f.id = c.file_id JOIN collections k ON k.id = f.collection_id "
+        "WHERE k.name = 'small'")}
+    texts = queries(words, 20)
+    embedder = _Recording()
+    with Library(db, embedder=embedder) as lib:  # type: ignore[arg-type]
+        started = time.perf_counter()
+        lib.search(texts[0])
+        first = time.perf_counter() - started
+        snapshot = lib._snapshot
+        times = []
+        for text in texts:
+            for collection in (None, "small"):
+                started = time.perf_counter()
+                hits = lib.search(text, collection=collection)
+                times.append(time.perf_counter() - started)
+                among = small_ids if collection else None
+                assert lib._nearest(text, lib._snapshot, lib._collections(collection)[0][0] if collection else None,
+                                    10) == _brute_force(db, embedder.last, among, 10)
+                assert collection is None or all(h.collection == "small" for h in hits)
+        assert lib._snapshot is snapshot  # nothing written: the matrix was loaded once
+        # Loose on purpose (any CPU, any load): a search no longer reads every vector, so it costs far less
+        # than reading them once, which the first search did; the old code read them at every search.
+        started = time.perf_counter()
+        for _ in lib.index.vectors("synthetic"):
+            pass
+        read_all = time.perf_counter() - started
+        assert sorted(times)[len(times) // 2] < read_all and sorted(times)[len(times) // 2] < first
+
+        synthesise(db, 100, collection="late", seed=9)  # another writer: the next search sees its chunks
+        assert lib.search("anything at all", collection="late")[0].collection == "late"
+        assert lib._snapshot is not snapshot and len(lib._snapshot.vector_ids) == 10_600
+        lib.remove(collection="late")
+        with pytest.raises(UserError, match="no collection named 'late'"):
+            lib.search("anything", collection="late")
+        assert len(lib._current().ids) == 10_500 and all(h.collection != "late" for h in lib.search(texts[1]))
+
+    monkeypatch.setattr(library_module, "MAX_VECTOR_BYTES", 1_000_000)  # past it: read from SQLite per search
+    with Library(db, embedder=embedder) as lib:  # type: ignore[arg-type]
+        for text in texts[:5]:
+            for collection, among in ((None, None), ("small", small_ids)):
+                got = lib._nearest(text, lib._current(), lib._collections(collection)[0][0] if collection else None, 10)
+                assert lib._snapshot.matrix is None and got == _brute_force(db, embedder.last, among, 10)

@@ -7,6 +7,8 @@ pending, and the next add or sync finishes the pending ones.
 With an `Embedder` each file's chunks get their vectors in the same transaction as the chunks, chunks indexed
 without them (before embeddings, or by a Library without a model) get theirs at the next add or sync, and a
 search fuses the BM25 ranking with the cosine ranking (Reciprocal Rank Fusion). Without one, BM25 alone.
+A Library keeps the chunks' collections and the vectors (one float32 matrix) in memory between searches, read
+again when the index's generation shows a change.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import numpy as np
 
 from runtime.documents.extract import ExtractError, detect_format, extract
 from runtime.documents.index import Index, Vectors
-from runtime.documents.query import fuse, match_expression
+from runtime.documents.query import fuse, query_terms
 from runtime.documents.walk import MAX_FILE_BYTES, Found, Passed, Refused, shown, walk
 from runtime.errors import Cancelled, UserError
 
@@ -37,6 +39,12 @@ DEFAULT_COLLECTION = "default"
 # list ranks first, the paraphrase hybrid search is for (measured on this repository's docs: a paraphrased
 # question's answer came 3rd-5th at depth 10, 5th-7th at 20, past 10th at 50).
 CANDIDATES = 10
+# The most vector bytes a Library holds in memory (one float32 matrix of its model, loaded at the first search and
+# again after the index changes): 512 MiB, 349,525 chunks of all-MiniLM-L6-v2's 384 dimensions (1.5 KB a
+# chunk). An index of more chunks is searched by reading its vectors from SQLite in blocks at every search:
+# bounded memory, about 1.3 ms per 1,000 chunks instead of 0.03 (measured at 100,000).
+MAX_VECTOR_BYTES = 512 * 2**20
+VECTOR_BLOCK = 4096  # vectors read at a time, to load the matrix or to search without it
 
 
 @dataclass(frozen=True)
@@ -107,6 +115,46 @@ class Hit:
         return out
 
 
+@dataclass
+class _Snapshot:
+    """What a search keeps of one generation of the index (Index.generation): every chunk id with its
+    collection, each collection's chunk ids, and the vectors of one model as a matrix. Made again when the
+    generation changes, whoever wrote (this Library, another one, another process)."""
+
+    generation: int
+    ids: np.ndarray  # every chunk id, ascending
+    collections: np.ndarray  # the collection of each
+    scopes: dict[int, np.ndarray] = field(default_factory=dict)  # collection id -> its chunk ids, ascending
+    model: str | None = None  # whose vectors are loaded
+    vector_ids: np.ndarray | None = None  # chunk ids with a vector of `model`, ascending
+    matrix: np.ndarray | None = None  # their vectors, a row each; None: over MAX_VECTOR_BYTES, read per search
+    vector_scopes: dict[int, np.ndarray] = field(default_factory=dict)  # collection id -> its rows in `matrix`
+
+    def among(self, cid: int | None) -> np.ndarray | None:
+        """The chunk ids of collection `cid`, ascending; None for every chunk (no collection, or the only one)."""
+        if cid is None:
+            return None
+        if cid not in self.scopes:
+            self.scopes[cid] = self.ids[self.collections == cid]
+        return None if len(self.scopes[cid]) == len(self.ids) else self.scopes[cid]
+
+
+def _best(scores: np.ndarray, depth: int) -> np.ndarray:
+    """The positions of the `depth` highest scores, highest first (ties: the lower position first)."""
+    if len(scores) > depth:
+        part = np.argpartition(-scores, depth - 1)[:depth]
+        return part[np.lexsort((part, -scores[part]))]
+    return np.argsort(-scores, kind="stable")
+
+
+def _check_dimensions(dim: int, query_vector: np.ndarray, model: str) -> None:
+    if dim != query_vector.shape[0]:
+        raise UserError(
+            f"the index holds {dim}-dimensional vectors named {model!r}, the model gives {query_vector.shape[0]}: "
+            "remove the collection and add it again"
+        )
+
+
 def check_collection(name: str) -> str:
     name = name.strip() if isinstance(name, str) else ""
     if not name or len(name) > 100 or any(ch < " " for ch in name):
@@ -125,6 +173,7 @@ class Library:
         self.index = Index(path)
         self.max_file_bytes = max_file_bytes
         self.embedder = embedder
+        self._snapshot: _Snapshot | None = None
 
     def close(self) -> None:
         self.index.close()
@@ -215,14 +264,17 @@ class Library:
         query without words, a missing collection or an index with nothing in it."""
         if top < 1:
             raise UserError(f"top must be at least 1, not {top}")
-        match = match_expression(query)  # also when embedded: a query of punctuation alone means nothing
+        terms = query_terms(query)  # also when embedded: a query of punctuation alone means nothing
         cid = self._collections(collection)[0][0] if collection is not None else None
-        if self.index.chunk_count(cid) == 0:
+        snapshot = self._current()
+        among = snapshot.among(cid)
+        if not len(snapshot.ids) or (among is not None and not len(among)):
             where = f"the collection {collection!r}" if collection is not None else "the documents index"
             raise UserError(f"{where} has no indexed text yet: add documents first")
         depth = max(top, CANDIDATES)
-        lexical = self.index.search(match, cid, depth)
-        dense = self._nearest(query, cid, depth)
+        match = " OR ".join(self._informative(terms, len(snapshot.ids)))
+        lexical = self.index.search(match, depth, among)
+        dense = self._nearest(query, snapshot, cid, depth)
         if dense is None:
             ranked = [(chunk_id, -bm25) for chunk_id, bm25 in lexical[:top]]
         else:
@@ -230,28 +282,96 @@ class Library:
         rows = self.index.chunk_rows(chunk_id for chunk_id, _ in ranked)
         hits = []
         for chunk_id, score in ranked:
+            if chunk_id not in rows:  # deleted by another process since the snapshot
+                continue
             name, path, text, heading, page, first, last = rows[chunk_id]
             lines = (first, last) if first is not None else None
             hits.append(Hit(shown(path), float(f"{score:.6g}"), text, name, page, lines, heading))
         return hits
 
-    def _nearest(self, query: str, cid: int | None, depth: int) -> list[int] | None:
+    def full_texts(self, collection: str | None, max_chars: int) -> list[tuple[str, str]] | None:
+        """Every indexed file of a collection (None: of all; a file in several once) as (path as shown, its
+        whole text: its chunks in order, a blank line between two), by path; None when together they hold more
+        than `max_chars` characters, so a caller can put whole documents in a prompt when they fit. UserError for
+        a missing collection."""
+        cid = self._collections(collection)[0][0] if collection is not None else None
+        if self.index.whole_chars(cid) > max_chars:  # counted in SQL: a large collection is not read
+            return None
+        texts = [(shown(path), text) for path, text in self.index.texts(cid)]
+        return texts if sum(len(text) for _, text in texts) <= max_chars else None  # grown since it was counted
+
+    def _current(self) -> _Snapshot:
+        """The snapshot of the index as it is now: kept while the index's generation stays the same."""
+        generation = self.index.generation()  # before reading: a change while it is read shows next time
+        if self._snapshot is None or self._snapshot.generation != generation:
+            self._snapshot = None  # the old matrix goes before the new one is read
+            self._snapshot = _Snapshot(generation, *self.index.chunk_collections())
+        return self._snapshot
+
+    def _informative(self, terms: list[str], chunks: int) -> list[str]:
+        """The terms that can rank. A term in half the chunks or more has no weight in FTS5's bm25 (its IDF,
+        log((N - n + 0.5) / (n + 0.5)), is clamped to 1e-6), yet matching it scores most chunks: such terms are
+        left out while a rarer one matches, so a search of 100,000 chunks scores the chunks that hold a rarer
+        word, not all of them. Terms no chunk holds are left out too."""
+        counts = [self.index.documents_with(term) for term in terms]
+        present = [(term, n) for term, n in zip(terms, counts, strict=True) if n]
+        return [term for term, n in present if 2 * n < chunks] or [term for term, _ in present] or terms
+
+    def _nearest(self, query: str, snapshot: _Snapshot, cid: int | None, depth: int) -> list[int] | None:
         """Chunk ids by cosine to the query, best first; None without an embedder or vectors of its model."""
         if self.embedder is None:
             return None
-        ids, blob = self.index.vectors(cid, self.embedder.name)
-        if not ids:
+        model = self.embedder.name
+        if snapshot.model != model:
+            self._load_vectors(snapshot, model)
+        if snapshot.vector_ids is None or not len(snapshot.vector_ids):
             return None
-        matrix = np.frombuffer(blob, dtype="<f4").reshape(len(ids), -1)
         query_vector = self.embedder.embed([query])[0]
-        if matrix.shape[1] != query_vector.shape[0]:
-            raise UserError(
-                f"the index holds {matrix.shape[1]}-dimensional vectors named {self.embedder.name!r}, the model "
-                f"gives {query_vector.shape[0]}: remove the collection and add it again"
-            )
-        cosines = matrix @ query_vector  # both sides have length 1
-        best = np.argsort(-cosines, kind="stable")[:depth]
-        return [ids[i] for i in best]
+        if snapshot.matrix is None:
+            return self._nearest_read(model, query_vector, snapshot.among(cid), depth)
+        _check_dimensions(snapshot.matrix.shape[1], query_vector, model)
+        cosines = snapshot.matrix @ query_vector  # both sides have length 1
+        if snapshot.among(cid) is None:
+            return snapshot.vector_ids[_best(cosines, depth)].tolist()
+        if cid not in snapshot.vector_scopes:
+            scope = snapshot.among(cid)
+            snapshot.vector_scopes[cid] = np.flatnonzero(np.isin(snapshot.vector_ids, scope, assume_unique=True))
+        rows = snapshot.vector_scopes[cid]
+        return snapshot.vector_ids[rows[_best(cosines[rows], depth)]].tolist()
+
+    def _load_vectors(self, snapshot: _Snapshot, model: str) -> None:
+        """The vectors of `model` as one float32 matrix (at most MAX_VECTOR_BYTES; beyond that only their ids)."""
+        snapshot.model, snapshot.matrix, snapshot.vector_scopes = model, None, {}
+        ids: list[np.ndarray] = []
+        matrix: np.ndarray | None = None
+        filled = 0
+        for batch_ids, blob in self.index.vectors(model, VECTOR_BLOCK):
+            ids.append(batch_ids)
+            block = np.frombuffer(blob, dtype="<f4").reshape(len(batch_ids), -1)
+            if not filled and len(snapshot.ids) * block.shape[1] * 4 <= MAX_VECTOR_BYTES:
+                matrix = np.empty((len(snapshot.ids), block.shape[1]), np.float32)  # room for every chunk's
+            if matrix is not None and filled + len(block) <= len(matrix) and block.shape[1] == matrix.shape[1]:
+                matrix[filled : filled + len(block)] = block
+            else:  # vectors of two sizes, or more than the chunks counted (written since): read them per search
+                matrix = None
+            filled += len(block)
+        snapshot.vector_ids = np.concatenate(ids) if ids else np.zeros(0, np.int64)
+        snapshot.matrix = matrix[:filled] if matrix is not None else None
+
+    def _nearest_read(self, model: str, query_vector: np.ndarray, among: np.ndarray | None, depth: int) -> list[int]:
+        """`_nearest` without the matrix: the vectors read from the index block by block, the best kept."""
+        best_ids, best_scores = np.zeros(0, np.int64), np.zeros(0, np.float32)
+        for ids, blob in self.index.vectors(model, VECTOR_BLOCK):
+            block = np.frombuffer(blob, dtype="<f4").reshape(len(ids), -1)
+            _check_dimensions(block.shape[1], query_vector, model)
+            scores = block @ query_vector
+            if among is not None:
+                keep = np.isin(ids, among, assume_unique=True)
+                ids, scores = ids[keep], scores[keep]
+            ids, scores = np.concatenate([best_ids, ids]), np.concatenate([best_scores, scores])
+            top = _best(scores, depth)
+            best_ids, best_scores = ids[top], scores[top]
+        return best_ids.tolist()
 
     # The work
 

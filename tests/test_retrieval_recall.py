@@ -1,0 +1,72 @@
+"""Retrieval quality (#42): recall@5 of hybrid search (BM25 and all-MiniLM-L6-v2's cosine, fused by rank) and of
+BM25 alone on a labelled set of questions about this repository's own documentation (docs/*.md and README.md),
+indexed with `Library.add`. tests/data/retrieval_questions.jsonl: one question a line, with the file that
+answers it (`path`, relative to the repository) and, where the answer sits under one heading, a substring of
+its heading trail (`heading`). About half are phrased in other words than the text ("How can I stop the
+program from using my graphics card?"), the rest name a flag, a function or a term (`--max-queue`,
+`JobReader`). A question counts as found when one of the 5 hits comes from that file (and heading)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from converters import embedding as converter
+from runtime.documents import Embedder, Hit, Library
+from runtime.documents.embed import MODEL_NAME
+from runtime.machine.hardware import ensure_backends, physical_cores
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow  # embedding the docs: about 10 s on 2 idle cores, minutes on busy ones
+
+QUESTIONS = [json.loads(line) for line in (REPO / "tests" / "data" / "retrieval_questions.jsonl").open()]
+TOP = 5
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Embedder]]:
+    """The docs indexed once with the embedding model: (the index, the model)."""
+    folder = tmp_path_factory.mktemp("recall")
+    embedder = Embedder(converter.convert_embedding_model(folder / f"{MODEL_NAME}.gguf"), physical_cores(),
+                        prepare=ensure_backends)
+    files = [*sorted((REPO / "docs").glob("*.md")), REPO / "README.md"]
+    with Library(folder / "documents.sqlite3", embedder=embedder) as lib:
+        result = lib.add(files, collection="docs")
+        assert (result.indexed, result.errors) == (len(files), [])
+    yield folder / "documents.sqlite3", embedder
+    embedder.close()
+
+
+def _answers(hit: Hit, label: dict) -> bool:
+    return Path(hit.path) == REPO / label["path"] and label.get("heading", "") in (hit.heading or "")
+
+
+def _recall(lib: Library) -> tuple[float, list[str]]:
+    missed = [q["question"] for q in QUESTIONS if not any(_answers(h, q) for h in lib.search(q["question"], top=TOP))]
+    return 1 - len(missed) / len(QUESTIONS), missed
+
+
+def test_the_labelled_set_is_large_enough_and_every_label_names_a_passage(corpus: tuple[Path, Embedder]) -> None:
+    assert len(QUESTIONS) >= 30 and len({q["question"] for q in QUESTIONS}) == len(QUESTIONS)
+    with Library(corpus[0]) as lib:
+        rows = lib.index.db.execute("SELECT f.path, c.heading FROM chunks c JOIN files f ON f.id = c.file_id")
+        passages = {(Path(path.decode()), heading or "") for path, heading in rows}
+    # A doc renamed or a heading reworded fails here, by name, rather than lowering the recall quietly.
+    stale = [q for q in QUESTIONS
+             if not any(p == REPO / q["path"] and q.get("heading", "") in h for p, h in passages)]
+    assert stale == []
+
+
+def test_hybrid_recall_at_5_is_at_least_0_9_and_not_below_bm25(corpus: tuple[Path, Embedder]) -> None:
+    db, embedder = corpus
+    with Library(db, embedder=embedder) as lib:
+        hybrid, hybrid_missed = _recall(lib)
+    with Library(db) as lib:  # the same index, BM25 alone
+        bm25, bm25_missed = _recall(lib)
+    report = f"recall@{TOP} over {len(QUESTIONS)} questions: hybrid {hybrid:.3f}, BM25 alone {bm25:.3f}"
+    print(f"\n{report}\nhybrid missed: {hybrid_missed}\nBM25 missed: {bm25_missed}")
+    assert hybrid >= 0.9, f"{report}; hybrid missed {hybrid_missed}"
+    assert hybrid >= bm25, report
