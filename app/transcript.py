@@ -135,7 +135,7 @@ def align(rendered: str, source: str) -> list[int | None]:
 
 def source_label(citation: dict[str, Any]) -> str:
     """`[1] install.md — lines 1-8, "Installing"`: the number the answer cites, the file's name, where in it."""
-    where = []
+    where = ["whole document"] if citation.get("whole") is True else []
     if isinstance(citation.get("page"), int):
         where.append(f"page {citation['page']}")
     lines = citation.get("lines")

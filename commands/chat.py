@@ -44,7 +44,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="COLLECTION",
         help="answer from your documents (`specquant docs add`), citing them; a collection's name, or none for all",
     )
-    p.add_argument("--docs-top", type=int, metavar="N", help="passages to answer from (1-20, default 4)")
+    p.add_argument(
+        "--docs-top", type=int, metavar="N",
+        help="passages to answer from (1-20, default 4); without it, documents that fit the context go in whole",
+    )
     p.add_argument(
         "--system-preset",
         metavar="NAME",
@@ -63,7 +66,8 @@ def main(args: argparse.Namespace) -> int:
     options = chat_options(args)  # bad values fail before any model loads
     if args.docs is not None:
         top = DEFAULT_TOP if args.docs_top is None else args.docs_top
-        options = replace(options, documents=Grounding(args.docs or None, top))
+        # Asking for a number of passages means passages; otherwise documents that fit go in whole.
+        options = replace(options, documents=Grounding(args.docs or None, top, whole=args.docs_top is None))
     elif args.docs_top is not None:
         raise UserError("--docs-top needs --docs")
     check_tool_flags(args)

@@ -42,9 +42,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(autouse=True)
 def isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Every test gets its own empty model cache; the user's is never touched."""
+    """Every test gets its own empty model cache, data folder (chats, documents) and config folder (presets,
+    MCP servers): the user's are never read or touched."""
     root = tmp_path / "cache"
     monkeypatch.setenv("SPECQUANT_CACHE_DIR", str(root))
+    monkeypatch.setenv("SPECQUANT_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("SPECQUANT_CONFIG_DIR", str(tmp_path / "config"))
     return root
 
 

@@ -4,7 +4,8 @@ Chunk carries them as citations; the CLI prints them and the API returns them; b
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from dataclasses import replace
+from pathlib import Path, PurePath
 
 import openai
 import pytest
@@ -83,6 +84,7 @@ def test_the_numbers_an_answer_cites() -> None:
 def test_where_names_the_file_the_lines_and_the_heading() -> None:
     c = Citation(1, "/home/ann/notes/install.md", "notes", "text", 1.0, lines=(3, 20), heading="Installing")
     assert c.where() == '/home/ann/notes/install.md, lines 3-20, "Installing"'
+    assert Citation(1, "/x/report.md", "notes", "text", 1.0, whole=True).where() == "/x/report.md, whole document"
     assert Citation(2, "a.pdf", "x", "t", 1.0, page=4).where() == "a.pdf, page 4"
     with pytest.raises(UserError, match="out of range"):
         Grounding(top=0)
@@ -93,7 +95,7 @@ def test_a_grounded_answer_carries_its_citations_and_its_prompt_holds_the_passag
 ) -> None:
     index = make_library(tmp_path)
     options = ChatOptions(max_tokens=24, sampling_overrides=(("temperature", 0.0),),
-                          documents=Grounding("manuals", top=2, index=str(index)))
+                          documents=Grounding("manuals", top=2, index=str(index), whole=False))
     ask = [{"role": "user", "content": QUESTION}]
     plan = engine.prepare(ask, options)
     prompt = plan.parent.detokenize(plan.prompt)
@@ -105,6 +107,24 @@ def test_a_grounded_answer_carries_its_citations_and_its_prompt_holds_the_passag
     assert answer.last.citations[0].path.endswith("install.md")
     plain = engine.chat(ask, GREEDY)
     assert plain.last.citations == () and plain.text != answer.text  # the sources changed the answer
+
+
+def test_documents_that_fit_the_context_go_in_whole_and_passages_when_they_do_not(
+    engine: Engine, tmp_path: Path
+) -> None:
+    index = make_library(tmp_path)
+    ask = [{"role": "user", "content": "Summarise my manuals."}]  # no word of it is in them: BM25 finds nothing
+    whole = engine.prepare(ask, replace(GREEDY, documents=Grounding("manuals", index=str(index))))
+    assert [(c.n, PurePath(c.path).name, c.whole) for c in whole.citations] == [
+        (1, "install.md", True), (2, "pancakes.md", True)
+    ]
+    prompt = whole.parent.detokenize(whole.prompt)
+    assert "frob.toml" in prompt and "Rest the batter" in prompt and "[2] pancakes.md" in prompt
+    assert whole.citations[0].as_dict()["whole"] is True and "lines" not in whole.citations[0].as_dict()
+    with Library(index) as lib:
+        assert retrieve(lib, "Summarise my manuals.", Grounding("manuals"), whole_chars=len(INSTALL)) == ()
+        small = retrieve(lib, QUESTION, Grounding("manuals"), whole_chars=len(INSTALL))  # too big: passages
+    assert small and not any(c.whole for c in small) and small[0].lines is not None
 
 
 def test_a_missing_collection_is_a_user_error(engine: Engine, tmp_path: Path) -> None:

@@ -123,7 +123,8 @@ def specquant_changes(given: dict[str, Any]) -> dict[str, Any]:
 
 def documents(ext: dict[str, Any]) -> Grounding | None:
     """`specquant.documents`: a collection's name, or true for every collection, to answer from the server
-    user's documents (runtime.documents.grounding); `documents_top`: how many passages (1-20, default 4)."""
+    user's documents (runtime.documents.grounding); `documents_top`: how many passages (1-20, default 4). With
+    no `documents_top`, a collection that fits the context goes in whole; with one, passages always."""
     which = ext.get("documents")
     top = ext.get("documents_top")
     if which is None or which is False:
@@ -136,7 +137,7 @@ def documents(ext: dict[str, Any]) -> Grounding | None:
     if top is not None and (not isinstance(top, int) or isinstance(top, bool) or not 1 <= top <= MAX_TOP):
         words = f"specquant.documents_top must be an integer from 1 to {MAX_TOP}, not {short(top)}"
         raise ApiError(400, words, "specquant.documents_top")
-    return Grounding(None if which is True else which, top or DEFAULT_TOP)
+    return Grounding(None if which is True else which, top or DEFAULT_TOP, whole=top is None)
 
 
 def typed(obj: dict[str, Any], name: str, kind: type, param: str | None = None) -> Any:

@@ -20,6 +20,8 @@ from runtime.errors import UserError
 DEFAULT_TOP = 4
 MAX_TOP = 20
 MAX_SOURCE_CHARS = 2000  # a chunk is about 300-400 tokens (runtime.documents.chunk); a longer one is cut here
+# Characters per token for the whole-documents budget: 3, below English's ~4, so code and other languages fit too.
+WHOLE_CHARS_PER_TOKEN = 3
 
 INSTRUCTION = (
     "Answer the question from the numbered sources below. Cite each source you use by its number in square "
@@ -38,6 +40,7 @@ class Grounding:
     collection: str | None = None
     top: int = DEFAULT_TOP
     index: str | None = None  # the index file; None: the user's (runtime.documents.index.default_path)
+    whole: bool = True  # documents that fit the context go in whole, not as passages
 
     def __post_init__(self) -> None:
         if not 1 <= self.top <= MAX_TOP:
@@ -56,6 +59,7 @@ class Citation:
     page: int | None = None
     lines: tuple[int, int] | None = None
     heading: str | None = None
+    whole: bool = False  # the whole document, not a passage
 
     @classmethod
     def of(cls, n: int, hit: Hit) -> Citation:
@@ -64,6 +68,8 @@ class Citation:
     def where(self) -> str:
         """`notes/install.md, lines 3-20, "Installing"`: enough to find the passage again."""
         parts = [self.path]
+        if self.whole:
+            parts.append("whole document")
         if self.page is not None:
             parts.append(f"page {self.page}")
         if self.lines is not None:
@@ -83,13 +89,23 @@ class Citation:
             out["lines"] = list(self.lines)
         if self.heading is not None:
             out["heading"] = self.heading
+        if self.whole:
+            out["whole"] = True
         return out
 
 
-def retrieve(library: Library, question: str, grounding: Grounding) -> tuple[Citation, ...]:
-    """The passages that best match `question`, numbered from 1. A question without a searchable word finds
-    nothing (the answer then says the documents do not cover it); a missing collection or an empty index is
-    the UserError Library.search raises."""
+def retrieve(
+    library: Library, question: str, grounding: Grounding, whole_chars: int | None = None
+) -> tuple[Citation, ...]:
+    """The sources for `question`, numbered from 1: every document whole when they all fit in `whole_chars`
+    (given, and the grounding allows it), else the passages that match best. A question without a searchable
+    word finds no passage (the answer then says the documents do not cover it); a missing collection or an
+    empty index is the UserError Library.search raises."""
+    if whole_chars is not None and grounding.whole:
+        texts = library.full_texts(grounding.collection, whole_chars)
+        if texts:
+            name = grounding.collection or ""
+            return tuple(Citation(n, path, name, text, 1.0, whole=True) for n, (path, text) in enumerate(texts, 1))
     try:
         hits = library.search(question, grounding.collection, grounding.top)
     except UserError as e:
@@ -104,7 +120,7 @@ def source_block(citations: Sequence[Citation]) -> str:
     lines are for the reader: they cost tokens and tempt a small model to copy them)."""
     blocks = []
     for c in citations:
-        text = c.text if len(c.text) <= MAX_SOURCE_CHARS else c.text[:MAX_SOURCE_CHARS] + " …"
+        text = c.text if c.whole or len(c.text) <= MAX_SOURCE_CHARS else c.text[:MAX_SOURCE_CHARS] + " …"
         title = PurePath(c.path).name + (f" ({c.heading})" if c.heading else "")
         blocks.append(f"[{c.n}] {title}\n{text.strip()}")
     return "\n\n".join(blocks)

@@ -14,7 +14,7 @@ from runtime.decode.grammar import Grammar
 from runtime.decode.llama_backend import LlamaBackend
 from runtime.decode.sampling import SamplingParams, recommended
 from runtime.decode.speculative import SpecConfig
-from runtime.documents.grounding import Citation, grounded_messages, retrieve
+from runtime.documents.grounding import WHOLE_CHARS_PER_TOKEN, Citation, grounded_messages, retrieve
 from runtime.documents.library import Library
 from runtime.engine import prompt as prompts
 from runtime.engine import tools
@@ -103,13 +103,16 @@ def prepare(
         raise UserError("the chat is empty: it needs at least one message")
     question = prompts.routed_text(messages)
     decision = model.decide(question, options)  # the question decides, not the sources it is given
-    citations: tuple[Citation, ...] = ()
-    if options.documents is not None:
-        citations = retrieve(model.library(options.documents.index), question, options.documents)
-        messages = grounded_messages(messages, citations)
     choice = decision.choice
     parent, draft = model.pair(choice, decision.placement)
     reserve = min(options.max_tokens, parent.n_ctx // 4)
+    citations: tuple[Citation, ...] = ()
+    if options.documents is not None:
+        # Whole documents when the collection fits half of what the context leaves (as LM Studio does):
+        # "summarise this report" needs all of it, not its best passages.
+        budget = (parent.n_ctx - reserve) // 2 * WHOLE_CHARS_PER_TOKEN
+        citations = retrieve(model.library(options.documents.index), question, options.documents, budget)
+        messages = grounded_messages(messages, citations)
     grammar, calls = options.grammar, None
     if options.raw_prompt:
         prompt, dropped = prompts.raw_prompt(parent, messages[-1]["content"], reserve), 0
