@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import Any
 
-from PySide6.QtCore import QObject, Qt, QThread, QTimer, Signal, Slot
-from PySide6.QtGui import QBrush, QColor
+from PySide6.QtCore import QMimeData, QObject, Qt, QThread, QTimer, Signal, Slot
+from PySide6.QtGui import QBrush, QColor, QDragEnterEvent, QDragMoveEvent, QDropEvent
 from PySide6.QtWidgets import (
     QFileDialog,
     QGridLayout,
@@ -114,6 +114,13 @@ def worth_a_sync(event: FileSystemEvent, ignore: str) -> bool:
         return False
     paths = [os.fsdecode(p) for p in (event.src_path, getattr(event, "dest_path", "")) if p]
     return any(not p.startswith(ignore) and not os.path.basename(p).startswith(".") for p in paths)
+
+
+def dropped_paths(mime: QMimeData) -> list[str]:
+    """The local files and folders a drag carries (a link to a web page or dragged text carries none)."""
+    if not mime.hasUrls():
+        return []
+    return [url.toLocalFile() for url in mime.urls() if url.isLocalFile() and url.toLocalFile()]
 
 
 def relative_name(path: str, roots: tuple[str, ...]) -> str:
@@ -322,6 +329,7 @@ class DocumentsPanel(QWidget):
         self.watch.changed.connect(self._on_folder_changed)
         self._debounce: dict[str, QTimer] = {}
         self._update_buttons()
+        self.setAcceptDrops(True)  # files and folders dropped from a file manager are added, as by the buttons
         # Changes made while the window was closed, and files a killed run left pending, are caught up now.
         self.request(DocumentsJob("sync", automatic=True))
 
@@ -386,6 +394,25 @@ class DocumentsPanel(QWidget):
             collection = self._ask_collection(DEFAULT_COLLECTION)
             if collection:
                 self.add(files, collection)
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        if dropped_paths(event.mimeData()):
+            event.acceptProposedAction()
+
+    def dragMoveEvent(self, event: QDragMoveEvent) -> None:
+        if dropped_paths(event.mimeData()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        paths = dropped_paths(event.mimeData())
+        if not paths:
+            return
+        event.acceptProposedAction()
+        one_folder = len(paths) == 1 and os.path.isdir(paths[0])
+        suggestion = os.path.basename(paths[0].rstrip("/\\")) if one_folder else DEFAULT_COLLECTION
+        collection = self._ask_collection(suggestion or DEFAULT_COLLECTION)
+        if collection:
+            self.add(paths, collection)
 
     # --- what the worker and the watcher report -------------------------------------------------------
     def _on_progress(self, p: Progress) -> None:

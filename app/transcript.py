@@ -32,7 +32,6 @@ from typing import Any
 from PySide6.QtCore import QEvent, Qt, QUrl, Signal
 from PySide6.QtGui import (
     QColor,
-    QDesktopServices,
     QFont,
     QFontDatabase,
     QFontInfo,
@@ -51,6 +50,7 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QApplication, QTextBrowser, QWidget
 
 from app.code_highlight import highlight, language_label, mix
+from app.open_source import open_source, source_url
 from app.store import StoredMessage, tool_rounds
 from runtime.engine.summary import stats_line
 
@@ -387,7 +387,8 @@ class TranscriptView(QTextBrowser):
         for c in citations:
             link = QTextCharFormat(small)
             link.setAnchor(True)
-            link.setAnchorHref(QUrl.fromLocalFile(str(c["path"])).toString())
+            page = c.get("page") if isinstance(c.get("page"), int) else None
+            link.setAnchorHref(source_url(str(c["path"]), page).toString())
             link.setForeground(palette.color(QPalette.ColorRole.Link))
             link.setToolTip(source_tooltip(c))
             self._new_block().insertText(source_label(c), link)
@@ -514,7 +515,7 @@ class TranscriptView(QTextBrowser):
 
     def _on_anchor(self, url: QUrl) -> None:
         if url.isLocalFile():  # a source of a grounded answer: the system's application for the file
-            if not QDesktopServices.openUrl(url):
+            if not open_source(url):
                 self.open_failed.emit(url.toLocalFile())
             return
         if url.scheme() == "call":

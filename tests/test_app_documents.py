@@ -3,15 +3,20 @@ real temporary index, an answer grounded on it by the demo model, and its Source
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import stat
+import sys
 import time
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QUrl
+from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
+from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QMessageBox
 
 from app.documents_panel import DocumentsPanel
+from app.open_source import open_source, page_of, page_viewer, source_url
 from app.store import Store
 from app.transcript import source_label
 from app.window import MainWindow
@@ -152,6 +157,61 @@ def test_an_answer_from_a_collection_lists_its_sources_and_they_survive_reopenin
     check_sources(again)  # from the stored facts
     assert again.answer_from.currentText() == "frob"
     again.close()
+
+
+def test_a_folder_dropped_on_the_panel_is_added_and_text_is_refused(
+    qtbot, data: Path, docs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    w = open_window(data)
+    qtbot.addWidget(w)
+    panel = w.documents
+    offered: list[object] = []
+    monkeypatch.setattr(
+        "app.documents_panel.QInputDialog.getItem", lambda *a, **k: offered.append(a[3]) or ("dropped", True)
+    )
+    text = QMimeData()
+    text.setText("not a file")
+    refused = QDragEnterEvent(QPoint(5, 5), Qt.DropAction.CopyAction, text, Qt.MouseButton.LeftButton,
+                              Qt.KeyboardModifier.NoModifier)
+    panel.dragEnterEvent(refused)
+    assert not refused.isAccepted()
+    files = QMimeData()
+    files.setUrls([QUrl.fromLocalFile(str(docs)), QUrl("https://example.org/a.pdf")])  # the web link is left out
+    enter = QDragEnterEvent(QPoint(5, 5), Qt.DropAction.CopyAction, files, Qt.MouseButton.LeftButton,
+                            Qt.KeyboardModifier.NoModifier)
+    panel.dragEnterEvent(enter)
+    assert enter.isAccepted()
+    panel.dropEvent(QDropEvent(QPointF(5, 5), Qt.DropAction.CopyAction, files, Qt.MouseButton.LeftButton,
+                               Qt.KeyboardModifier.NoModifier))
+    assert offered == [["frob-docs"]]  # one folder: its name is offered as the collection's
+    wait_indexed(qtbot, panel, "install.md", "usage.md")
+    assert "dropped" in panel.collections()
+    w.close()
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="Preview takes no page on its command line")
+def test_a_pdf_source_opens_at_its_page_in_a_viewer_that_takes_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    seen = tmp_path / "argv.txt"
+    viewer = bin_dir / "zathura"  # stands in for an installed viewer: it writes down how it was started
+    viewer.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" > {seen}\n")
+    viewer.chmod(viewer.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    report = str(tmp_path / "report.pdf")
+    url = source_url(report, 4)
+    assert url.isLocalFile() and url.toLocalFile() == report and page_of(url) == 4
+    assert page_viewer(report, 4) == [str(viewer), "-P", "4", report]
+    assert page_viewer(report, None) is None and page_viewer(str(tmp_path / "notes.md"), 4) is None
+    assert page_of(source_url(report, None)) is None
+    assert open_source(url)
+    deadline = time.monotonic() + 10
+    while not (seen.exists() and seen.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert seen.read_text().split("\n")[:3] == ["-P", "4", report]
+    assert os.environ["PATH"] == str(bin_dir)
 
 
 def test_a_file_written_into_a_watched_folder_is_indexed(qtbot, data: Path, docs: Path) -> None:
