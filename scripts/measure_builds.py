@@ -30,15 +30,14 @@ def child(model: str, prompts: list[str], max_tokens: int) -> dict:
     """One build's round, in this process: costs, then each prompt plain and with the default."""
     import llama_cpp
 
-    from runtime.decode.machine_costs import measure
     from runtime.decode.sampling import SamplingParams
     from runtime.engine.engine import ChatOptions, Engine
     from runtime.machine.hardware import ensure_backends
 
     engine = Engine(model)
     try:
-        costs = measure(engine.backend("f16"), {"q4_k_m": engine.backend("q4_k_m")})
-        engine._costs["f16"] = costs  # this build's own costs, not the cache's (another build's)
+        # Measured now, by this build, and kept as the engine's costs for the answers below (not another build's).
+        costs, _ = engine.costs("f16", ("q4_k_m",), refresh=True)
         out = {
             "llama_cpp": llama_cpp.__file__,
             "kernels": ensure_backends().variant,
