@@ -56,11 +56,13 @@ def test_bench_writes_results(demo_cache: Path, tmp_path: Path) -> None:
     # The cost model's cap from this run's own acceptance, c and v(n), the efficiency against it, and the
     # intervals over prompts (two prompts a workload: too few for one).
     pair = code["f16<-q4_k_m:k2"]
-    assert pair["cap"]["speedup"] >= 1.0 and 0 <= pair["cap"]["k"] <= 8
-    if pair["cap"]["speedup"] > 1.0:
-        assert pair["latency_efficiency"] == pytest.approx(
-            pair["latency_speedup_vs_baseline"] / pair["cap"]["speedup"], abs=1e-3
-        )
+    assert pair["cap"]["speedup"] >= 1.0 and 0 <= pair["cap"]["k"] <= 8 and pair["cap"]["source"] == "tier"
+    # End to end the cap is lower: drafting cannot shorten the prompt's reading, which both answers pay.
+    assert 1.0 <= pair["cap"]["end_to_end"] <= pair["cap"]["speedup"] + 1e-9
+    assert pair["efficiency"] == pytest.approx(pair["speedup_vs_baseline"] / pair["cap"]["speedup"], abs=1e-3)
+    assert pair["latency_efficiency"] == pytest.approx(
+        pair["latency_speedup_vs_baseline"] / pair["cap"]["end_to_end"], abs=1e-3
+    )
     assert pair["latency_ci"] is None and "cap" not in code["f16"]
     assert code["f16<-q4_k_m:k2"]["fidelity"]["exact_match_rate"] == 1.0  # exact mode: the f16's own text
     assert code["f16<-q4_k_m:k2"]["fidelity"]["token_agreement"] == 1.0
@@ -325,3 +327,18 @@ def test_llama_cpp_anchor_runs_the_same_prompt(demo_cache: Path, tmp_path: Path)
     assert runs and all(r["matches_baseline"] for r in runs)
     assert all(r["drafted"] > 0 and r["tok_per_s"] > 0 for r in runs)
     assert data["memory"]["llama.cpp:k3"]["file_mb"] > 0
+
+
+def test_the_ngram_cap_costs_only_the_verify_and_the_end_to_end_cap_keeps_the_prompt() -> None:
+    from commands.bench.stats import end_to_end_cap, ngram_cap
+
+    costs = {"f16": {1: 100.0, 2: 150.0, 3: 170.0, 4: 180.0, 5: 200.0}}
+    # Every proposal accepted: k + 1 tokens per verify of v(k + 1) steps, best at k = 4 (5 / 2.0).
+    assert ngram_cap(1.0, "f16", costs) == (pytest.approx(2.5), 4)
+    assert ngram_cap(0.0, "f16", costs) == (1.0, 0)  # nothing accepted: no k pays
+    assert ngram_cap(None, "f16", costs) is None and ngram_cap(0.5, "q8_0", costs) is None
+    # 2 s to the first token, 8 s decoding: a 2x decode cap makes 10 s into 2 + 4 s.
+    plain = [{"latency_s": 10.0, "ttft_s": 2.0}, {"latency_s": 4.0, "ttft_s": 3.0}, {"latency_s": 0.0, "ttft_s": 0.0}]
+    assert end_to_end_cap(plain[:1], 2.0) == pytest.approx(10 / 6)
+    assert end_to_end_cap(plain, 2.0) == pytest.approx((10 / 6 + 4 / 3.5) / 2)  # the empty answer is left out
+    assert end_to_end_cap([], 2.0) is None

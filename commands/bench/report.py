@@ -18,6 +18,14 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:.0%}"
 
 
+def _cap_source(cap: dict[str, Any]) -> str:
+    return "n-gram" if cap.get("source") == "ngram" else "draft tier"
+
+
+def _end_to_end_cap(cap: dict[str, Any]) -> str:
+    return f", {cap['end_to_end']:.2f}x end to end" if cap.get("end_to_end") else ""
+
+
 def format_table(result: dict[str, Any]) -> str:
     lines = []
     for workload, rows in result["summary"].items():
@@ -51,8 +59,8 @@ def format_table(result: dict[str, Any]) -> str:
                 f"  {name}: end-to-end {ratio_text(e.get('latency_speedup_vs_baseline'), e.get('latency_ci'))}, "
                 f"decode {ratio_text(e['speedup_vs_baseline'], e.get('speedup_ci'))}, "
                 f"TTFT {ratio_text(e.get('ttft_vs_baseline'), e.get('ttft_ci'))}"
-                + (f"; cap {e['cap']['speedup']:.2f}x at k = {e['cap']['k']} (acceptance {e['cap']['acceptance']:.0%})"
-                   if e.get("cap") else "")
+                + (f"; cap {e['cap']['speedup']:.2f}x at k = {e['cap']['k']} ({_cap_source(e['cap'])} acceptance "
+                   f"{e['cap']['acceptance']:.0%})" + _end_to_end_cap(e['cap']) if e.get("cap") else "")
             )
         share = result["routing"].get(workload, {})
         lines.append("routing: " + ", ".join(f"{lvl} {share.get(lvl, 0):.0%}" for lvl in ("low", "medium", "high")))

@@ -18,7 +18,7 @@ from commands.bench.configs import DEFAULT_CONFIGS, GREEDY, LOOKUP, STOCK, Bench
 from commands.bench.memory import measure as measure_memory
 from commands.bench.report import format_table, write_plots, write_report
 from commands.bench.runners import StockRunner, agreement, batch_costs, run_engine
-from commands.bench.stats import bootstrap, cost_cap
+from commands.bench.stats import bootstrap, cost_cap, end_to_end_cap, ngram_cap
 from commands.bench.sweep import format_sweep, predicted_speedup, sweep
 from commands.bench.workloads import JSON, TOOLS, load_prompts, score
 from converters.convert import ensure_demo
@@ -129,14 +129,26 @@ def summarize(
                 # The grammar's masks and state (a JSON schema's) as a share of the answer's time.
                 "grammar_share": _spread([x["grammar_s"] / x["latency_s"] for x in mine if x.get("grammar_s")]),
             }
+            # The cost model's cap for the source that drafted: the tier at its acceptance, else (nothing drafted
+            # by the tier) n-gram lookup at its own; and the same cap end to end, where the prompt's reading stays.
             tier_a = tier_accepted / tier_drafted if tier_drafted else None
             capped = cost_cap(tier_a, parent_tier or "f16", draft_tier if draft_tier != NGRAM else None, costs)
+            source, cap_a = "tier", tier_a
+            ngram_drafted = sum(x.get("ngram_drafted", 0) for x in mine)
+            if (capped is None or not tier_drafted) and ngram_drafted:
+                cap_a = sum(x.get("ngram_accepted", 0) for x in mine) / ngram_drafted
+                source, capped = NGRAM, ngram_cap(cap_a, parent_tier or "f16", costs)
             if capped is not None and cfg.name != baseline:
-                entry["cap"] = {"speedup": round(capped[0], 4), "k": capped[1], "acceptance": round(tier_a or 0, 4)}
-                pairs = (("efficiency", "speedup_vs_baseline"), ("latency_efficiency", "latency_speedup_vs_baseline"))
-                for key, ratio in pairs:
-                    if entry[ratio] is not None:
-                        entry[key] = round(entry[ratio] / capped[0], 4)
+                plain = [b for _, b in pairs if b]
+                e2e = end_to_end_cap(plain, capped[0])
+                entry["cap"] = {
+                    "speedup": round(capped[0], 4), "k": capped[1], "acceptance": round(cap_a or 0, 4),
+                    "source": source, "end_to_end": round(e2e, 4) if e2e else None,
+                }
+                if entry["speedup_vs_baseline"] is not None:
+                    entry["efficiency"] = round(entry["speedup_vs_baseline"] / capped[0], 4)
+                if entry["latency_speedup_vs_baseline"] is not None and e2e:
+                    entry["latency_efficiency"] = round(entry["latency_speedup_vs_baseline"] / e2e, 4)
             cycles = sum(x.get("cycles", 0) for x in mine)  # llama.cpp's tool does not say
             if cfg.draft and drafted and cycles and cfg.parent in costs and cfg.draft in costs:
                 v = {n: t / costs[cfg.parent][1] for n, t in costs[cfg.parent].items()}

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from runtime.decode.controller import K_MAX, cap
+from runtime.decode.controller import K_MAX, NGRAM, cap
 
 RESAMPLES = 2000
 LEVEL = 0.90
@@ -40,6 +41,29 @@ def cost_cap(
     step = costs[parent][1]
     v = {n: t / step for n, t in costs[parent].items()}
     return cap(acceptance, costs[draft][1] / step, v, min(K_MAX["tier"], max(v) - 1))
+
+
+def ngram_cap(
+    acceptance: float | None, parent: str, costs: Mapping[str, Mapping[int, float]]
+) -> tuple[float, int] | None:
+    """The cost model's cap for n-gram lookup at its measured acceptance: a draft that costs nothing (a lookup
+    in the context), so only the parent's verify curve limits it; None when not measurable."""
+    if acceptance is None or parent not in costs:
+        return None
+    step = costs[parent][1]
+    v = {n: t / step for n, t in costs[parent].items()}
+    return cap(acceptance, 0.0, v, min(K_MAX[NGRAM], max(v) - 1))
+
+
+def end_to_end_cap(baseline: Sequence[Mapping[str, Any]], decode_cap: float) -> float | None:
+    """The cap in the user's terms: each baseline answer's latency over its time to first token (which drafting
+    cannot shorten: the prompt is the parent's to read) plus its decode time divided by `decode_cap`; median."""
+    caps = [
+        r["latency_s"] / (r["ttft_s"] + (r["latency_s"] - r["ttft_s"]) / decode_cap)
+        for r in baseline
+        if r.get("latency_s") and r.get("ttft_s") is not None and r["latency_s"] > r["ttft_s"]
+    ]
+    return statistics.median(caps) if caps else None
 
 
 def ratio_text(x: float | None, interval: tuple[float, float] | None) -> str:
