@@ -22,10 +22,12 @@ from PySide6.QtGui import QBrush, QColor, QDragEnterEvent, QDragMoveEvent, QDrop
 from PySide6.QtWidgets import (
     QFileDialog,
     QGridLayout,
+    QHBoxLayout,
     QHeaderView,
     QInputDialog,
     QLabel,
     QMessageBox,
+    QProgressBar,
     QPushButton,
     QTreeWidget,
     QTreeWidgetItem,
@@ -147,12 +149,14 @@ class DocumentsWorker(QObject):
         super().__init__()
         self.index = index
         self.cancel = threading.Event()  # set when the window closes: an add or sync stops between two files
+        self.stop = threading.Event()  # Stop: the job in flight stops between two files; queued ones still run
         self.library: Library | None = None
 
     @Slot(object)
     def run(self, job: DocumentsJob) -> None:
         if self.cancel.is_set():  # closing: jobs still queued behind the cancelled one are dropped
             return
+        self.stop.clear()  # a Stop meant the job before this one
         try:
             result = self._run(job)
         except UserError as e:
@@ -184,12 +188,16 @@ class DocumentsWorker(QObject):
         lib = self._open(create=True)
         assert lib is not None
         if job.verb == "add":
-            return lib.add(job.paths, job.collection or DEFAULT_COLLECTION, self.progress.emit, self.cancel)
+            return lib.add(job.paths, job.collection or DEFAULT_COLLECTION, self.progress.emit, self._stopping())
         if job.verb == "sync":
-            return lib.sync(job.collection, self.progress.emit, self.cancel)
+            return lib.sync(job.collection, self.progress.emit, self._stopping())
         if job.verb == "remove":
             return lib.remove(job.paths[0] if job.paths else None, job.collection)
         raise ValueError(f"unknown documents job {job.verb!r}")
+
+    def _stopping(self) -> threading.Event:
+        """What the Library checks between two files: set by Stop or by closing the window, whichever comes."""
+        return _Either(self.cancel, self.stop)
 
     def _snapshot(self) -> Snapshot:
         lib = self._open(create=False)
@@ -206,6 +214,17 @@ class DocumentsWorker(QObject):
             if self.library.embedder is not None:
                 self.library.embedder.close()
             self.library = None
+
+
+class _Either(threading.Event):
+    """Set when either of two events is (the Library only asks `is_set`)."""
+
+    def __init__(self, a: threading.Event, b: threading.Event) -> None:
+        super().__init__()
+        self.a, self.b = a, b
+
+    def is_set(self) -> bool:
+        return self.a.is_set() or self.b.is_set()
 
 
 # --- watching the added folders ------------------------------------------------------------------------------
@@ -303,6 +322,14 @@ class DocumentsPanel(QWidget):
         self.remove_button = QPushButton("&Remove…")
         self.remove_button.setToolTip("Forget the selected file or collection (the files on disk stay)")
         self.remove_button.clicked.connect(self.remove_selected)
+        self.stop_button = QPushButton("S&top")
+        self.stop_button.setToolTip("Stop indexing after the file at hand; the rest stays pending for the next sync")
+        self.stop_button.clicked.connect(self.stop_indexing)
+        self.stop_button.setVisible(False)
+        self.bar = QProgressBar()  # the share of the bytes to read, while a job runs
+        self.bar.setAccessibleName("Indexing progress")
+        self.bar.setTextVisible(True)
+        self.bar.setVisible(False)
         self.status = QLabel("")
         self.status.setWordWrap(True)
         self.status.setAccessibleName("Documents status")
@@ -316,6 +343,10 @@ class DocumentsPanel(QWidget):
         layout.setContentsMargins(8, 8, 4, 8)
         layout.addWidget(self.tree, 1)
         layout.addLayout(buttons)
+        indexing = QHBoxLayout()
+        indexing.addWidget(self.bar, 1)
+        indexing.addWidget(self.stop_button)
+        layout.addLayout(indexing)
         layout.addWidget(self.status)
 
         self.worker = DocumentsWorker(index)
@@ -348,6 +379,12 @@ class DocumentsPanel(QWidget):
 
     def sync(self, collection: str | None = None, automatic: bool = False) -> None:
         self.request(DocumentsJob("sync", (), collection, automatic))
+
+    def stop_indexing(self) -> None:
+        """Stop the add or sync in flight between two files (what is done stays; the rest is pending)."""
+        self.worker.stop.set()
+        self.stop_button.setEnabled(False)
+        self._say("Stopping after the file at hand…")
 
     def collections(self) -> list[str]:
         return list(self.snapshot.roots)
@@ -417,11 +454,27 @@ class DocumentsPanel(QWidget):
     # --- what the worker and the watcher report -------------------------------------------------------
     def _on_progress(self, p: Progress) -> None:
         if p.files_total:
-            self._say(progress_line(p))
+            if not self.worker.stop.is_set():
+                self._say(progress_line(p))
+            total = p.bytes_total or p.files_total
+            done = p.bytes_done if p.bytes_total else p.files_done
+            scale = max(1, total // 1_000_000)  # QProgressBar counts in int: megabytes of a huge folder
+            self.bar.setRange(0, total // scale)
+            self.bar.setValue(min(done, total) // scale)
+            self.bar.setVisible(p.files_done < p.files_total)
+            self.stop_button.setVisible(p.files_done < p.files_total)
+            self.stop_button.setEnabled(not self.worker.stop.is_set())
         self.progressed.emit(p)
+
+    def _idle(self) -> None:
+        """No job is running: the bar and Stop go."""
+        if self.jobs == 0:
+            self.bar.setVisible(False)
+            self.stop_button.setVisible(False)
 
     def _on_done(self, job: DocumentsJob, result: AddResult | int) -> None:
         self.jobs -= 1
+        self._idle()
         line = result_line(job, result)
         if line:
             self._say(line)
@@ -432,6 +485,7 @@ class DocumentsPanel(QWidget):
     def _on_failed(self, job: DocumentsJob | None, message: str) -> None:
         if job is not None:
             self.jobs -= 1
+            self._idle()
         self._say(message, error=True)
         self.job_ended.emit(job, message)
 

@@ -39,6 +39,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     find.add_argument("--json", action="store_true", help="print a JSON list of hits")
 
 
+BAR_WIDTH = 20
+
+
+def progress_text(p: Progress) -> str:
+    """`[########------------]  40% 812/2000 files, 3,104 chunks  notes/a.md`: the bar is the share of bytes read
+    (files when their sizes are unknown), since one large PDF takes longer than a hundred notes."""
+    share = p.bytes_done / p.bytes_total if p.bytes_total else p.files_done / max(p.files_total, 1)
+    share = min(max(share, 0.0), 1.0)
+    filled = round(share * BAR_WIDTH)
+    bar = "#" * filled + "-" * (BAR_WIDTH - filled)
+    return f"[{bar}] {share:4.0%} {p.files_done}/{p.files_total} files, {p.chunks_done:,} chunks  {p.path}"
+
+
 class ProgressLine:
     """One redrawn line on a terminal (files, chunks, the file at hand); nothing otherwise."""
 
@@ -53,8 +66,7 @@ class ProgressLine:
         if not self.tty or (now - self.last_draw < 0.1 and p.files_done < p.files_total):
             return
         self.last_draw, self.drawn = now, True
-        line = f"indexing {p.files_done}/{p.files_total} files, {p.chunks_done} chunks  {p.path}"
-        self.stream.write("\r" + line[:100].ljust(100))
+        self.stream.write("\r" + progress_text(p)[:100].ljust(100))
         self.stream.flush()
 
     def end(self) -> None:

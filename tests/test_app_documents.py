@@ -189,6 +189,31 @@ def test_a_folder_dropped_on_the_panel_is_added_and_text_is_refused(
     w.close()
 
 
+def test_stop_ends_indexing_between_two_files_and_the_bar_shows_while_it_runs(
+    qtbot, data: Path, tmp_path: Path
+) -> None:
+    folder = tmp_path / "many"
+    folder.mkdir()
+    for i in range(3000):  # enough that indexing is still running when the first progress is shown
+        (folder / f"note-{i:04d}.txt").write_text(f"Note {i}: the frobnicator was serviced on day {i}.\n")
+    w = open_window(data)
+    qtbot.addWidget(w)
+    panel = w.documents
+    assert panel.bar.isHidden() and panel.stop_button.isHidden()
+    panel.add([str(folder)], "many")
+    qtbot.waitUntil(lambda: not panel.stop_button.isHidden(), timeout=INDEX_MS)
+    assert not panel.bar.isHidden() and 0 <= panel.bar.value() < panel.bar.maximum()
+    with qtbot.waitSignal(panel.job_ended, timeout=INDEX_MS * 2):
+        panel.stop_button.click()
+    assert panel.status.text().startswith("Added to many: ") and panel.status.text().endswith("stopped.")
+    assert panel.bar.isHidden() and panel.stop_button.isHidden()
+    qtbot.waitUntil(lambda: len(rows(panel)) == 3000, timeout=INDEX_MS)
+    states = [state.split()[0] for state, _ in rows(panel).values()]
+    # Every file is either indexed or pending (the next sync finishes it), and some were never reached.
+    assert set(states) <= {"indexed", "pending"} and "pending" in states
+    w.close()
+
+
 @pytest.mark.skipif(sys.platform == "darwin", reason="Preview takes no page on its command line")
 def test_a_pdf_source_opens_at_its_page_in_a_viewer_that_takes_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

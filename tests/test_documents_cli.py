@@ -116,3 +116,13 @@ def test_progress_is_one_redrawn_line_on_a_terminal_only() -> None:
     assert pipe.getvalue() == ""
     drawn = term.getvalue()
     assert "\n" not in drawn and drawn.count("\r") == 4 and "2/2 files, 7 chunks" in drawn
+    assert "[--------------------]   0% 0/2 files" in drawn and "[####################] 100% 2/2" in drawn
+
+
+def test_the_bar_follows_bytes_not_files() -> None:
+    from commands.docs import progress_text
+    from runtime.documents import Progress
+
+    # One file of two done, but it was the small one: a quarter of the bytes, a quarter of the bar.
+    assert progress_text(Progress(1, 2, 3, 250, 1000, "b.pdf")).startswith("[#####---------------]  25% 1/2 files")
+    assert progress_text(Progress(1, 4, 0, 0, 0)).startswith("[#####---------------]  25% 1/4 files")  # no sizes
