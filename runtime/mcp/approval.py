@@ -16,15 +16,14 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
 
-from runtime.atomic import write_text_atomic
 from runtime.errors import UserError
+from runtime.mcp.tool_table import ToolTable
 from runtime.paths import config_dir
 
 log = logging.getLogger(__name__)
@@ -34,7 +33,6 @@ MODES: tuple[Mode, ...] = ("ask", "all", "none")
 DENIED = "The user denied this call."
 TURNED_OFF = "Tool calls are turned off in the settings, so this call did not run."
 FILE_NAME = "mcp-approvals.json"
-_VERSION = 1
 
 
 class Decision(str, Enum):
@@ -84,55 +82,29 @@ class Approvals:
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or config_dir() / FILE_NAME
-        self._lock = threading.Lock()
+        self._table = ToolTable(self.path, "always_allow", "tool approvals", "no tool is always allowed")
 
     def allowed(self) -> dict[str, frozenset[str]]:
         """Each server's always-allowed tools. A file that cannot be read allows nothing (and is logged)."""
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as e:
-            log.warning("%s cannot be read, so no tool is always allowed: %s", self.path, e)
-            return {}
-        table = data.get("always_allow") if isinstance(data, dict) else None
-        if not isinstance(table, dict):
-            return {}
-        return {
-            server: frozenset(t for t in tools if isinstance(t, str))
-            for server, tools in table.items()
-            if isinstance(server, str) and isinstance(tools, list)
-        }
+        return self._table.read()
 
     def is_allowed(self, server: str, tool: str) -> bool:
         return tool in self.allowed().get(server, frozenset())
 
     def allow(self, server: str, tool: str) -> None:
         """Remember Always allow for one server's tool."""
-        with self._lock:
-            table = {s: set(t) for s, t in self.allowed().items()}
-            table.setdefault(server, set()).add(tool)
-            self._write(table)
+        self._table.update(lambda table: table.setdefault(server, set()).add(tool))
 
     def revoke(self, server: str, tool: str | None = None) -> int:
         """Forget Always allow for one tool, or every tool of `server`; how many were forgotten."""
-        with self._lock:
-            table = {s: set(t) for s, t in self.allowed().items()}
+
+        def change(table: dict[str, set[str]]) -> int:
             had = table.get(server, set())
             gone = set(had) if tool is None else had & {tool}
-            if not gone:
-                return 0
             table[server] = had - gone
-            self._write({s: t for s, t in table.items() if t})
             return len(gone)
 
-    def _write(self, table: Mapping[str, set[str]]) -> None:
-        data = {"version": _VERSION, "always_allow": {s: sorted(t) for s, t in sorted(table.items())}}
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(self.path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
-        except OSError as e:
-            raise UserError(f"{self.path}: cannot save the tool approvals: {e}") from None
+        return self._table.update(change)
 
 
 class ApprovalPolicy:
