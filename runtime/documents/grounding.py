@@ -80,18 +80,9 @@ class Citation:
         return ", ".join(parts)
 
     def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "n": self.n, "path": self.path, "collection": self.collection, "score": self.score, "text": self.text
-        }
-        if self.page is not None:
-            out["page"] = self.page
-        if self.lines is not None:
-            out["lines"] = list(self.lines)
-        if self.heading is not None:
-            out["heading"] = self.heading
-        if self.whole:
-            out["whole"] = True
-        return out
+        """Its number, then the fields of a search hit (Hit.as_dict), then `whole` when it is a whole document."""
+        hit = Hit(self.path, self.score, self.text, self.collection, self.page, self.lines, self.heading)
+        return {"n": self.n, **hit.as_dict(), **({"whole": True} if self.whole else {})}
 
 
 def retrieve(
