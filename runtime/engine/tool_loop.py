@@ -27,9 +27,9 @@ from runtime.engine.answer import Chunk
 from runtime.engine.options import ChatOptions, Message
 from runtime.engine.tools import Tool, ToolRequest, assemble
 from runtime.errors import Cancelled, UserError
+from runtime.mcp.approval import DENIED  # what the model reads for a refused call, whoever refused it
 
 DEFAULT_ROUNDS = 8
-DENIED = "The user denied this call."
 
 
 @dataclass(frozen=True)
