@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import tempfile
 import time
@@ -25,6 +24,7 @@ import numpy as np
 from runtime.documents import Library
 from runtime.documents.chunk import Chunk
 from runtime.documents.index import Index, Vectors
+from runtime.machine.hardware import cpu_name
 
 DIM = 384  # all-MiniLM-L6-v2's
 MODEL = "synthetic"
@@ -110,16 +110,6 @@ def latencies(library: Library, texts: list[str], top: int = 5) -> dict[str, flo
     return {"p50_ms": round(statistics.median(times), 2), "p95_ms": round(times[int(0.95 * (len(times) - 1))], 2)}
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--chunks", type=int, default=100_000)
@@ -144,7 +134,7 @@ def main() -> None:
         print(json.dumps({
             "chunks": args.chunks,
             "queries": len(texts),
-            "cpu": cpu_model(),
+            "cpu": cpu_name(),
             "index_mb": round(sum(f.stat().st_size for f in Path(folder).iterdir()) / 1e6, 1),
             "build_s": round(built, 1),
             "hybrid": hybrid,
