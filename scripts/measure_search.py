@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from runtime.documents import Library
-from runtime.documents.chunk import Chunk
+from runtime.documents.chunk import Passage
 from runtime.documents.index import Index, Vectors
 from runtime.machine.hardware import cpu_name
 
@@ -68,7 +68,7 @@ def synthesise(path: Path, chunks: int, collection: str = "synthetic", seed: int
             vectors = rng.standard_normal((n, DIM), dtype=np.float32)
             vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
             blobs = [row.astype("<f4").tobytes() for row in vectors]
-            index.finish(fid, 0, 0, f"{fid:064x}", [Chunk(t) for t in texts], vectors=Vectors(MODEL, blobs))
+            index.finish(fid, 0, 0, f"{fid:064x}", [Passage(t) for t in texts], vectors=Vectors(MODEL, blobs))
     finally:
         index.close()
     return words

@@ -17,7 +17,10 @@ LEAD_IN_TOKENS = 50  # a section this short joins the subsection after it
 
 
 @dataclass(frozen=True)
-class Chunk:
+class Passage:
+    """One piece of a document as indexed (a row of the `chunks` table), with where it came from. Not
+    runtime.engine.answer.Chunk, which is a piece of an answer."""
+
     text: str
     heading: str | None = None
     page: int | None = None
@@ -30,10 +33,10 @@ def tokens(text: str) -> int:
     return -(-len(text) // CHARS_PER_TOKEN)
 
 
-def chunk_blocks(blocks: list[Block], join_headings: bool = False) -> list[Chunk]:
+def chunk_blocks(blocks: list[Block], join_headings: bool = False) -> list[Passage]:
     """Consecutive blocks joined up to TARGET_TOKENS. `join_headings`: blocks under different headings may
     share a chunk (code: small functions together); its heading then names them all."""
-    chunks: list[Chunk] = []
+    chunks: list[Passage] = []
     group: list[Block] = []
     size = 0
     for block in (piece for b in blocks for piece in _cut(b)):
@@ -60,14 +63,14 @@ def _lead_in(group: list[Block], size: int, block: Block) -> bool:
     return size < LEAD_IN_TOKENS and parent is not None and (block.heading or "").startswith(parent + " > ")
 
 
-def _join(group: list[Block], join_headings: bool) -> Chunk:
+def _join(group: list[Block], join_headings: bool) -> Passage:
     # Prose: the deepest heading (a lead-in's trail is its prefix); code: every definition's name.
     headings = list(dict.fromkeys(b.heading for b in group if b.heading))
     if not join_headings:
         headings = headings[-1:]
     firsts = [b.first_line for b in group if b.first_line is not None]
     lasts = [b.last_line for b in group if b.last_line is not None]
-    return Chunk(
+    return Passage(
         "\n\n".join(b.text for b in group),
         ", ".join(headings) or None,
         group[0].page,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pygments.lexers import find_lexer_class_for_filename
 
 from runtime.documents.blocks import Block, ExtractError, markdown_blocks, rst_blocks, text_blocks
-from runtime.documents.chunk import Chunk, chunk_blocks
+from runtime.documents.chunk import Passage, chunk_blocks
 from runtime.documents.decode import decode, lines_of
 
 _BY_EXTENSION = {
@@ -43,7 +43,7 @@ def detect_format(name: str, named: bool = False) -> str | None:
 @dataclass(frozen=True)
 class Extracted:
     format: str
-    chunks: list[Chunk]
+    chunks: list[Passage]
 
 
 def extract(data: bytes, fmt: str, name: str) -> Extracted:

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import platformdirs
 
-from runtime.documents.chunk import Chunk
+from runtime.documents.chunk import Passage
 from runtime.errors import UserError
 
 
@@ -269,7 +269,7 @@ class Index:
         size: int | None,
         mtime: int | None,
         sha: str | None,
-        chunks: list[Chunk] | None,
+        chunks: list[Passage] | None,
         error: str | None = None,
         vectors: Vectors | None = None,
     ) -> bool:
