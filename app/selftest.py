@@ -53,12 +53,18 @@ def run_self_test(window: MainWindow, screenshot: Path | None = None, prompt: st
     missing = [name for name, ok in checks.items() if not ok]
     if missing:
         raise SelfTestFailed(f"the status bar lacks: {', '.join(missing)}")
+    platform = QApplication.platformName()
+    if platform != "offscreen":
+        # A real platform (the installers' check runs one on each desktop): the pass must mean the window
+        # opened there, not only that the widgets answered.
+        handle = window.windowHandle()
+        wait_until(lambda: handle is not None and handle.isExposed(), 60, f"the window to appear ({platform})")
     if screenshot is not None:
         window.transcript.verticalScrollBar().setValue(0)
         QApplication.processEvents()
         if not window.grab().save(str(screenshot)):
             raise SelfTestFailed(f"could not write the screenshot {screenshot}")
     return (
-        f"self-test passed: {window.model}, {window.badge.level} · {window.precision.text()} · "
+        f"self-test passed ({platform}): {window.model}, {window.badge.level} · {window.precision.text()} · "
         f"{window.speed.text()} · {window.acceptance.text()} · {window.placement.text()}"
     )

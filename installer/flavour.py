@@ -32,8 +32,29 @@ FLAVOURS = {
     "vulkan": PORTABLE + " -DGGML_VULKAN=ON",
     "metal": PORTABLE + " -DGGML_METAL=ON",
 }
-_CPU_VARIANT = re.compile(r"(^|/)(lib)?ggml-cpu-[\w.]+\.(so|dll|dylib)$")
-_CPU_SINGLE = re.compile(r"(^|/)(lib)?ggml-cpu\.(so|dll|dylib)$")
+# Either slash: names come from wheels (always /) and from Windows folders (\\).
+_CPU_VARIANT = re.compile(r"(^|[/\\])(lib)?ggml-cpu-[\w.]+\.(so|dll|dylib)$")
+_CPU_SINGLE = re.compile(r"(^|[/\\])(lib)?ggml-cpu\.(so|dll|dylib)$")
+# What each system's build adds to a flavour's flags:
+# - Windows: no OpenMP. clang in Visual Studio's environment links ggml to libomp140.x86_64.dll, which is
+#   neither on PATH nor redistributable, so PyInstaller leaves it out and llama_cpp fails to load; ggml's own
+#   thread pool replaces it (llama.cpp's own Windows releases either copy the DLL or do the same).
+# - macOS on Intel: no Metal. llama-cpp-python turns Metal on for every Apple build, and an Intel Mac's GPU
+#   gains nothing from it; the runner's paravirtual one aborts on missing ops.
+SYSTEM_FLAGS = {("windows", "x86_64"): " -DGGML_OPENMP=OFF", ("macos", "x86_64"): " -DGGML_METAL=OFF"}
+
+
+def this_system() -> str:
+    """`linux`, `windows` or `macos`: the names build_installer.py gives the systems."""
+    return {"win32": "windows", "darwin": "macos"}.get(sys.platform, "linux")
+
+
+def cmake_args(flavour: str, system: str | None = None, arch: str | None = None) -> str:
+    """The CMAKE_ARGS of `flavour` as built on `system` and `arch` (default: this machine's)."""
+    from installer.metadata import this_arch
+
+    key = (system or this_system(), arch or this_arch())
+    return FLAVOURS[flavour] + SYSTEM_FLAGS.get(key, "")
 
 
 def find_wheel(folder: Path) -> Path | None:
@@ -88,7 +109,7 @@ def build_wheel(flavour: str, folder: Path) -> Path:
 
     `pip wheel --no-cache-dir`: pip's wheel cache ignores CMAKE_ARGS and could return another flavour.
     """
-    flags = FLAVOURS[flavour]
+    flags = cmake_args(flavour)
     print(
         f"build_installer: building llama-cpp-python {LLAMA_VERSION} ({flavour}) into {folder}: llama.cpp is "
         "compiled once, 6 to 25 minutes on 2 cores",

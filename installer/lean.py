@@ -7,7 +7,7 @@ virtual keyboard, ...) and then every library those plugins link, which nearly d
 from __future__ import annotations
 
 import re
-from pathlib import PurePosixPath
+from pathlib import PureWindowsPath
 
 # Per plugin type, the plugins kept (by name without `lib` prefix and suffix); other types are dropped whole.
 QT_PLUGINS = {
@@ -22,14 +22,19 @@ QT_PLUGINS = {
 # Data left out: Qt's translations (the app is in English), and hyphenation dictionaries other than English
 # (textstat, used by the router, only reads en_US).
 DROPPED_DATA = (
-    re.compile(r"^PySide6/Qt/translations/"),
+    re.compile(r"^PySide6/(Qt/)?translations/"),  # PySide6/translations in the Windows wheel
     re.compile(r"^pyphen/dictionaries/(?!hyph_en_)"),
 )
 
 
 def plugin_name(filename: str) -> str:
-    """`libqxcb.so` -> `qxcb`, `qwindows.dll` -> `qwindows`."""
-    stem = PurePosixPath(filename).name.split(".")[0]
+    """`libqxcb.so` -> `qxcb`, `qwindows.dll` -> `qwindows`, from a path with either slash.
+
+    PureWindowsPath, because PyInstaller hands the spec Windows paths with backslashes there, and a POSIX
+    path takes `C:\\...\\qwindows.dll` whole as one name; it splits on `/` too, so Linux and macOS paths
+    come apart the same way (a backslash is never part of a real plugin's file name).
+    """
+    stem = PureWindowsPath(filename).name.split(".")[0]
     return stem[3:] if stem.startswith("lib") else stem
 
 

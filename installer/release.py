@@ -37,7 +37,11 @@ class Target:
     arch: str  # x86_64, arm64
     runner: str  # the GitHub-hosted runner that builds and self-tests it
     suffix: str  # what follows the base name in the file build_installer.py makes
-    system: str  # as the README's download table names it
+    system: str  # as the README's download table names it: the floor below, in words
+    # The oldest system the file runs on, which its job checks (installer.contents): the glibc version every
+    # library may need at most (Linux), the macOS version every Mach-O file's minos may name at most, the
+    # Windows build the setup refuses to install below (10.0.18362 is 10 version 1903).
+    floor: tuple[int, ...]
 
     @property
     def key(self) -> str:
@@ -50,13 +54,16 @@ class Target:
 TARGETS = {
     t.key: t
     for t in (
-        Target("linux", "x86_64", "ubuntu-22.04", ".tar.gz", "Linux, x86-64"),
-        Target("windows", "x86_64", "windows-2022", "-setup.exe", "Windows 10/11, x86-64"),
-        Target("macos", "arm64", "macos-14", ".dmg", "macOS 12 or later, Apple silicon"),
-        Target("macos", "x86_64", "macos-15-intel", ".dmg", "macOS 12 or later, Intel"),
+        Target("linux", "x86_64", "ubuntu-22.04", ".tar.gz", "Linux with glibc 2.35 or later, x86-64", (2, 35)),
+        Target("windows", "x86_64", "windows-2022", "-setup.exe", "Windows 10 (1903 or later) or 11, x86-64",
+               (10, 0, 18362)),
+        # macOS 14: numpy's wheels for macOS 14 and later use Accelerate, and pip picks them on these runners;
+        # PySide6 6.11 needs 13.
+        Target("macos", "arm64", "macos-14", ".dmg", "macOS 14 or later, Apple silicon", (14, 0)),
+        Target("macos", "x86_64", "macos-15-intel", ".dmg", "macOS 14 or later, Intel", (14, 0)),
     )
 }
-GLIBC_FLOOR = (2, 35)  # the Linux bundle may need no newer glibc than Ubuntu 22.04's
+GLIBC_FLOOR = TARGETS["linux-x86_64"].floor  # the Linux bundle may need no newer glibc than Ubuntu 22.04's
 
 
 def target(key: str) -> Target:

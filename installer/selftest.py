@@ -27,6 +27,7 @@ from pathlib import Path
 
 from installer.linux import glibc_needed
 from installer.release import GLIBC_FLOOR, RECORD, Target, release_file, target, version
+from installer.retry import run_retrying
 from runtime.errors import SpecQuantError, UserError, run_command
 
 ODD = "Programme für alle"  # every folder the check installs into has a space and a non-ASCII letter
@@ -44,11 +45,46 @@ def checked(cmd: Sequence[str | Path], env: Mapping[str, str], what: str, timeou
     return done.stdout
 
 
-def self_test(program: Path, env: Mapping[str, str], what: str, wrap: Sequence[str] = ()) -> None:
-    out = checked([*wrap, program, "--self-test"], env, what)
+def self_test(program: Path, env: Mapping[str, str], what: str, wrap: Sequence[str] = (),
+              args: Sequence[str | Path] = ()) -> None:
+    out = checked([*wrap, program, "--self-test", *args], env, what)
     # A windowed Windows program has no stdout to print to: there its exit code is the verdict.
     if sys.platform != "win32" and "self-test passed" not in out:
         raise SpecQuantError(f"{what} exited 0 without saying 'self-test passed': {out.strip()[-300:]}")
+
+
+# Each system's own Qt platform plugin: the app's --self-test defaults to offscreen, which proves nothing
+# about the window; with this one it must open on the desktop (app/selftest.py waits until it is exposed).
+NATIVE_PLATFORM = {"win32": "windows", "darwin": "cocoa", "linux": "xcb"}
+
+
+def screenshot_file(artefact: Path) -> Path:
+    """Where the window's picture goes: beside the file, uploaded as its own artifact, never released."""
+    return artefact.with_name(artefact.name + ".window.png")
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    """A PNG's width and height from its IHDR chunk; (0, 0) when it is no PNG."""
+    try:
+        head = path.read_bytes()[:24]
+    except OSError:
+        return 0, 0
+    if head[:8] != b"\x89PNG\r\n\x1a\n" or head[12:16] != b"IHDR":
+        return 0, 0
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
+def window_screenshot(program: Path, env: Mapping[str, str], png: Path, platform: str | None = None) -> str:
+    """Run the self-test again in a real window with the system's own platform plugin, and keep a picture of
+    the window after its answer (`--screenshot`, QWidget.grab); the check's words for the record."""
+    platform = platform or NATIVE_PLATFORM[sys.platform]
+    png.unlink(missing_ok=True)
+    what = f"self-test in a window ({platform})"
+    self_test(program, {**env, "QT_QPA_PLATFORM": platform}, what, args=["--screenshot", png])
+    width, height = png_size(png)
+    if width < 200 or height < 150:
+        raise SpecQuantError(f"{what} passed but left no picture of its window ({png.name}: {width}x{height})")
+    return f"{what}, screenshot {width}x{height}"
 
 
 def routes(cli: Path, env: Mapping[str, str]) -> None:
@@ -135,8 +171,9 @@ def linux(tarball: Path, work: Path, xvfb: bool = True) -> list[str]:
 # --- Windows ---------------------------------------------------------------------------------------------------
 
 
-def windows(setup: Path, work: Path) -> list[str]:
-    """A silent per-user install into an odd folder, the self-test, and a silent uninstall."""
+def windows(setup: Path, work: Path, png: Path | None = None) -> list[str]:
+    """A silent per-user install into an odd folder, the self-test (and, given `png`, the window's picture),
+    and a silent uninstall."""
     folder, models = work / ODD / "SpecQuant", work / ODD / "models"
     quiet = ["/VERYSILENT", "/SUPPRESSMSGBOXES", "/NORESTART"]
     checked([setup, *quiet, "/CURRENTUSER", f"/DIR={folder}", f"/LOG={work / 'setup.log'}"], os.environ, setup.name)
@@ -144,7 +181,9 @@ def windows(setup: Path, work: Path) -> list[str]:
     # The models go to a scratch folder rather than the runner's own AppData.
     env = dict(os.environ, SPECQUANT_CACHE_DIR=str(models))
     self_test(folder / "specquant-app.exe", env, "self-test")
-    checks.append("self-test")
+    checks.append("self-test offscreen")
+    if png is not None:
+        checks.append(window_screenshot(folder / "specquant-app.exe", env, png))
     routes(folder / "specquant.exe", env)
     checks.append("specquant route")
     checked([folder / "unins000.exe", *quiet], os.environ, "the uninstaller")
@@ -164,24 +203,27 @@ def windows(setup: Path, work: Path) -> list[str]:
 # --- macOS -----------------------------------------------------------------------------------------------------
 
 
-def macos(dmg: Path, work: Path) -> list[str]:
-    """Copy the app out of the disk image as a user drags it, check its seal, and run the self-test."""
+def macos(dmg: Path, work: Path, png: Path | None = None) -> list[str]:
+    """Copy the app out of the disk image as a user drags it, check its seal, run the self-test (and, given
+    `png`, keep the window's picture)."""
     mount = work / "mount"
-    checked(["hdiutil", "attach", "-nobrowse", "-readonly", "-noautoopen", "-mountpoint", mount, dmg], os.environ,
-            "hdiutil attach")
+    run_retrying(["hdiutil", "attach", "-nobrowse", "-readonly", "-noautoopen", "-mountpoint", mount, dmg],
+                 "hdiutil attach")
     try:
         (app_in_image,) = mount.glob("*.app")
         app = work / ODD / "Applications" / app_in_image.name
         shutil.copytree(app_in_image, app, symlinks=True)
     finally:
-        checked(["hdiutil", "detach", mount], os.environ, "hdiutil detach")
+        run_retrying(["hdiutil", "detach", mount], "hdiutil detach")
     checked(["codesign", "--verify", "--deep", "--strict", app], os.environ, f"codesign --verify {app.name}")
     checks = [f"copied into '{ODD}', signature sealed"]
     home = work / ODD / "home"
     home.mkdir()
     env = {"HOME": str(home), "PATH": CLEAN_PATH}
     self_test(app / "Contents/MacOS/specquant-app", env, "self-test")
-    checks.append("self-test")
+    checks.append("self-test offscreen")
+    if png is not None:
+        checks.append(window_screenshot(app / "Contents/MacOS/specquant-app", env, png))
     routes(app / "Contents/MacOS/specquant", env)
     checks.append("specquant route")
     return checks
@@ -212,9 +254,10 @@ def run_checks(t: Target, artefact: Path, work: Path, xvfb: bool) -> list[str]:
         raise UserError(f"{artefact.name} is checked on {t.os}, and this is {sys.platform}")
     if t.os == "linux":
         return linux(artefact, work, xvfb)
+    # Windows and macOS runners have a desktop: the app opens there too, and its picture is kept.
     if t.os == "windows":
-        return windows(artefact, work)
-    return macos(artefact, work)
+        return windows(artefact, work, screenshot_file(artefact))
+    return macos(artefact, work, screenshot_file(artefact))
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,11 +10,21 @@ import os
 import shutil
 import subprocess
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 
-from installer.artefact import fill
+from installer.artefact import TEMPLATES, fill
 from installer.metadata import BUNDLE_ID, PUBLISHER, Meta
 from runtime.errors import SpecQuantError
+
+# The oldest Windows the bundle runs on: 10 version 1903 (build 18362), the first to honour the manifest's UTF-8
+# code page (templates/specquant.manifest). The setup refuses older systems (MinVersion), and the contents
+# check (installer.contents) finds that entry in each program.
+MIN_VERSION = "10.0.18362"
+MANIFEST = TEMPLATES / "specquant.manifest"
+# Inno Setup as the release job installs it (choco install innosetup --version=...): pinned, so that a new major
+# version does not move its folder or change the script's language under a release.
+INNO_SETUP_VERSION = "6.7.1"
 
 
 def app_id(meta: Meta) -> str:
@@ -32,19 +42,31 @@ def inno_script(meta: Meta, folder: str, output_base: str) -> str:
         publisher=PUBLISHER,
         output_base=output_base,
         bundle=folder,
+        min_version=MIN_VERSION,
     )
 
 
-def find_iscc() -> str | None:
-    """Inno Setup's compiler: on PATH, or where its installer (and Chocolatey's package) puts it."""
-    found = shutil.which("iscc")
+def find_iscc(env: Mapping[str, str] | None = None) -> str | None:
+    """Inno Setup's compiler: on PATH, or where its installer (and Chocolatey's package) puts it: the pinned
+    version's folder ("Inno Setup 6") first, then any other, newest major version first."""
+    env = os.environ if env is None else env
+    found = shutil.which("iscc", path=env.get("PATH"))
     if found:
         return found
-    for root in (os.environ.get("PROGRAMFILES(X86)"), os.environ.get("PROGRAMFILES")):  # Windows: any case
-        candidate = Path(root or "") / "Inno Setup 6" / "ISCC.exe"
-        if root and candidate.is_file():
-            return str(candidate)
+    major = INNO_SETUP_VERSION.split(".")[0]
+    for root in (env.get("PROGRAMFILES(X86)"), env.get("PROGRAMFILES")):  # Windows: any case
+        if not root:
+            continue
+        others = sorted(Path(root).glob("Inno Setup *"), key=lambda p: _major(p.name), reverse=True)
+        for folder in [Path(root) / f"Inno Setup {major}", *others]:
+            if (folder / "ISCC.exe").is_file():
+                return str(folder / "ISCC.exe")
     return None
+
+
+def _major(folder: str) -> int:
+    digits = folder.rsplit(" ", 1)[-1]
+    return int(digits) if digits.isdigit() else 0
 
 
 def iscc_command(iscc: str, script: Path, sign_tool: str | None) -> list[str]:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from installer import linux, macos, release, selftest, signing, windows
+from installer import contents, linux, macos, release, selftest, signing, windows
 from installer.metadata import Meta
 from tests.conftest import REPO, assert_one_line_error
 
@@ -97,9 +97,44 @@ def test_release_jobs_are_the_release_targets_on_their_runners() -> None:
     assert flow["permissions"] == {"contents": "read"}  # only the publishing job may write
 
 
+ACTION = re.compile(r"^\s*(?:- )?uses: ([\w-]+/[\w-]+)@(\S+)(?:\s+#\s*(v[\d.]+))?\s*$")
+
+
+def test_release_actions_are_pinned_by_commit_with_their_tag_beside() -> None:
+    """The release jobs hold the signing secrets: a moved tag must not change what runs in them."""
+    pinned = [ACTION.match(line) for line in (REPO / ".github/workflows/release.yml").read_text().splitlines()
+              if "uses:" in line]
+    assert len(pinned) >= 6 and all(pinned)
+    for m in pinned:
+        assert re.fullmatch(r"[0-9a-f]{40}", m[2]) and m[3], m[0]  # a full SHA, then its tag as a comment
+    versions = {(m[1], m[3]) for m in pinned}
+    assert {action for action, _ in versions} == {"actions/checkout", "actions/setup-python",
+                                                  "actions/upload-artifact", "actions/download-artifact"}
+    assert len({m[1]: m[2] for m in pinned}) == len({(m[1], m[2]) for m in pinned})  # one commit per action
+
+
+def test_release_runs_one_at_a_time_and_uploads_screenshots_apart_from_the_files() -> None:
+    flow = release_workflow()
+    assert flow["concurrency"] == {"group": "release-${{ github.ref }}", "cancel-in-progress": False}
+    steps = flow["jobs"]["build"]["steps"]
+    uploads = [s for s in steps if s.get("uses", "").startswith("actions/upload-artifact@")]
+    names = sorted(s["with"]["name"] for s in uploads)
+    assert names == ["release-${{ matrix.target }}", "screenshot-${{ matrix.target }}"]
+    shot = next(s for s in uploads if s["with"]["name"].startswith("screenshot"))
+    assert shot["if"] == "runner.os != 'Linux'" and shot["with"]["path"] == "dist/*.window.png"
+    order = [s.get("name", s.get("uses", "")) for s in steps]
+    checked = [i for i, s in enumerate(steps) if "installer.contents" in s.get("run", "")]
+    assert len(checked) == 3  # one per system
+    assert max(checked) < order.index("Collect the file and its self-test record")
+    download = next(s for s in flow["jobs"]["publish"]["steps"] if "download-artifact" in s.get("uses", ""))
+    assert download["with"]["pattern"] == "release-*"  # the screenshots are no release files
+    floors = flow["jobs"]["build"]["env"]["MACOSX_DEPLOYMENT_TARGET"]
+    assert floors == ".".join(map(str, release.TARGETS["macos-arm64"].floor))
+
+
 def test_every_script_the_workflows_call_exists_with_that_subcommand() -> None:
     parsers = {"installer.release": release.build_parser(), "installer.signing": signing.build_parser(),
-               "installer.selftest": selftest.build_parser()}
+               "installer.selftest": selftest.build_parser(), "installer.contents": contents.build_parser()}
     called = set()
     for path in WORKFLOWS:
         for _, _, script in run_steps(yaml.safe_load(path.read_text())):
@@ -122,7 +157,8 @@ def test_every_script_the_workflows_call_exists_with_that_subcommand() -> None:
 def test_release_scripts_need_only_the_standard_library() -> None:
     """The publishing job installs nothing, and each build job calls them before its dependencies exist."""
     code = (
-        "import sys; import installer.release, installer.signing, installer.selftest, installer.progress; "
+        "import sys; import installer.release, installer.signing, installer.selftest, installer.progress, "
+        "installer.contents; "
         "print(sorted({m.split('.')[0] for m in sys.modules} - set(sys.stdlib_module_names) - {'__main__'}))"
     )
     done = subprocess.run([sys.executable, "-I", "-S", "-c", f"import sys; sys.path.insert(0, {str(REPO)!r}); {code}"],

@@ -18,6 +18,8 @@ PrivilegesRequired=lowest
 PrivilegesRequiredOverridesAllowed=dialog
 ArchitecturesAllowed=x64compatible
 ArchitecturesInstallIn64BitMode=x64compatible
+; Windows 10 version 1903: the programs' manifest asks for the UTF-8 code page, which older Windows ignores.
+MinVersion=@MIN_VERSION@
 OutputDir=.
 OutputBaseFilename=@OUTPUT_BASE@
 SetupIconFile=@BUNDLE@\_internal\assets\icon.ico

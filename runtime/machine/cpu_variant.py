@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 import platformdirs
 
@@ -274,26 +275,31 @@ def _probe_child(
             return
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = 0
-        llm = llama_cpp.llama_model_load_from_file(model.encode(), mparams)
-        if not llm:
-            conn.send(f"the probe model did not load: {errors.last() or 'no reason given'}")
-            return
-        cparams = llama_cpp.llama_context_default_params()
-        cparams.n_ctx = 64
-        cparams.n_batch = cparams.n_ubatch = 2 * PROBE_TOKENS
-        cparams.n_threads = cparams.n_threads_batch = n_threads
-        ctx = llama_cpp.llama_init_from_model(llm, cparams)
-        tokens = (llama_cpp.llama_token * PROBE_TOKENS)(*range(1, PROBE_TOKENS + 1))
-        if not ctx or llama_cpp.llama_decode(ctx, llama_cpp.llama_batch_get_one(tokens, PROBE_TOKENS)) != 0:
-            conn.send(f"decoding failed: {errors.last() or 'no reason given'}")
-            return
-        logits = llama_cpp.llama_get_logits_ith(ctx, -1)
-        if not all(map(lambda i: abs(logits[i]) < 1e30, range(16))):
-            conn.send("its matrix multiplies gave non-finite results")
-            return
-        conn.send("")
+        conn.send(decode_probe(model, mparams, n_threads, errors.last))
     finally:
         conn.close()
+
+
+def decode_probe(model: str, mparams: Any, n_threads: int, last_error: Callable[[], str | None]) -> str:
+    """In a probe's child: load `model` with these llama_model_params and decode one batch; "" or why not.
+    Shared with the GPU probe (runtime.machine.gpu_probe), whose parameters put every layer on one device."""
+    import llama_cpp
+
+    llm = llama_cpp.llama_model_load_from_file(model.encode(), mparams)
+    if not llm:
+        return f"the probe model did not load: {last_error() or 'no reason given'}"
+    cparams = llama_cpp.llama_context_default_params()
+    cparams.n_ctx = 64
+    cparams.n_batch = cparams.n_ubatch = 2 * PROBE_TOKENS
+    cparams.n_threads = cparams.n_threads_batch = n_threads
+    ctx = llama_cpp.llama_init_from_model(llm, cparams)
+    tokens = (llama_cpp.llama_token * PROBE_TOKENS)(*range(1, PROBE_TOKENS + 1))
+    if not ctx or llama_cpp.llama_decode(ctx, llama_cpp.llama_batch_get_one(tokens, PROBE_TOKENS)) != 0:
+        return f"decoding failed: {last_error() or 'no reason given'}"
+    logits = llama_cpp.llama_get_logits_ith(ctx, -1)
+    if not all(map(lambda i: abs(logits[i]) < 1e30, range(16))):
+        return "its matrix multiplies gave non-finite results"
+    return ""
 
 
 def probe(

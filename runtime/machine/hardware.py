@@ -34,6 +34,9 @@ class Gpu:
     kind: str  # "gpu" (dedicated memory), "igpu" (shares host memory) or "rpc" (a worker's, runtime.machine.rpc)
     free_bytes: int
     total_bytes: int
+    # Why the GPU failed its probe (runtime.machine.gpu_probe), so placement never uses it; None: it passed,
+    # or was not probed (a worker's device, or a plan made from given facts).
+    probe_error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,7 @@ class Inventory:
                     "kind": g.kind,
                     "free_gb": round(g.free_bytes / 1e9, 2),
                     "total_gb": round(g.total_bytes / 1e9, 2),
+                    "probe_error": g.probe_error,
                 }
                 for g in self.gpus
             ],
@@ -159,5 +163,8 @@ def gpus() -> tuple[Gpu, ...]:
 
 
 def inventory() -> Inventory:
+    """This machine, with each local GPU proven in a child first (runtime.machine.gpu_probe; cached per machine)."""
+    from runtime.machine.gpu_probe import probed
+
     mem = psutil.virtual_memory()
-    return Inventory(cpu_name(), physical_cores(), mem.total, mem.available, gpus())
+    return Inventory(cpu_name(), physical_cores(), mem.total, mem.available, probed(gpus(), prepare=ensure_backends))

@@ -13,7 +13,7 @@ from typing import Any
 
 from runtime.decode.controller import speedup
 from runtime.errors import UserError
-from runtime.machine.hardware import Inventory
+from runtime.machine.hardware import Gpu, Inventory
 from runtime.machine.rpc import WorkerProbe, local_clear_speed
 
 GB = 1e9
@@ -170,6 +170,11 @@ class NotEnoughMemory(UserError):
         super().__init__(f"not enough memory for the {tier} tier: it needs {need / GB:.1f} GB, {budget}")
 
 
+def _refusal(refused: list[Gpu]) -> str:
+    """`Apple Paravirtual device failed its probe (killed by SIGABRT)`, for each GPU left out."""
+    return "; ".join(f"{g.name} failed its probe ({g.probe_error})" for g in refused)
+
+
 def _more(missing: float) -> str:
     """How much memory is missing, never rounded down to "0.0 GB"."""
     gb = missing / GB
@@ -203,9 +208,14 @@ def plan(inv: Inventory, parent: TierSize, draft: TierSize | None, settings: Pla
     # Workers (--rpc) are the device to plan for when there are any: the user named them.
     workers = [g for g in inv.gpus if g.kind == "rpc"]
     remote = bool(workers) and s.mode != "gpu"
-    pool = workers if remote else [g for g in inv.gpus if g.kind == "gpu"]
+    # A GPU whose probe failed (runtime.machine.gpu_probe: a virtual GPU that lacks ops, a broken driver) is
+    # never chosen, whatever the settings: a tier placed there aborts the process rather than answering.
+    refused = [g for g in inv.gpus if g.kind == "gpu" and g.probe_error]
+    pool = workers if remote else [g for g in inv.gpus if g.kind == "gpu" and not g.probe_error]
     gpu = max(pool, key=lambda g: g.free_bytes, default=None)
     if s.mode == "gpu" and gpu is None:
+        if refused:
+            raise UserError(f"placement 'gpu' asked for, but {_refusal(refused)}")
         raise UserError("placement 'gpu' asked for, but llama.cpp sees no GPU (a CPU-only build, or no device)")
     if s.mode == "remote" and not remote:
         raise UserError("placement 'remote' asked for, but no worker is connected (--rpc HOST:PORT)")
@@ -257,6 +267,8 @@ def plan(inv: Inventory, parent: TierSize, draft: TierSize | None, settings: Pla
     ram_used = _ram_need(parent, p_layers) + _ram_need(d, d_layers)
     per_token = _per_token_s(parent, d, (p_layers, d_layers), s, remote)
     where = "no GPU is available" if gpu is None else f"{gpu.name} has {gpu.free_bytes / GB:.1f} GB free"
+    if gpu is None and refused:
+        where = _refusal(refused)
     if remote and gpu is not None:
         where += f", {s.rpc_rtt_s * 1000:.2f} ms round trip"
         if not on_gpu:
