@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from converters import sources
-from installer import bundle, flavour, lean, linux, macos, selftest, windows
+from installer import bundle, contents, flavour, lean, linux, macos, selftest, windows
 from installer.linux import glibc_needed
 from installer.metadata import Meta, read_meta
 from runtime.errors import UserError
@@ -336,6 +336,10 @@ def test_linux_bundle_installs_and_passes_its_self_test(tmp_path: Path) -> None:
     assert len(tarballs) == 1 and not list(out.glob("*.partial")) and not list(out.glob(".build-*"))
     assert re.search(rf"{re.escape(str(tarballs[0]))}\s+[\d.]+ MB\s+sha256 [0-9a-f]{{64}}", built.stdout)
     build_s = time.monotonic() - started
+    # The release job's contents check (installer/contents.py) on the very tarball: every part, the floor.
+    checks = contents.check(tarballs[0], "linux", "x86_64")
+    print(f"contents check: {'; '.join(checks)}")
+    assert checks[0].startswith("contents: ") and "glibc 2.35" in checks[2]
 
     # The release job's own self-test (installer/selftest.py): installed from and into folders named with a
     # space and an accent, the glibc floor, the self-test offscreen and in a window on Xvfb.
@@ -365,6 +369,16 @@ def test_linux_bundle_installs_and_passes_its_self_test(tmp_path: Path) -> None:
     assert kernels["variant"] in bundled and kernels["cached"] is True, kernels
     assert len(bundled) > 1  # every variant stays in the bundle; the choice is made per machine
     print(f"CPU kernels: {kernels}")
+
+    # Search by meaning works from the bundle alone: the embedding model is converted from the copy it carries.
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "colours.txt").write_text("Red, yellow and blue are the primary colours of paint.\n")
+    added = run_clean([str(program / "specquant"), "docs", "add", str(notes)], home, timeout=600)
+    assert added.returncode == 0 and "pip install" not in added.stderr, added.stderr[-2000:]
+    assert list(home.rglob("all-MiniLM-L6-v2.gguf")), "the embedding model was not set up from the bundle"
+    found = run_clean([str(program / "specquant"), "docs", "search", "primary colours", "--json"], home, 600)
+    assert found.returncode == 0 and "colours.txt" in found.stdout, found.stderr[-2000:]
 
     # The bundled CLI serves the API (uvicorn's protocol modules are imported by name: PyInstaller must ship them).
     served = subprocess.Popen(
