@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
@@ -27,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import filelock
-import platformdirs
 
 from runtime.errors import UserError
+from runtime.paths import data_dir
 
 log = logging.getLogger("specquant.app")
 
@@ -69,12 +68,6 @@ CREATE TABLE IF NOT EXISTS messages (
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
 """
-
-
-def data_dir() -> Path:
-    """The app's own data (conversations): $SPECQUANT_DATA_DIR, else the per-user data directory."""
-    env = os.environ.get("SPECQUANT_DATA_DIR")
-    return Path(env).expanduser() if env else Path(platformdirs.user_data_dir("specquant", appauthor=False))
 
 
 @dataclass(frozen=True)

@@ -15,14 +15,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from app.tool_switches import ToolSwitches
 from app.worker import ChatRequest, Pace
 from runtime.engine.answer import Chunk
 from runtime.engine.options import ChatOptions, Message
@@ -36,22 +34,17 @@ from runtime.engine.tool_loop import (
     CallProposed,
     LoopFinished,
     RoundStarted,
-    ToolCall,
-    ToolResult,
-    run_tool_loop,
 )
-from runtime.engine.tools import Tool
 from runtime.errors import Cancelled
+from runtime.mcp.switches import ToolSwitches
 
 if TYPE_CHECKING:  # the MCP SDK loads only once a chat uses tools
-    from runtime.engine.mcp_toolbox import McpToolbox
+    from runtime.chat.toolbox import McpToolbox
     from runtime.mcp import CallRequest, Decision, McpHost
 
 log = logging.getLogger("specquant.app")
 
-BUILTIN = "built-in"  # runtime.engine.document_tool.SOURCE: where the documents search runs
 STOPPED = "The call was stopped by the user before it finished."
-TURNED_OFF = "This tool is turned off in the Tools panel."
 _POLL_S = 0.05  # how often a thread waiting for the user's answer looks at Stop
 
 
@@ -66,39 +59,6 @@ class ToolSetup:
     documents: Path | None = None
     first_choice: str = "auto"
     max_rounds: int = DEFAULT_ROUNDS
-
-
-class OfferedTools:
-    """The toolbox less the tools switched off in the panel: those are neither offered nor run."""
-
-    def __init__(self, box: McpToolbox, switches: ToolSwitches) -> None:
-        self.box, self.switches = box, switches
-
-    def where(self, name: str) -> tuple[str, str]:
-        """The (server, tool) that an offered name stands for; ("built-in", name) for a built-in tool."""
-        source = self.box.source(name)
-        route = self.box.host.route(name) if self.box.host is not None and source != BUILTIN else None
-        return route if route else (source, name)
-
-    def tools(self) -> Sequence[Tool]:
-        off = self.switches.off()
-        offered = []
-        for t in self.box.tools():
-            server, tool = self.where(t.name)
-            if tool not in off.get(server, ()):
-                offered.append(t)
-        return offered
-
-    def source(self, name: str) -> str:
-        return self.box.source(name)
-
-    def call(self, name: str, arguments: dict[str, Any], cancel: threading.Event) -> ToolResult:
-        if not self.switches.is_on(*self.where(name)):  # turned off while the turn ran
-            return ToolResult(TURNED_OFF, True, 0.0, self.source(name))
-        return self.box.call(name, arguments, cancel)
-
-    def approve(self, call: ToolCall, source: str) -> bool | str:
-        return self.box.approve(call, source)
 
 
 @dataclass(frozen=True)
@@ -211,19 +171,14 @@ class ToolTurn(QObject):
             self._wake.emit(urgent)
 
     def _run(self) -> None:
-        from runtime.documents.library import Library
-        from runtime.engine.document_tool import DocumentSearch
-        from runtime.engine.mcp_toolbox import McpToolbox
-        from runtime.mcp import ApprovalPolicy
+        from runtime.chat.toolbox import open_toolbox
+        from runtime.chat.turn import TurnSpec, run_turn
 
-        library = None
+        box = None
         try:
-            builtin = []
-            if self.setup.documents is not None:  # opened here: the index is used by one thread at a time
-                library = Library(self.setup.documents)
-                builtin.append(DocumentSearch(library))
-            box = OfferedTools(McpToolbox(self.setup.host, ApprovalPolicy(self.setup.mode, self._ask), builtin),
-                               self.setup.switches)
+            # Opened here: the documents index is used by one thread at a time. The host is the window's.
+            box = open_toolbox(self.setup.host, self.setup.mode, self._ask, self.setup.documents,
+                               switches=self.setup.switches, owns_host=False)
             if self.setup.host is not None:
                 self._post("Starting the tools…")
             r = self.request
@@ -231,8 +186,8 @@ class ToolTurn(QObject):
             def stream(chat: list[Message], options: ChatOptions) -> Any:
                 return self.runner.stream_chat(chat, options, self.cancel, model=r.model, settings=r.settings)
 
-            for event in run_tool_loop(stream, r.messages, r.options, box, box.approve, self.setup.max_rounds,
-                                       self.cancel, self.setup.first_choice):
+            spec = TurnSpec(r.messages, r.options, None, box, self.setup.max_rounds, self.setup.first_choice)
+            for event in run_turn(stream, spec, self.cancel):
                 self._take(event, box)
         except Cancelled:
             self._stop_calls()
@@ -244,20 +199,20 @@ class ToolTurn(QObject):
             self._stop_calls()
             self._post(_End(None, failure.reason, failure.kind))
         finally:
-            if library is not None:
-                library.close()
+            if box is not None:
+                box.close()
 
-    def _take(self, event: Any, box: OfferedTools) -> None:
+    def _take(self, event: Any, box: McpToolbox) -> None:
         if isinstance(event, Chunk):
             self._post(event, urgent=False)
         elif isinstance(event, RoundStarted):
             self._post(event.n)
         elif isinstance(event, CallProposed):
-            server, tool = box.where(event.call.name)
+            site = box.where(event.call.name)
             c = event.call
             self._current = c.id
             self._records[c.id] = {
-                "id": c.id, "name": c.name, "arguments": c.arguments, "server": server, "tool": tool,
+                "id": c.id, "name": c.name, "arguments": c.arguments, "server": site.server, "tool": site.tool,
                 "outcome": "proposed", "result": "", "is_error": False, "elapsed_s": 0.0, "started": 0.0,
             }
             self._post_record(c.id)

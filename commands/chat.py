@@ -18,8 +18,8 @@ from commands.common import add_answer_flags, add_engine_flags, chat_options, en
 from runtime.errors import UserError
 
 if TYPE_CHECKING:
+    from runtime.chat.toolbox import McpToolbox
     from runtime.engine.answer import Chunk
-    from runtime.engine.mcp_toolbox import McpToolbox
     from runtime.engine.options import ChatOptions, EngineSettings
     from runtime.engine.system_presets import SystemPreset
     from runtime.engine.thread import EngineThread
@@ -146,41 +146,25 @@ class Session:
     def answer(self, messages: list[dict[str, Any]], stream: TextIO | None) -> Outcome:
         """The turn's outcome; its text is written to `stream` as it comes, when one is given (with tools, each
         call on stderr). Leaving early (Ctrl-C) closes the reader, which cancels the job."""
-        from runtime.engine.answer import collect
-        from runtime.engine.system_presets import apply_preset
-        from runtime.engine.tool_loop import LoopFinished, run_tool_loop
-
-        def write(text: str) -> None:
-            if stream is not None and text:
-                stream.write(text)
-                stream.flush()
-
-        options = self.options
-        chat = list(messages)
-        if self.preset is not None:  # applied per answer: the chat itself keeps only what was said
-            chat, options = apply_preset(self.preset, chat, options)
+        from runtime.chat.turn import TurnSpec, run_turn
+        from runtime.engine.answer import Chunk
+        from runtime.engine.tool_loop import LoopFinished
 
         def one(chat: list[dict[str, Any]], options: ChatOptions) -> Iterator[Chunk]:
             return self.runner.stream_chat(chat, options, model=self.model, settings=self.settings)
 
-        if self.toolbox is None:
-            answer = collect(one(chat, options), on_text=write)
-            return Outcome(answer.text, answer.last, [*messages, {"role": "assistant", "content": answer.text}])
-        text: list[str] = []
-        loop = run_tool_loop(
-            one, chat, options, self.toolbox, self.toolbox.approve, self.max_rounds, first_choice=self.first_choice
-        )
-        for event in loop:
+        spec = TurnSpec(messages, self.options, self.preset, self.toolbox, self.max_rounds, self.first_choice)
+        for event in run_turn(one, spec):
             if isinstance(event, LoopFinished):
-                said = event.messages[len(chat) - len(messages):]  # without the preset's system message
-                return Outcome(said[-1]["content"], event.last, said, event.rounds, event.calls)
+                said = event.messages[len(messages):]
+                return Outcome(said[-1]["content"], event.last, [*messages, *said], event.rounds, event.calls)
             line = event_line(event)
             if line is not None:
                 print(line, file=sys.stderr)
-            elif hasattr(event, "text"):
-                text.append(event.text)
-                write(event.text)
-        raise AssertionError("the tool loop ends with LoopFinished")  # pragma: no cover
+            elif isinstance(event, Chunk) and stream is not None and event.text:
+                stream.write(event.text)
+                stream.flush()
+        raise AssertionError("a turn ends with LoopFinished")  # pragma: no cover
 
     def take_notice(self) -> str | None:
         """A notice from the engine (a worker lost, answers moved here), once; None before any answer."""

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runtime.errors import UserError
 
 if TYPE_CHECKING:
-    from runtime.engine.mcp_toolbox import McpToolbox
-    from runtime.mcp import CallRequest, Decision
+    from runtime.chat.toolbox import McpToolbox
+    from runtime.mcp import CallRequest, Decision, SkippedTool
 
 APPROVE_MODES = ("ask", "all", "none")
 
@@ -52,34 +53,43 @@ def check_tool_flags(args: argparse.Namespace) -> None:
 
 def open_toolbox(args: argparse.Namespace) -> McpToolbox | None:
     """The MCP servers of the config (a bad file is one line; bad entries are warnings and the rest start),
-    plus the documents search when a collection exists; None without --mcp."""
+    plus the documents search when a collection exists, less the tools turned off in the Tools panel (the
+    one switch store); None without --mcp."""
     if args.mcp is None:
         return None
+    from runtime.chat.toolbox import CALL_TIMEOUT_S, open_toolbox
     from runtime.documents.library import Library
-    from runtime.engine.document_tool import DocumentSearch
-    from runtime.engine.mcp_toolbox import CALL_TIMEOUT_S, McpToolbox
-    from runtime.mcp import ApprovalPolicy, McpHost, load_config
+    from runtime.mcp import McpHost, load_config
 
     config = load_config(Path(args.mcp).expanduser() if args.mcp else None)
     for problem in config.problems:
         print(f"specquant: warning: {problem}", file=sys.stderr)
     terminal = sys.stdin.isatty()
     mode = args.approve or ("ask" if terminal else "none")
-    policy = ApprovalPolicy(mode, ask_on_terminal if terminal else None)
-    builtin = []
     library = Library()
-    if library.index.collections():
-        builtin.append(DocumentSearch(library))
+    documents = library if library.index.collections() else None
+    if documents is None:
+        library.close()
     host = McpHost(config) if config.enabled else None
-    return McpToolbox(host, policy, builtin, args.tool_timeout or CALL_TIMEOUT_S)
+    if host is not None:  # started now, so a tool that cannot be offered is a warning before the chat
+        host.start()
+        print_skipped(host.skipped())
+    ask = ask_on_terminal if terminal else None
+    box = open_toolbox(host, mode, ask, documents, args.tool_timeout or CALL_TIMEOUT_S)
+    if documents is not None:
+        box.closers.append(library.close)
+    return box
 
 
 def ask_on_terminal(request: CallRequest) -> Decision:
-    """Allow once, always, or deny: asked on the terminal. Anything but y or a denies."""
+    """Allow once, always, or deny: asked on the terminal. Anything but y or a denies. The names and arguments
+    come from a server and the model: their control characters are shown as escapes, so an escape sequence
+    cannot redraw the prompt or disguise which tool asks."""
     from runtime.mcp import Decision
+    from runtime.terminal_text import visible, visible_lines
 
-    print(f"\nspecquant: {request.server} wants to run {request.tool} with", file=sys.stderr)
-    print(request.arguments_text(), file=sys.stderr)
+    print(f"\nspecquant: {visible(request.server)} wants to run {visible(request.tool)} with", file=sys.stderr)
+    print(visible_lines(request.arguments_text()), file=sys.stderr)
     try:
         answer = input("Allow? [y] once, [a] always for this tool, [n] deny: ").strip().lower()
     except EOFError:
@@ -88,29 +98,40 @@ def ask_on_terminal(request: CallRequest) -> Decision:
 
 
 def event_line(event: Any) -> str | None:
-    """What the terminal shows of a tool event (on stderr), or None."""
+    """What the terminal shows of a tool event (on stderr), or None: one line, its control characters (from a
+    tool's result, a server's name, the model's arguments) shown as escapes."""
     from runtime.engine.tool_loop import CallDecided, CallFinished, CallProposed
+    from runtime.terminal_text import visible
 
+    line = None
     if isinstance(event, CallProposed):
-        return f"[tool] {event.source} › {event.call.name} {event.call.arguments}"
-    if isinstance(event, CallDecided) and not event.allowed:
-        return f"[tool] {event.call.name}: not run"
-    if isinstance(event, CallFinished):
+        line = f"[tool] {event.source} › {event.call.name} {event.call.arguments}"
+    elif isinstance(event, CallDecided) and not event.allowed:
+        line = f"[tool] {event.call.name}: not run"
+    elif isinstance(event, CallFinished):
         r = event.result
         head = r.text.strip().splitlines()[0][:100] if r.text.strip() else ""
         state = "error" if r.is_error else "done"
-        return f"[tool] {event.call.name}: {state} in {r.elapsed_s:.2f} s: {head}"
-    return None
+        line = f"[tool] {event.call.name}: {state} in {r.elapsed_s:.2f} s: {head}"
+    return None if line is None else visible(line)
+
+
+def print_skipped(skipped: Iterable[SkippedTool]) -> None:
+    """One warning line on stderr per server tool that is not offered to the model, with the reason."""
+    from runtime.terminal_text import visible
+
+    for s in skipped:
+        line = f"MCP server {s.server!r}: tool {s.tool[:100]!r} is left out: {s.reason}"
+        print(f"specquant: warning: {visible(line)}", file=sys.stderr)
 
 
 def calls_json(calls: list[Any], toolbox: McpToolbox) -> list[dict[str, Any]]:
     """`--json`'s calls: server, tool, arguments, approval and result of each."""
     out = []
     for call, allowed, result in calls:
-        route = toolbox.host.route(call.name) if toolbox.host is not None else None
-        server, tool = route if route else (result.source or "built-in", call.name)
+        site = toolbox.where(call.name)
         out.append({
-            "server": server, "tool": tool, "arguments": call.arguments,
+            "server": site.server, "tool": site.tool, "arguments": call.arguments,
             "approval": "allowed" if allowed else "refused",
             "result": result.text, "is_error": result.is_error, "elapsed_s": round(result.elapsed_s, 3),
         })

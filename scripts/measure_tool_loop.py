@@ -16,9 +16,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from runtime.chat.toolbox import McpToolbox
 from runtime.engine.answer import Chunk
 from runtime.engine.engine import Engine, EngineSettings
-from runtime.engine.mcp_toolbox import McpToolbox
 from runtime.engine.options import ChatOptions
 from runtime.engine.tool_loop import CallFinished, LoopFinished, run_tool_loop
 from runtime.mcp import ApprovalPolicy, McpHost, ServerConfig

@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from runtime.chat.toolbox import McpToolbox
 from runtime.engine.engine import Engine, EngineSettings
-from runtime.engine.mcp_toolbox import McpToolbox
 from runtime.engine.options import ChatOptions
 from runtime.engine.tool_loop import CallFinished, LoopFinished, run_tool_loop
 from runtime.errors import Cancelled
 from runtime.mcp import ApprovalPolicy, Decision, McpHost, ServerConfig
 from runtime.mcp.approval import DENIED, TURNED_OFF
+from runtime.mcp.switches import FILE_NAME, ToolSwitches
 from runtime.models.cache import DEMO_NAME, ModelDir
 from tests.conftest import assert_one_line_error, copy_of_demo, run_cli
 
@@ -48,6 +49,18 @@ def test_approve_all_runs_the_call_and_answers_after_its_result(demo_cache: Path
     assert (call["server"], call["tool"], call["approval"], call["result"]) == ("calc", "add", "allowed", "42")
     assert json.loads(call["arguments"]) == {"a": 17, "b": 25}  # held to the tool's schema by the grammar
     assert data["rounds"] >= 2 and "[tool] calc › calc__add" in stderr
+
+
+def test_a_tool_switched_off_in_the_window_is_neither_offered_nor_run_from_the_cli(
+    demo_cache: Path, tmp_path: Path
+) -> None:
+    """The safety bug of #48: the Tools panel's switch (one store, runtime.mcp.switches) holds for the CLI."""
+    ToolSwitches(tmp_path / "config" / FILE_NAME).turn("calc", "add", on=False)  # as the Tools tab writes it
+    data, stderr = chat(tmp_path, "add", "--approve", "all")
+    assert data["calls"] == [] and data["rounds"] == 1 and "[tool]" not in stderr
+    ToolSwitches(tmp_path / "config" / FILE_NAME).turn("calc", "add", on=True)
+    data, _ = chat(tmp_path, "add", "--approve", "all")
+    assert [c["tool"] for c in data["calls"]] == ["add"]  # switched on again: offered and run
 
 
 def test_approve_none_and_no_terminal_run_nothing(demo_cache: Path, tmp_path: Path) -> None:

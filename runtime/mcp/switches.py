@@ -1,7 +1,10 @@
-"""Which tools the Tools panel turned off, per server and tool, in one small JSON file beside `mcp.json`.
+"""The one switch store: which tools are turned off, per server and tool, in one small JSON file beside
+`mcp.json`.
 
-A tool that is off is not offered to the model. The file holds only what is off, so a server's new tools are
-on until the user says otherwise. No Qt here: the panel writes it, the tool loop's toolbox reads it.
+A tool that is off is neither offered to the model nor run, whichever front end runs the turn: the window's
+Tools panel writes the file, and the chat layer's toolbox (runtime.chat.toolbox) reads it for the window, the
+CLI and every other front end alike. The file holds only what is off, so a server's new tools are on until
+the user says otherwise.
 
     {"version": 1, "off": {"files": ["write_file"], "built-in": ["search_documents"]}}
 """
@@ -14,6 +17,8 @@ from runtime.mcp.tool_table import ToolTable
 from runtime.paths import config_dir
 
 FILE_NAME = "mcp-tools.json"
+# What the model reads when it calls a tool that was turned off after the turn began.
+SWITCHED_OFF = "This tool is turned off in the Tools panel, so this call did not run."
 
 
 class ToolSwitches:

@@ -1,5 +1,5 @@
 """A small JSON file of tool names per MCP server, shared by the window and the CLI: the Always-allow choices
-(runtime.mcp.approval) and the tools turned off (app.tool_switches).
+(runtime.mcp.approval) and the tools turned off (runtime.mcp.switches).
 
     {"version": 1, "<key>": {"files": ["write_file"], "built-in": ["search_documents"]}}
 

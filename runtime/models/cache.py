@@ -4,8 +4,9 @@
     <root>/<name>/manifest.json
     <root>/<name>/.lock
 
-The root is ``platformdirs.user_data_dir("specquant")/models`` or ``$SPECQUANT_CACHE_DIR``. Models are
-expensive to rebuild, so they live in the data directory, not where OS cleaners purge caches.
+The root is ``models`` in the data folder (runtime.paths: ``$SPECQUANT_DATA_DIR`` or the per-user one) or
+``$SPECQUANT_CACHE_DIR``. Models are expensive to rebuild, so they live in the data directory, not where OS
+cleaners purge caches.
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import filelock
-import platformdirs
 
 from runtime.atomic import write_text_atomic
 from runtime.errors import Cancelled, UserError
+from runtime.paths import data_dir
 
 TIERS = ("f16", "q8_0", "q4_k_m")
 MANIFEST = "manifest.json"
@@ -46,11 +47,11 @@ def size_text(n: float) -> str:
 
 
 def cache_root() -> Path:
-    """Where models live: $SPECQUANT_CACHE_DIR, else the per-user data directory."""
+    """Where models live: $SPECQUANT_CACHE_DIR, else `models` in the data folder (runtime.paths)."""
     env = os.environ.get("SPECQUANT_CACHE_DIR")
     if env:
         return Path(env).expanduser()
-    return Path(platformdirs.user_data_dir("specquant", appauthor=False)) / "models"
+    return data_dir() / "models"
 
 
 def default_wheel_dir(flavour: str) -> Path:
