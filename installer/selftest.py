@@ -5,8 +5,10 @@
 It installs (or unpacks) the file the way a user would, into folders whose names hold a space and a letter
 beyond ASCII, runs `specquant-app --self-test` (it sets up the bundled demo model, answers a prompt and exits
 0), then uninstalls, which must keep the user's models. Linux also checks the bundle's glibc floor and runs the
-self-test twice: offscreen, and in a window on a virtual X display (xvfb-run). Each check passed goes into a
-record beside the file, which `release collect` uploads and the release notes cite.
+self-test twice: offscreen, and in a window on a virtual X display (xvfb-run). Windows and macOS run it again
+with the system's own Qt platform on the runner's desktop and keep a screenshot of the window after its answer
+(FILE.window.png beside the file, uploaded as its own artifact). Each check passed goes into a record beside
+the file, which `release collect` uploads and the release notes cite.
 """
 
 from __future__ import annotations
@@ -74,13 +76,14 @@ def png_size(path: Path) -> tuple[int, int]:
     return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
 
 
-def window_screenshot(program: Path, env: Mapping[str, str], png: Path, platform: str | None = None) -> str:
+def window_screenshot(program: Path, env: Mapping[str, str], png: Path, platform: str | None = None,
+                      wrap: Sequence[str] = ()) -> str:
     """Run the self-test again in a real window with the system's own platform plugin, and keep a picture of
     the window after its answer (`--screenshot`, QWidget.grab); the check's words for the record."""
     platform = platform or NATIVE_PLATFORM[sys.platform]
     png.unlink(missing_ok=True)
     what = f"self-test in a window ({platform})"
-    self_test(program, {**env, "QT_QPA_PLATFORM": platform}, what, args=["--screenshot", png])
+    self_test(program, {**env, "QT_QPA_PLATFORM": platform}, what, wrap, args=["--screenshot", png])
     width, height = png_size(png)
     if width < 200 or height < 150:
         raise SpecQuantError(f"{what} passed but left no picture of its window ({png.name}: {width}x{height})")

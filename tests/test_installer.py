@@ -358,7 +358,11 @@ def test_linux_bundle_installs_and_passes_its_self_test(tmp_path: Path) -> None:
     models = installed.models
     assert (models / "smollm2-135m-instruct" / "manifest.json").is_file()  # converted offline from the bundle
     assert shutil.which("xvfb-run", path=CLEAN_PATH), "xvfb-run is missing: `./setup.sh test` installs it as root"
-    selftest.self_test(program / "specquant-app", installed.env(), "on Xvfb", wrap=selftest.XVFB)
+    # In a window on Xvfb, as the Windows and macOS jobs run it on their desktops: it must appear, and its
+    # picture after the answer is kept.
+    shot = selftest.window_screenshot(program / "specquant-app", installed.env(), tmp_path / "window.png", "xcb",
+                                      wrap=selftest.XVFB)
+    assert shot.startswith("self-test in a window (xcb), screenshot "), shot
     selftest.routes(program / "specquant", installed.env())
 
     # The CPU variant was proven by the first start (in a child) and this start reads the verdict.

@@ -453,3 +453,36 @@ def test_the_gpu_probe_runs_in_a_child_and_reports_a_device_it_cannot_find(tmp_p
     model = cpu_variant.write_probe_model(tmp_path / "probe.gguf")
     why = gpu_probe.probe(Gpu("No such GPU", "gpu", 1, 1), 0, model, prepare=ensure_backends, timeout=120)
     assert why == "ggml lists no device 'No such GPU' in the probe's process"
+
+
+# --- 8. The window on the runner's desktop, and its picture ---------------------------------------------------
+
+
+def stand_in_app(folder: Path, picture: bytes | None) -> Path:
+    """A program that answers like `specquant-app --self-test --screenshot PNG`, noting its Qt platform."""
+    program = folder / "specquant-app"
+    write = f"printf '%b' '{picture.hex()}' | xxd -r -p > \"$3\"" if picture is not None else ":"
+    program.write_text(f'#!/bin/sh\necho "$QT_QPA_PLATFORM $*" > "{folder}/args"\n{write}\n'
+                       'echo "self-test passed (native): demo"\n')
+    program.chmod(0o755)
+    return program
+
+
+def png(width: int, height: int) -> bytes:
+    return b"\x89PNG\r\n\x1a\n" + struct.pack(">I4sII", 13, b"IHDR", width, height) + b"\x08\x06\x00\x00\x00"
+
+
+@pytest.mark.skipif(not shutil.which("xxd"), reason="the stand-in writes its picture with xxd")
+def test_the_window_check_uses_the_native_platform_and_keeps_a_real_picture(tmp_path: Path) -> None:
+    from installer import selftest
+
+    shot = tmp_path / "SpecQuant-1.2.3-windows-x86_64-demo-setup.exe.window.png"
+    assert selftest.screenshot_file(shot.with_name(shot.name.removesuffix(".window.png"))) == shot
+    program = stand_in_app(tmp_path, png(1100, 760))
+    said = selftest.window_screenshot(program, {"PATH": "/usr/bin:/bin"}, shot, "windows")
+    assert said == "self-test in a window (windows), screenshot 1100x760"
+    assert (tmp_path / "args").read_text() == f"windows --self-test --screenshot {shot}\n"
+    assert selftest.png_size(shot) == (1100, 760)
+    with pytest.raises(SpecQuantError, match=r"left no picture of its window \(.*: 0x0\)"):
+        selftest.window_screenshot(stand_in_app(tmp_path, None), {"PATH": "/usr/bin:/bin"}, shot, "cocoa")
+    assert selftest.NATIVE_PLATFORM == {"win32": "windows", "darwin": "cocoa", "linux": "xcb"}
