@@ -99,6 +99,19 @@ def test_windows_programs_ask_for_the_utf8_code_page() -> None:
     assert 'manifest=config["manifest"]' in spec
 
 
+def test_pyinstaller_keeps_the_code_page_when_it_completes_the_manifest() -> None:
+    """PyInstaller adds its UAC and Common Controls entries to our manifest; the code page must survive that."""
+    python = environment.venv_python(environment.cache_dir() / "build-venv-cpu-all-variants")
+    if not python.is_file():
+        pytest.skip("no build environment here: build_installer.py makes it (the slow bundle test does)")
+    code = ("import sys; from PyInstaller.utils.win32 import winmanifest; "
+            "sys.stdout.buffer.write(winmanifest.create_application_manifest(open(sys.argv[1], 'rb').read()))")
+    done = subprocess.run([str(python), "-c", code, str(windows.MANIFEST)], capture_output=True)
+    assert done.returncode == 0, done.stderr
+    assert contents.UTF8_CODE_PAGE.search(done.stdout) and b"Microsoft.Windows.Common-Controls" in done.stdout
+    assert windows.MANIFEST.read_bytes().isascii()  # a binary resource: no encoding to get wrong
+
+
 def test_the_spec_gets_the_manifest_and_the_embedding_model_on_windows(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     package = tmp_path / "llama_cpp"
