@@ -32,6 +32,8 @@ from runtime.paths import config_dir
 
 FILE_NAME = "mcp.json"
 HIDDEN = "••••••"
+# The source of SpecQuant's own tools (the documents search): a server by that name would share their approvals.
+RESERVED = "built-in"
 # `type` as other apps write it; other fields (Cline's `autoApprove`, `timeout`) are ignored: approvals are ours.
 _TYPES = {"stdio": "stdio", "http": "http", "streamable-http": "http", "streamableHttp": "http"}
 # A value after such a flag, or in such a `--flag=value`/`key=value` argument, is shown redacted.
@@ -109,20 +111,23 @@ def load_config(path: Path | None = None) -> McpConfig:
         return McpConfig(path)
     except (OSError, UnicodeDecodeError) as e:
         raise UserError(f"{path}: cannot read the MCP server list: {e}") from None
-    servers, problems = parse_servers(_load_json(text, str(path)), str(path))
+    servers, problems = parse_servers(_load_json(text, str(path)), str(path), path.parent)
     return McpConfig(path, servers, tuple(problems))
 
 
-def parse_servers(data: Any, where: str = FILE_NAME) -> tuple[dict[str, ServerConfig], list[str]]:
-    """The servers of a parsed `{"mcpServers": {...}}` document and the problems found (one line each). A
-    document without `mcpServers` as an object raises UserError: nothing in it can be read."""
+def parse_servers(
+    data: Any, where: str = FILE_NAME, folder: Path | None = None
+) -> tuple[dict[str, ServerConfig], list[str]]:
+    """The servers of a parsed `{"mcpServers": {...}}` document and the problems found (one line each); a
+    relative command path is read from `folder` (the file's). A document without `mcpServers` as an object
+    raises UserError: nothing in it can be read."""
     if not isinstance(data, dict) or not isinstance(data.get("mcpServers", {}), dict):
         raise UserError(f'{where}: expected {{"mcpServers": {{"name": {{...}}}}}}')
     servers: dict[str, ServerConfig] = {}
     problems: list[str] = []
     for name, entry in data.get("mcpServers", {}).items():
         try:
-            server = server_from_entry(name, entry)
+            server = server_from_entry(name, entry, folder)
         except ValueError as e:
             problems.append(f"{where}: server {name!r}: {e}")
             continue
@@ -132,10 +137,14 @@ def parse_servers(data: Any, where: str = FILE_NAME) -> tuple[dict[str, ServerCo
     return servers, problems
 
 
-def server_from_entry(name: str, entry: Any) -> ServerConfig:
-    """One `mcpServers` entry as a ServerConfig; raises ValueError with what is wrong (one short phrase)."""
+def server_from_entry(name: str, entry: Any, folder: Path | None = None) -> ServerConfig:
+    """One `mcpServers` entry as a ServerConfig; raises ValueError with what is wrong (one short phrase). A
+    relative command path (`./server`, `bin/server`) is read from `folder`, the config file's, never from the
+    current folder; without a folder it is refused."""
     if not name.strip():
         raise ValueError("the name is empty")
+    if name.strip().casefold() == RESERVED:
+        raise ValueError(f"the name {RESERVED!r} is SpecQuant's own tools: give the server another name")
     if not isinstance(entry, dict):
         raise ValueError("expected an object with a command or a url")
     kind = entry.get("type")
@@ -156,6 +165,7 @@ def server_from_entry(name: str, entry: Any) -> ServerConfig:
         command = entry["command"]
         if not isinstance(command, str) or not command.strip():
             raise ValueError("command must be a non-empty string")
+        command = _anchored(command, folder)
         args = entry.get("args", [])
         if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
             raise ValueError("args must be a list of strings")
@@ -172,6 +182,17 @@ def server_from_entry(name: str, entry: Any) -> ServerConfig:
         raise ValueError("args and env only apply to a command")
     headers = _string_map(entry.get("headers", {}), "headers")
     return ServerConfig(name, url=url, headers=headers, disabled=disabled)
+
+
+def _anchored(command: str, folder: Path | None) -> str:
+    """`command` as it will run: a bare name is looked up on PATH, an absolute path is kept, and a relative
+    path is read from `folder` (ValueError without one: the current folder is not the user's choice)."""
+    has_separator = os.sep in command or bool(os.altsep and os.altsep in command)
+    if not has_separator or Path(command).is_absolute():
+        return command
+    if folder is None:
+        raise ValueError(f"command {command!r} is a relative path: give the full path")
+    return str(folder.expanduser().absolute() / command)
 
 
 def missing_command(server: ServerConfig) -> str | None:
@@ -208,7 +229,7 @@ def add_server(name: str, entry: Mapping[str, Any], path: Path | None = None, re
     it was. Raises UserError for a malformed entry, a taken name, or a file that is not JSON."""
     path = path or config_path()
     try:
-        server = server_from_entry(name, dict(entry))
+        server = server_from_entry(name, dict(entry), path.parent)
     except ValueError as e:
         raise UserError(f"server {name!r}: {e}") from None
     data = _read_raw(path)

@@ -1,5 +1,5 @@
-"""How the host reaches one server: a child process over stdio or a streamable HTTP connection, watched for
-its end, and the child's stderr kept apart (its tail explains a failure)."""
+"""How the host reaches one server: a child process over stdio (runtime.mcp.stdio) or a streamable HTTP
+connection, watched for its end, and the child's stderr kept apart (its tail explains a failure)."""
 
 from __future__ import annotations
 
@@ -15,32 +15,34 @@ from typing import Any, TextIO
 
 import anyio
 import httpx2
-from mcp import StdioServerParameters, types
+from mcp import types
 from mcp.client import Transport
-from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import SessionMessage
 
 from runtime.mcp.config import ServerConfig
+from runtime.mcp.stdio import stdio_transport
+from runtime.terminal_text import visible
 
 STDERR_TAIL = 400  # characters of a failed server's stderr kept in its reason
 STDERR_MAX = 1 << 20  # bytes of a server's stderr kept on disk before the file starts over
 
+OnEnd = Callable[[str | None], None]  # the server's side ended: None for an exit or a close, else why
+
 
 async def open_transport(
-    config: ServerConfig, stack: AsyncExitStack, stderr: TextIO | None, on_close: Callable[[], None]
+    config: ServerConfig, stack: AsyncExitStack, stderr: TextIO | None, on_end: OnEnd
 ) -> Transport:
-    """The SDK's transport for `config` (entered later by its Client), calling `on_close` once the server's
-    side ends; an HTTP client with the entry's headers is entered on `stack`."""
+    """The transport for `config` (entered later by its Client), calling `on_end` once the server's side
+    ends; an HTTP client with the entry's headers is entered on `stack`."""
     if config.command is not None:
-        params = StdioServerParameters(command=config.command, args=list(config.args), env=dict(config.env))
-        inner: Transport = stdio_client(params, errlog=stderr or sys.stderr)
-    else:
-        http = await stack.enter_async_context(
-            httpx2.AsyncClient(headers=dict(config.headers), timeout=httpx2.Timeout(30.0, read=300.0))
+        return stdio_transport(
+            config.name, config.command, list(config.args), dict(config.env), stderr or sys.stderr, on_end
         )
-        inner = streamable_http_client(config.url or "", http_client=http)
-    return _watched(inner, on_close)
+    http = await stack.enter_async_context(
+        httpx2.AsyncClient(headers=dict(config.headers), timeout=httpx2.Timeout(30.0, read=300.0))
+    )
+    return _watched(streamable_http_client(config.url or "", http_client=http), on_end)
 
 
 @functools.cache
@@ -54,9 +56,9 @@ def client_info() -> types.Implementation:
 
 
 @asynccontextmanager
-async def _watched(transport: Transport, on_close: Callable[[], None]) -> AsyncIterator[tuple[Any, Any]]:
-    """`transport`, with `on_close` called once its read side ends: a child that exits mid-session closes its
-    stdout, which is how the host learns of a crash between calls too."""
+async def _watched(transport: Transport, on_end: OnEnd) -> AsyncIterator[tuple[Any, Any]]:
+    """`transport`, with `on_end` called once its read side ends: how the host learns that a connection
+    dropped between calls too."""
     async with transport as (read, write):
         send, receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
 
@@ -68,7 +70,7 @@ async def _watched(transport: Transport, on_close: Callable[[], None]) -> AsyncI
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
                 pass
             finally:
-                on_close()
+                on_end(None)
 
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(forward)
@@ -109,5 +111,6 @@ def stderr_tail(stream: TextIO | None) -> str:
         size = raw.seek(0, os.SEEK_END)
         raw.seek(max(0, size - 4 * STDERR_TAIL))
         text = raw.read().decode("utf-8", "replace")[-STDERR_TAIL:]
-        return " | ".join(line.strip() for line in text.strip().splitlines() if line.strip())
+        # Shown in the window and on the terminal: the server's control characters as escapes.
+        return visible(" | ".join(line.strip() for line in text.strip().splitlines() if line.strip()))
     return ""

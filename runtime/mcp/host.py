@@ -13,11 +13,16 @@ Every fault ends as a state or a result, never as an exception out of the host:
   result says so, and the next use starts it again;
 * a call that takes longer than its time-out, or whose cancel event is set (a Stop in another thread), returns
   at once with a result saying so; the SDK tells the server the request was cancelled;
-* a reply that is not valid JSON-RPC, or a tool listed with an unusable schema (left out with a reason), costs
-  that reply or that tool only.
+* a server whose output cannot be read (runtime.mcp.stdio: a line too long, a broken pipe) is `failed` with
+  that reason, and a call in flight fails at once instead of waiting for its time-out;
+* a reply that is not valid JSON-RPC (bytes that are not UTF-8 included), or a tool that cannot be offered
+  (an unusable or oversized schema, a huge description: `skipped()` says which and why), costs that reply or
+  that tool only.
 
-`close()` (also run at interpreter exit) stops every server within a bounded time: the SDK closes a child's
-input, then terminates and kills it, each wait bounded.
+Tools are offered as `server__tool`; a table that lives as long as the host maps each name to its (server,
+tool), and a name never changes hands (runtime.mcp.listing.Names). `close()` (also run at interpreter exit)
+stops every server within a bounded time: each child's input is closed, then its whole process group (what
+it started included) is terminated and killed, each wait bounded.
 """
 
 from __future__ import annotations
@@ -41,10 +46,11 @@ from typing import Any, Literal, TextIO, TypeVar
 import anyio
 from mcp import Client, MCPError, types
 
-from runtime.mcp.config import McpConfig, ServerConfig, missing_command
+from runtime.mcp.config import RESERVED, McpConfig, ServerConfig, missing_command
 from runtime.mcp.connection import client_info, open_transport, stderr_file, stderr_tail, trim
-from runtime.mcp.listing import Listing, build_listing
+from runtime.mcp.listing import Listing, Names, SkippedTool, build_listing
 from runtime.mcp.results import RESULT_LIMIT, ToolResult, content_text, cut_text
+from runtime.terminal_text import visible
 
 if sys.version_info < (3, 11):
     from exceptiongroup import BaseExceptionGroup  # anyio's dependency there
@@ -81,6 +87,7 @@ class _Server:
         self.task: asyncio.Task[None] | None = None
         self.settled: asyncio.Event | None = None  # set once a start ends: ready or failed
         self.wake: anyio.Event | None = None  # stop asked, or the connection closed
+        self.end_reason: str | None = None  # why the connection ended, where it was not a plain exit
         self.stopping = False
         self.stderr: TextIO | None = None
 
@@ -112,6 +119,7 @@ class McpHost:
         self.start_timeout = start_timeout
         self.result_limit = result_limit
         self._servers = {c.name: _Server(c) for c in configs}
+        self._names = Names()  # offered name of each (server, tool), never reused for another
         self._listing = Listing()
         self._closed = False
         self._loop = asyncio.new_event_loop()
@@ -150,6 +158,10 @@ class McpHost:
     def listing(self) -> Listing:
         """The tools of the servers that are ready: entries, names back to (server, tool), and tools skipped."""
         return self._listing
+
+    def skipped(self) -> list[SkippedTool]:
+        """The tools of ready servers that are not offered to the model, each with its server and the reason."""
+        return list(self._listing.skipped)
 
     def route(self, name: str) -> tuple[str, str] | None:
         """The (server, tool) that a tool name offered to the model stands for."""
@@ -275,6 +287,7 @@ class McpHost:
         """One server's life: connect, list, wait for stop or a dropped connection, disconnect."""
         config = server.config
         server.stopping, server.restart_on_use, server.wake = False, False, anyio.Event()
+        server.end_reason = None
         log.info("starting MCP server %s: %s", server.name, config.summary())
         with contextlib.ExitStack() as files:
             if config.command is not None:  # its stderr is kept apart from ours, for the reason of a failure
@@ -301,6 +314,8 @@ class McpHost:
                     server.settled.set()
 
     async def _live(self, server: _Server) -> None:
+        if server.name.strip().casefold() == RESERVED:  # would share the built-in tools' approvals
+            raise _StartFailed(f"the name {RESERVED!r} is SpecQuant's own tools: give the server another name")
         if (problem := missing_command(server.config)) is not None:
             raise _StartFailed(problem)
         assert server.wake is not None
@@ -311,7 +326,9 @@ class McpHost:
             try:
                 async with AsyncExitStack() as stack:
                     assert server.wake is not None
-                    transport = await open_transport(server.config, stack, server.stderr, server.wake.set)
+                    transport = await open_transport(
+                        server.config, stack, server.stderr, functools.partial(self._ended, server)
+                    )
                     client = await stack.enter_async_context(Client(transport, client_info=client_info()))
                     listed = await _list_tools(client)
                     expiry.cancel()
@@ -321,14 +338,14 @@ class McpHost:
                     log.info("MCP server %s is ready with %d tools", server.name, len(listed))
                     for skipped in self._listing.skipped:
                         if skipped.server == server.name:
-                            log.warning("MCP server %s: tool %r left out: %s", server.name, skipped.tool,
-                                        skipped.reason)
+                            log.warning("MCP server %s: tool %s left out: %s", server.name,
+                                        visible(skipped.tool[:100]), visible(skipped.reason))
                     if server.settled is not None:
                         server.settled.set()
                     await server.wake.wait()
                     server.client = None
                     if not server.stopping:
-                        self._crashed(server, _gone(server.config))
+                        self._crashed(server, server.end_reason or _gone(server.config))
             finally:
                 expiry.cancel()
 
@@ -352,9 +369,10 @@ class McpHost:
             return f"The call timed out after {timeout:g} s.", True
         except MCPError as e:
             if e.code == types.CONNECTION_CLOSED:
-                self._crashed(server, f"{_gone(server.config)} during a call")
-                return (f"The tool's server {server.name!r} stopped during the call (it will be started again "
-                        "on the next call).", True)
+                why = server.end_reason or f"{_gone(server.config)} during a call"
+                self._crashed(server, why)
+                return (f"The tool's server {server.name!r} stopped during the call: {why} (it will be started "
+                        "again on the next call).", True)
             return f"The server answered with an error ({e.code}): {e.message}", True
         except Exception as e:  # an invalid reply, an output that fails its schema: this call only
             return f"The call failed: {_describe(e)}", True
@@ -397,9 +415,17 @@ class McpHost:
     def _set(self, server: _Server, status: ServerStatus) -> None:
         server.status = status
 
+    def _ended(self, server: _Server, reason: str | None) -> None:
+        """The transport's read side ended (on the loop): wake the server's life, with the reason if any."""
+        if reason is not None and not server.stopping:
+            server.end_reason = reason
+        if server.wake is not None:
+            server.wake.set()
+
     def _failed(self, server: _Server, reason: str) -> None:
         tail = stderr_tail(server.stderr)
-        reason = f"{reason} (stderr: {tail})" if tail else reason
+        # Shown in the window and on the terminal: a server's own text (its errors) with control characters escaped.
+        reason = visible(f"{reason} (stderr: {tail})" if tail else reason)
         log.warning("MCP server %s failed: %s", server.name, reason)
         self._set(server, ServerStatus("failed", reason))
 
@@ -414,7 +440,7 @@ class McpHost:
 
     def _relist(self) -> None:
         ready = [(s.name, s.listed) for s in self._servers.values() if s.listed]
-        self._listing = build_listing(ready)
+        self._listing = build_listing(ready, self._names)
         offered: dict[str, int] = {}
         for server, _ in self._listing.routes.values():
             offered[server] = offered.get(server, 0) + 1

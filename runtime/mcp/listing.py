@@ -1,14 +1,21 @@
 """What servers list, made into OpenAI function tools: names unique across servers, schemas checked.
 
 A model sees one flat list of functions, so each tool is named `server__tool`, held to OpenAI's rule for
-function names (`[A-Za-z0-9_-]{1,64}`); `Listing.routes` maps each name back to its server and tool. A tool whose
-input schema is not a valid JSON-schema object is left out with the reason: the grammar that holds a call to
-its schema could not be built from it, and the other tools of that server stay.
+function names (`[A-Za-z0-9_-]{1,64}`); `Listing.routes` maps each name back to its server and tool. The names
+come from a `Names` table that lives as long as the host: a name, once given to one server's tool, never
+stands for another, so a name from an earlier listing cannot reach another server's tool after its own
+server went (`s__t__u` is both `s`'s `t__u` and `s__t`'s `u`: the table, not the text, says which).
+
+A tool that cannot be offered is left out with the reason, and the server's other tools stay: an input schema
+that is not a valid JSON-schema object (the grammar that holds a call to it could not be built), one nested
+deeper or larger than the grammar's limits (those of runtime.decode.schema_limits, which this layer may not
+import), a description or schema text that would fill the model's context, or a name longer than MCP allows.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -19,7 +26,19 @@ from mcp import types
 
 SEPARATOR = "__"
 _NOT_ALLOWED = re.compile(r"[^A-Za-z0-9_-]")
-MAX_NAME = 64
+MAX_NAME = 64  # OpenAI's limit on a function's name
+MAX_TOOL_NAME = 128  # MCP's limit on a tool's name
+MAX_DESCRIPTION = 8_000  # characters: the longest real tools' descriptions are a few thousand
+MAX_SCHEMA_TEXT = 32_000  # characters of the input schema as JSON (about 8,000 tokens of prompt)
+MAX_TOOLS = 128  # OpenAI's limit on one request's tools
+MAX_ALL_TEXT = 256_000  # characters of all the tools offered (descriptions and schemas) together
+# The grammar's limits (runtime.decode.schema_limits), so a tool offered here is one the chat can compile.
+MAX_DEPTH = 64
+MAX_NODES = 10_000
+MAX_PROPERTIES = 5_000
+MAX_OPTIONAL = 400
+MAX_BRANCHES = 500
+MAX_ENUM = 1_000
 
 
 @dataclass(frozen=True)
@@ -40,17 +59,93 @@ class Listing:
     skipped: tuple[SkippedTool, ...] = ()
 
 
+class Names:
+    """The offered name of each (server, tool), kept for the host's life: a name is never given to another."""
+
+    def __init__(self) -> None:
+        self._given: dict[tuple[str, str], str] = {}
+        self._taken: set[str] = set()
+
+    def name(self, server: str, tool: str) -> str:
+        key = (server, tool)
+        if key not in self._given:
+            self._given[key] = exposed_name(server, tool, self._taken)
+            self._taken.add(self._given[key])
+        return self._given[key]
+
+
+def tool_problem(tool: types.Tool) -> str | None:
+    """Why `tool` cannot be offered to the model (None if it can)."""
+    if not tool.name or len(tool.name) > MAX_TOOL_NAME:
+        return f"its name is {len(tool.name)} characters long (1 to {MAX_TOOL_NAME})"
+    description = tool.description or tool.title or ""
+    if len(description) > MAX_DESCRIPTION:
+        return f"its description is {len(description):,} characters long; at most {MAX_DESCRIPTION:,}"
+    return schema_problem(tool.input_schema)
+
+
 def schema_problem(schema: Any) -> str | None:
-    """Why `schema` cannot be a tool's parameters (None if it can): it must be a valid JSON schema for an object."""
+    """Why `schema` cannot be a tool's parameters (None if it can): a valid JSON schema for an object, within
+    the grammar's limits and MAX_SCHEMA_TEXT."""
     if not isinstance(schema, dict):
         return "its input schema is not a JSON object"
     if schema.get("type", "object") != "object":
-        return f"its input schema describes {schema.get('type')!r}, not an object"
+        return f"its input schema describes {str(schema.get('type'))[:40]!r}, not an object"
+    # Size first, without recursion: a schema nested 10,000 deep would overflow the validator's stack.
+    too_large = size_problem(schema)
+    if too_large:
+        return f"its input schema {too_large}"
+    try:
+        size = len(json.dumps(schema, ensure_ascii=False))
+    except (TypeError, ValueError):
+        return "its input schema is not JSON"
+    if size > MAX_SCHEMA_TEXT:
+        return f"its input schema is {size:,} characters of JSON; at most {MAX_SCHEMA_TEXT:,}"
     try:
         jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator).check_schema(schema)
     except jsonschema.SchemaError as e:
-        where = "/".join(str(p) for p in e.path) or "the top"
-        return f"its input schema is not a valid JSON schema ({e.message} at {where})"
+        where = "/".join(str(p) for p in e.path)[:100] or "the top"
+        return f"its input schema is not a valid JSON schema ({e.message[:200]} at {where})"
+    except RecursionError:  # a deep `$ref` chain, say
+        return "its input schema is nested too deeply to check"
+    return None
+
+
+def size_problem(schema: Any) -> str | None:
+    """What of the grammar's limits `schema` passes (as "is nested more than 64 levels deep"), or None."""
+    nodes = properties = enum_values = 0
+    stack: list[tuple[Any, int]] = [(schema, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return f"is nested more than {MAX_DEPTH} levels deep"
+        if isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node)
+            continue
+        if not isinstance(node, Mapping):
+            continue
+        nodes += 1
+        if nodes > MAX_NODES:
+            return f"holds more than {MAX_NODES:,} objects"
+        props = node.get("properties")
+        if isinstance(props, Mapping):
+            properties += len(props)
+            if properties > MAX_PROPERTIES:
+                return f"holds more than {MAX_PROPERTIES:,} properties"
+            required = node.get("required")
+            named = {r for r in required if isinstance(r, str)} if isinstance(required, list) else set()
+            if len(props.keys() - named) > MAX_OPTIONAL:
+                return f"has an object with more than {MAX_OPTIONAL} optional properties"
+        for key in ("anyOf", "oneOf", "allOf"):
+            branches = node.get(key)
+            if isinstance(branches, list) and len(branches) > MAX_BRANCHES:
+                return f"has an {key} of more than {MAX_BRANCHES} branches"
+        enum = node.get("enum")
+        if isinstance(enum, list):
+            enum_values += len(enum)
+            if enum_values > MAX_ENUM:
+                return f"holds more than {MAX_ENUM:,} enum values"
+        stack.extend((v, depth + 1) for v in node.values())
     return None
 
 
@@ -68,23 +163,32 @@ def exposed_name(server: str, tool: str, taken: set[str]) -> str:
     return name
 
 
-def build_listing(listed: Iterable[tuple[str, Iterable[types.Tool]]]) -> Listing:
-    """The OpenAI tools for each (server, its listed tools), in the order given (so names are stable)."""
+def build_listing(listed: Iterable[tuple[str, Iterable[types.Tool]]], names: Names | None = None) -> Listing:
+    """The OpenAI tools for each (server, its listed tools), in the order given; `names`: the host's table of
+    offered names (a fresh one names them in this order)."""
+    names = names or Names()
     tools: list[dict[str, Any]] = []
     routes: dict[str, tuple[str, str]] = {}
     skipped: list[SkippedTool] = []
+    text = 0  # characters of the tools offered so far
     for server, server_tools in listed:
         seen: set[str] = set()
         for tool in server_tools:
             if tool.name in seen:
-                skipped.append(SkippedTool(server, tool.name, "the server lists it twice"))
+                skipped.append(SkippedTool(server, tool.name[:MAX_TOOL_NAME], "the server lists it twice"))
                 continue
             seen.add(tool.name)
-            problem = schema_problem(tool.input_schema)
+            problem = tool_problem(tool)
+            size = 0 if problem else len(tool.description or tool.title or "") + len(json.dumps(tool.input_schema))
+            if not problem and len(tools) >= MAX_TOOLS:
+                problem = f"{MAX_TOOLS} tools are offered already, the most a chat takes"
+            elif not problem and text + size > MAX_ALL_TEXT:
+                problem = f"the tools offered before it fill {text:,} characters of the prompt already"
             if problem:
-                skipped.append(SkippedTool(server, tool.name, problem))
+                skipped.append(SkippedTool(server, tool.name[:MAX_TOOL_NAME], problem))
                 continue
-            name = exposed_name(server, tool.name, set(routes))
+            text += size
+            name = names.name(server, tool.name)
             routes[name] = (server, tool.name)
             function: dict[str, Any] = {"name": name}
             description = tool.description or tool.title
