@@ -269,6 +269,9 @@ def test_queries_without_words_are_still_refused_with_embeddings(tmp_path: Path)
 
 
 # --- POST /v1/embeddings -------------------------------------------------------------------------------------------
+RUNNING: dict[str, Any] = {}  # the `api` fixture's servers by URL, for tests that look at its Service
+
+
 @pytest.fixture
 def api(embedding_gguf: Path, isolated_cache: Path) -> Iterator[tuple[str, openai.OpenAI]]:
     """`specquant serve`'s app on a thread (the window's BackgroundServer), with the embedding model converted."""
@@ -282,9 +285,11 @@ def api(embedding_gguf: Path, isolated_cache: Path) -> Iterator[tuple[str, opena
     runner = EngineThread()
     defaults = Defaults("smollm2-135m-instruct", EngineSettings(n_threads=2), ChatOptions())
     server = BackgroundServer(Service(runner, lambda: defaults, ServeConfig(port=0)))
+    RUNNING[server.url] = server
     try:
         yield server.url, openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=60)
     finally:
+        del RUNNING[server.url]
         server.stop()
         runner.close()
 
@@ -311,6 +316,10 @@ def test_the_openai_client_gets_embeddings(api: tuple[str, openai.OpenAI], embed
         ({"input": ["text", 5], "model": "m"}, "`input` must be a string or a list of strings"),
         ({"input": [[101, 2129, 102]], "model": "m"}, "`input` holds token ids"),
         ({"input": [1, 2, 3]}, "`input` holds token ids"),
+        ({"input": [True], "model": "m"}, "`input` holds true or false: booleans are not text"),
+        ({"input": [[101, False]]}, "`input` holds true or false"),
+        ({"input": [["a"]]}, "`input` must be a string or a list of strings"),
+        ({"input": "x", "dimensions": True}, "`dimensions` must be a positive integer"),
         ({"model": "m"}, "`input` is missing"),
         ({"input": "x", "encoding_format": "int8"}, "`encoding_format` must be 'float' or 'base64'"),
         ({"input": "x", "dimensions": 256}, "this model's vectors have 384"),
@@ -392,3 +401,106 @@ def test_specquant_serve_converts_the_model_at_its_first_embedding(tmp_path: Pat
         assert len(vectors) == 2 and len(vectors[0].embedding) == 384 and model_path(cache).is_file()
     finally:
         assert server.stop() == 0, server.stderr()
+
+
+def test_dimensions_are_checked_before_any_text_is_embedded(
+    api: tuple[str, openai.OpenAI], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wrong `dimensions` is refused before the texts are read, first load of the model or not."""
+    _, client = api
+    embedded: list[int] = []
+    original = Embedder.embed
+
+    def counted(self: Embedder, texts: Any, cancel: Any = None) -> np.ndarray:
+        embedded.append(len(texts))
+        return original(self, texts, cancel)
+
+    read: list[int] = []
+    fit_all = Embedder.fit_all
+    monkeypatch.setattr(Embedder, "embed", counted)
+    monkeypatch.setattr(Embedder, "fit_all", lambda self, texts: read.append(len(texts)) or fit_all(self, texts))
+    for _ in range(2):  # the model not loaded yet, then loaded
+        with pytest.raises(openai.BadRequestError) as e:
+            client.embeddings.create(model="m", input=["word " * 200] * 100, dimensions=256)
+        assert "this model's vectors have 384" in e.value.body["message"]
+    assert embedded == [] and read == []
+
+
+def test_a_full_embedding_queue_is_a_429_with_retry_after(
+    api: tuple[str, openai.OpenAI], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One request embedded, MAX_WAITING waiting: the next is told to come back, in OpenAI's error shape."""
+    import threading
+    import time
+    import urllib.error
+    import urllib.request
+
+    from runtime.api.embeddings import MAX_WAITING
+
+    url, client = api
+    started, release = threading.Event(), threading.Event()
+    original = Embedder.embed
+
+    def held(self: Embedder, texts: Any, cancel: Any = None) -> np.ndarray:
+        started.set()
+        release.wait(60)
+        return original(self, texts, cancel)
+
+    monkeypatch.setattr(Embedder, "embed", held)
+    answers: list[Any] = []
+    workers = [threading.Thread(target=lambda: answers.append(client.embeddings.create(model="m", input="x")))
+               for _ in range(1 + MAX_WAITING)]
+    embeddings = served(url).embeddings
+    try:
+        workers[0].start()
+        assert started.wait(60)
+        for worker in workers[1:]:
+            worker.start()
+        deadline = time.monotonic() + 30
+        while embeddings.waiting < MAX_WAITING and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert embeddings.waiting == MAX_WAITING
+        request = urllib.request.Request(f"{url}/v1/embeddings", json.dumps({"input": "x"}).encode(),
+                                         method="POST", headers={"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(request, timeout=10)
+        assert e.value.code == 429 and int(e.value.headers["Retry-After"]) >= 1
+        error = json.loads(e.value.read())["error"]
+        assert error["type"] == "rate_limit_error" and error["code"] == "queue_full"
+        assert f"{MAX_WAITING} embedding requests are waiting already" in error["message"]
+    finally:
+        release.set()
+        for worker in workers:
+            worker.join(60)
+    assert len(answers) == 1 + MAX_WAITING and embeddings.in_flight == 0
+
+
+def test_embedding_waits_for_a_running_chat_then_goes_on_one_text_at_a_time(
+    api: tuple[str, openai.OpenAI], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the engine answers a chat, each text waits (up to CHAT_WAIT_S) and goes alone; idle, in groups."""
+    import runtime.api.embeddings as endpoint
+
+    url, client = api
+    embeddings = served(url).embeddings
+    sizes: list[int] = []
+    original = Embedder.embed
+
+    def counted(self: Embedder, texts: Any, cancel: Any = None) -> np.ndarray:
+        sizes.append(len(texts))
+        return original(self, texts, cancel)
+
+    monkeypatch.setattr(Embedder, "embed", counted)
+    monkeypatch.setattr(endpoint, "CHAT_WAIT_S", 0.05)
+    monkeypatch.setattr(embeddings, "_chat_busy", lambda: True)
+    busy = client.embeddings.create(model="m", input=["a", "b", "c"])
+    monkeypatch.setattr(embeddings, "_chat_busy", lambda: False)
+    idle = client.embeddings.create(model="m", input=["a", "b", "c"])
+    assert sizes == [1, 1, 1, 3]
+    for one, grouped in zip(busy.data, idle.data, strict=True):  # packed together, the sums differ in the last bits
+        assert cosine(np.array(one.embedding), np.array(grouped.embedding)) > 0.99999
+
+
+def served(url: str) -> Any:
+    """The Service behind the `api` fixture's server at `url`."""
+    return RUNNING[url].service

@@ -130,6 +130,10 @@ class Service:
         self.config = config
         self.readers: set[JobReader] = set()  # the answers in flight
         self.parser = ParseThreads()
+        self.embeddings = Embeddings(  # its own bounded queue, yielding to the engine's chats
+            self._read_json, config.api_key, lambda: self.defaults().settings.n_threads, lambda: self.runner.busy,
+            config.prepare_embeddings,
+        )
 
     def cancel_all(self) -> None:
         """Cancel this API's jobs (the window's own, on a shared engine thread, are left alone); each stream
@@ -332,7 +336,7 @@ def create_app(service: Service) -> Starlette:
         Route("/v1/models/{name}", _guarded(service.model)),
         Route("/v1/chat/completions", _guarded(service.chat_completions), methods=["POST"]),
         Route("/v1/completions", _guarded(service.completions), methods=["POST"]),
-        Route("/v1/embeddings", _guarded(Embeddings(service).create), methods=["POST"]),
+        Route("/v1/embeddings", _guarded(service.embeddings.create), methods=["POST"]),
     ]
     handlers = {ApiError: api_error, HTTPException: http_error}
     return Starlette(routes=routes, middleware=middleware, exception_handlers=handlers)  # type: ignore[arg-type]
