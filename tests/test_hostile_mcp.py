@@ -238,3 +238,24 @@ def test_a_stopped_or_restarted_server_leaves_no_child_behind(tmp_path: Path) ->
         assert gone(first)
         host.stop("g")
         assert gone(int(pid_file.read_text()))
+
+
+# --- 6, end to end: the chat goes on ------------------------------------------------------------------------
+
+
+def test_a_chat_with_a_server_of_hostile_tools_goes_on_with_one_warning_each(
+    demo_cache: Path, tmp_path: Path
+) -> None:
+    """Before #52 such a tool ended `specquant chat` with exit 2 and a message about the prompt's size."""
+    from tests.conftest import run_cli
+
+    config = tmp_path / "mcp.json"
+    entry = {"command": sys.executable, "args": [SERVER, "--hostile-tools"]}
+    config.write_text(json.dumps({"mcpServers": {"h": entry}}))
+    env = {"SPECQUANT_DATA_DIR": str(tmp_path / "data"), "SPECQUANT_CONFIG_DIR": str(tmp_path / "config")}
+    out = run_cli("chat", "--mcp", str(config), "--approve", "none", "--json", "--max-tokens", "8", "--temp", "0",
+                  "--max-rounds", "1", "--prompt", "Say hello.", env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    warnings = [line for line in out.stderr.splitlines() if "is left out" in line]
+    assert len(warnings) == 4 and all(w.startswith("specquant: warning: MCP server 'h': tool '") for w in warnings)
+    assert json.loads(out.stdout)["rounds"] == 1
