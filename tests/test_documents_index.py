@@ -151,17 +151,17 @@ def test_bad_files_get_a_reason_and_the_rest_is_indexed(lib: Library, tmp_path: 
 def test_unreadable_file_gets_a_reason(lib: Library, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     folder = _folder(tmp_path / "notes", 2)
     locked = str(folder / "note1.md")
-    real_open = open
+    real_open = os.open
 
     def deny(path, *args, **kwargs):  # what chmod 000 does for anyone but root
         if os.fspath(path) == locked:
             raise PermissionError(13, "Permission denied", locked)
         return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr("builtins.open", deny)
+    monkeypatch.setattr("os.open", deny)  # files are read through os.open (runtime/documents/reading.py)
     lib.add([folder])
     assert _states(lib)["note1.md"] == ("error", "cannot read it: Permission denied")
-    monkeypatch.setattr("builtins.open", real_open)
+    monkeypatch.setattr("os.open", real_open)
     lib.sync()  # no size was stored for it: tried again
     assert _states(lib)["note1.md"] == ("indexed", None)
 

@@ -6,14 +6,17 @@ index). Code may join small neighbouring definitions into one chunk; prose keeps
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 from runtime.documents.blocks import Block
+from runtime.documents.budget import NO_DEADLINE, Deadline
 
 CHARS_PER_TOKEN = 4
 TARGET_TOKENS = 300  # a chunk stops growing once it has this many
 MAX_TOKENS = 400  # and never grows past this; a longer block is cut at lines, then at spaces
 LEAD_IN_TOKENS = 50  # a section this short joins the subsection after it
+_SPACES = re.compile(" *")
 
 
 @dataclass(frozen=True)
@@ -33,13 +36,15 @@ def tokens(text: str) -> int:
     return -(-len(text) // CHARS_PER_TOKEN)
 
 
-def chunk_blocks(blocks: list[Block], join_headings: bool = False) -> list[Passage]:
+def chunk_blocks(blocks: list[Block], join_headings: bool = False, deadline: Deadline = NO_DEADLINE) -> list[Passage]:
     """Consecutive blocks joined up to TARGET_TOKENS. `join_headings`: blocks under different headings may
-    share a chunk (code: small functions together); its heading then names them all."""
+    share a chunk (code: small functions together); its heading then names them all. `deadline` is checked
+    once per block."""
     chunks: list[Passage] = []
     group: list[Block] = []
     size = 0
     for block in (piece for b in blocks for piece in _cut(b)):
+        deadline.check()
         n = tokens(block.text)
         if group and (
             block.page != group[0].page
@@ -111,11 +116,13 @@ def _piece(block: Block, text: str, first: int, last: int) -> Block:
 
 
 def _split_line(line: str, limit: int) -> list[str]:
-    """A line cut into parts of at most `limit` characters, at the last space before the limit if any."""
+    """A line cut into parts of at most `limit` characters, at the last space before the limit if any. Linear:
+    it moves an offset along the line (cutting the rest off each time copied it, quadratic on a 16 MB line)."""
     parts = []
-    while len(line) > limit:
-        cut = line.rfind(" ", limit // 2, limit)
-        cut = cut if cut > 0 else limit
-        parts.append(line[:cut])
-        line = line[cut:].lstrip(" ")
-    return [*parts, line] if line else parts
+    start, end = 0, len(line)
+    while end - start > limit:
+        cut = line.rfind(" ", start + limit // 2, start + limit)
+        cut = cut if cut > start else start + limit
+        parts.append(line[start:cut])
+        start = _SPACES.match(line, cut).end()  # type: ignore[union-attr]  # " *" always matches
+    return [*parts, line[start:]] if start < end else parts

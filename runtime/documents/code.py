@@ -11,21 +11,30 @@ from pygments.token import Name
 from pygments.util import ClassNotFound
 
 from runtime.documents.blocks import Block
+from runtime.documents.budget import NO_DEADLINE, Deadline
 
 _LONG_CLASS_LINES = 60  # a class longer than this is split by its methods: about 400 tokens of code
-_LEX_LIMIT = 2_000_000  # characters Pygments names definitions in; past that blocks go unnamed (it is slow)
+# Characters Pygments names definitions in; past that blocks go unnamed. Its lexers run in Python, about 170 KB
+# of real code a second here and 45 KB of dense code (1 MB of `x=1` lines took 23 s).
+LEX_LIMIT = 256 * 1024
+# Characters `ast` parses: its tree takes up to 600 bytes per character of dense code (8 MB of `x=1` lines
+# reached 4.9 GB), so 256 KiB peaks near 150 MB. Real modules are far smaller; a larger file (generated code,
+# data) is split at blank lines like other code.
+AST_LIMIT = 256 * 1024
 # A top-level line that closes a construct (`}`, `end`, `)`) belongs to the block above it.
 _CLOSER = re.compile(r"[\]})]|end\b|fi\b|done\b|esac\b")
 
 
-def python_blocks(lines: list[str]) -> list[Block]:
+def python_blocks(lines: list[str], deadline: Deadline = NO_DEADLINE) -> list[Block]:
     """Definitions with their decorators, comments and module code between them; a file that does not parse
-    (Python 2, a template) is split like any other code."""
+    (Python 2, a template) or is over AST_LIMIT characters is split like any other code."""
+    if sum(len(line) + 1 for line in lines) > AST_LIMIT:
+        return code_blocks(lines, "x.py", deadline)
     source = "\n".join(lines)
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):  # ValueError: NUL bytes
-        return code_blocks(lines, "x.py")
+        return code_blocks(lines, "x.py", deadline)
     spans: list[tuple[int, int, str | None]] = []  # (first, last, name): 1-based inclusive
     for node in tree.body:
         spans.extend(_spans(node))
@@ -70,7 +79,7 @@ def _lines_block(lines: list[str], first: int, last: int, name: str | None) -> l
     return [Block("\n".join(lines[first - 1 : last]), name, None, first, last)]
 
 
-def code_blocks(lines: list[str], filename: str) -> list[Block]:
+def code_blocks(lines: list[str], filename: str, deadline: Deadline = NO_DEADLINE) -> list[Block]:
     """Blocks that start where a blank line is followed by an unindented line (a new top-level construct in
     nearly every language); each named by the first function or class name Pygments finds in it."""
     starts = [1]
@@ -78,7 +87,7 @@ def code_blocks(lines: list[str], filename: str) -> list[Block]:
         line = lines[i]
         if line[:1].strip() and not lines[i - 1].strip() and not _CLOSER.match(line):
             starts.append(i + 1)
-    names = _definition_names(lines, filename)
+    names = _definition_names(lines, filename, deadline)
     blocks: list[Block] = []
     for k, first in enumerate(starts):
         last = starts[k + 1] - 1 if k + 1 < len(starts) else len(lines)
@@ -87,10 +96,10 @@ def code_blocks(lines: list[str], filename: str) -> list[Block]:
     return blocks
 
 
-def _definition_names(lines: list[str], filename: str) -> dict[int, str]:
+def _definition_names(lines: list[str], filename: str, deadline: Deadline) -> dict[int, str]:
     """Line number → the function or class defined on it, from the language's Pygments lexer."""
     text = "\n".join(lines)
-    if len(text) > _LEX_LIMIT:
+    if len(text) > LEX_LIMIT:
         return {}
     try:
         lexer = get_lexer_for_filename(filename, stripnl=False, ensurenl=False)
@@ -98,7 +107,9 @@ def _definition_names(lines: list[str], filename: str) -> dict[int, str]:
         return {}
     names: dict[int, str] = {}
     line, pos = 1, 0
-    for index, kind, value in lexer.get_tokens_unprocessed(text):
+    for n, (index, kind, value) in enumerate(lexer.get_tokens_unprocessed(text)):
+        if n % 4096 == 0:
+            deadline.check()
         line += text.count("\n", pos, index)
         pos = index
         if (kind in Name.Function or kind in Name.Class) and value.strip():

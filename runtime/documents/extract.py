@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pygments.lexers import find_lexer_class_for_filename
 
 from runtime.documents.blocks import Block, ExtractError, markdown_blocks, rst_blocks, text_blocks
+from runtime.documents.budget import NO_DEADLINE, Deadline
 from runtime.documents.chunk import Passage, chunk_blocks
 from runtime.documents.decode import decode, lines_of
 
@@ -46,10 +47,13 @@ class Extracted:
     chunks: list[Passage]
 
 
-def extract(data: bytes, fmt: str, name: str) -> Extracted:
-    """The chunks of one file's content; ExtractError with the reason when it cannot be read."""
+def extract(data: bytes, fmt: str, name: str, deadline: Deadline = NO_DEADLINE) -> Extracted:
+    """The chunks of one file's content; ExtractError with the reason when it cannot be read or takes longer
+    than `deadline` allows."""
     try:
-        blocks = _blocks(data, fmt, name)
+        blocks = _blocks(data, fmt, name, deadline)
+        deadline.check()
+        passages = chunk_blocks(blocks, join_headings=fmt in ("python", "code"), deadline=deadline)
     except ExtractError:
         raise
     except MemoryError:
@@ -59,18 +63,18 @@ def extract(data: bytes, fmt: str, name: str) -> Extracted:
     except Exception as e:  # parsers of hostile files raise anything (KeyError, ValueError, ...): one line each
         detail = str(e).splitlines()[0][:200] if str(e) else ""
         raise ExtractError(f"cannot read {fmt}: {type(e).__name__}" + (f": {detail}" if detail else "")) from None
-    return Extracted(fmt, chunk_blocks(blocks, join_headings=fmt in ("python", "code")))
+    return Extracted(fmt, passages)
 
 
-def _blocks(data: bytes, fmt: str, name: str) -> list[Block]:
+def _blocks(data: bytes, fmt: str, name: str, deadline: Deadline) -> list[Block]:
     if fmt == "pdf":
         from runtime.documents.office import pdf_blocks
 
-        return pdf_blocks(data)
+        return pdf_blocks(data, deadline)
     if fmt == "docx":
         from runtime.documents.office import docx_blocks
 
-        return docx_blocks(data)
+        return docx_blocks(data, deadline)
     text = decode(data)
     if fmt == "html":
         from runtime.documents.html import html_blocks
@@ -84,7 +88,7 @@ def _blocks(data: bytes, fmt: str, name: str) -> list[Block]:
     if fmt in ("python", "code"):
         from runtime.documents.code import code_blocks, python_blocks
 
-        return python_blocks(lines) if fmt == "python" else code_blocks(lines, name)
+        return python_blocks(lines, deadline) if fmt == "python" else code_blocks(lines, name, deadline)
     return text_blocks(lines)
 
 

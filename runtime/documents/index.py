@@ -214,11 +214,12 @@ class Index:
         finally:
             self.db.row_factory = None
 
-    def pending(self) -> list[tuple[int, bytes, str | None, int | None, str | None, int]]:
-        """(id, path, format, size, sha256, chunks) of every pending file, in every collection."""
+    def pending(self) -> list[tuple[int, bytes, str | None, int | None, str | None, int, int]]:
+        """(id, path, format, size, sha256, chunks, collection id) of every pending file, in every collection."""
         return list(
             self.db.execute(
-                "SELECT id, path, format, size, sha256, chunks FROM files WHERE state = 'pending' ORDER BY id"
+                "SELECT id, path, format, size, sha256, chunks, collection_id FROM files WHERE state = 'pending' "
+                "ORDER BY id"
             )
         )
 

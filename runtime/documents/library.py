@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import stat
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -24,9 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from runtime.documents.budget import MAX_FILE_SECONDS, Deadline
 from runtime.documents.extract import ExtractError, detect_format, extract
 from runtime.documents.index import Index, Vectors
 from runtime.documents.query import fuse, query_terms
+from runtime.documents.reading import UNKNOWN, read_found, within_roots
 from runtime.documents.walk import MAX_FILE_BYTES, Found, Passed, Refused, shown, walk
 from runtime.errors import Cancelled, UserError
 
@@ -45,6 +46,7 @@ CANDIDATES = 10
 # bounded memory, about 1.3 ms per 1,000 chunks instead of 0.03 (measured at 100,000).
 MAX_VECTOR_BYTES = 512 * 2**20
 VECTOR_BLOCK = 4096  # vectors read at a time, to load the matrix or to search without it
+MAX_TOP = 1000  # the most hits one search returns: each is a passage of up to 400 tokens
 
 
 @dataclass(frozen=True)
@@ -165,15 +167,22 @@ def check_collection(name: str) -> str:
 class Library:
     """The documents index and the operations on it. `path`: the SQLite file (default: the data directory's
     documents.sqlite3, $SPECQUANT_DATA_DIR to move it); `embedder`: the embedding model (None: BM25 alone, and
-    no vectors written). One thread at a time."""
+    no vectors written); `max_file_seconds`: one file's extraction budget (None: none). One thread at a time."""
 
     def __init__(
-        self, path: Path | str | None = None, max_file_bytes: int = MAX_FILE_BYTES, embedder: Embedder | None = None
+        self,
+        path: Path | str | None = None,
+        max_file_bytes: int = MAX_FILE_BYTES,
+        embedder: Embedder | None = None,
+        max_file_seconds: float | None = MAX_FILE_SECONDS,
     ) -> None:
         self.index = Index(path)
         self.max_file_bytes = max_file_bytes
+        self.max_file_seconds = max_file_seconds
         self.embedder = embedder
         self._snapshot: _Snapshot | None = None
+        # path -> (st_dev, st_ino) as this run's walk saw it: a file is read only if it is still that file.
+        self._walked: dict[bytes, tuple[int, int]] = {}
 
     def close(self) -> None:
         self.index.close()
@@ -201,6 +210,7 @@ class Library:
         for root in roots:
             if not os.path.lexists(root):
                 raise UserError(f"no such file or folder: {shown(root)}")
+        self._walked = {}  # this run's walk only: a file saved anew since an earlier walk has a new inode
         cid = self.index.collection_id(name, create=True)
         assert cid is not None
         for root in roots:
@@ -219,6 +229,7 @@ class Library:
         """Walk every added path again: new files are added, files whose size or time changed are read (and
         re-chunked if their hash changed), files gone from disk are forgotten; then pending files are done."""
         result = AddResult()
+        self._walked = {}
         for cid, _ in self._collections(collection):
             roots = [os.fsdecode(p) for p in self.index.roots(cid)[0]]
             if not self._scan(cid, roots, result, cancel, prune=True):
@@ -262,8 +273,8 @@ class Library:
         """The `top` chunks that match best, best first: BM25 and the embeddings' cosine fused by Reciprocal
         Rank Fusion when the chunks have vectors of the embedder's model, else BM25 alone. UserError for a
         query without words, a missing collection or an index with nothing in it."""
-        if top < 1:
-            raise UserError(f"top must be at least 1, not {top}")
+        if not 1 <= top <= MAX_TOP:
+            raise UserError(f"top must be between 1 and {MAX_TOP:,}, not {top}")
         terms = query_terms(query)  # also when embedded: a query of punctuation alone means nothing
         cid = self._collections(collection)[0][0] if collection is not None else None
         snapshot = self._current()
@@ -397,6 +408,7 @@ class Library:
             result.cancelled = True
             return False
         self.index.mark(cid, [(os.fsencode(f.path), f.format, f.size, f.mtime_ns) for f in found])
+        self._walked.update((os.fsencode(f.path), f.identity) for f in found)
         self.index.refuse(cid, [(os.fsencode(r.path), r.reason) for r in refused])
         result.errors += [(shown(r.path), r.reason) for r in refused]
         if prune:
@@ -412,16 +424,19 @@ class Library:
         """Every pending file (in any collection: a run that was killed is finished here), one transaction each;
         a cancel stops between files."""
         todo = self.index.pending()
-        total = sum(size or 0 for _, _, _, size, _, _ in todo)
+        total = sum(size or 0 for _, _, _, size, _, _, _ in todo)
         done_bytes = 0
-        for n, (fid, raw, fmt, size, sha, chunks) in enumerate(todo):
+        roots: dict[int, list[bytes]] = {}
+        for n, (fid, raw, fmt, size, sha, chunks, cid) in enumerate(todo):
             if progress is not None:
                 progress(Progress(n, len(todo), result.chunks, done_bytes, total, shown(raw)))
             if cancel is not None and cancel.is_set():  # after the report: a cancel from its callback counts now
                 result.cancelled = True
                 return
+            if cid not in roots:
+                roots[cid] = self.index.roots(cid)[0]
             try:
-                self._index_file(fid, os.fsdecode(raw), fmt, sha, chunks, result, cancel)
+                self._index_file(fid, os.fsdecode(raw), fmt, sha, chunks, result, cancel, roots[cid])
             except Cancelled:  # while its chunks were embedded: the file stays pending
                 result.cancelled = True
                 return
@@ -465,15 +480,13 @@ class Library:
         old_chunks: int,
         result: AddResult,
         cancel: threading.Event | None = None,
+        roots: list[bytes] | None = None,
     ) -> None:
+        raw = os.fsencode(path)
+        follow = raw in (roots or [])  # a path the user named is followed even when it is a link
         try:
-            with open(path, "rb") as f:
-                st = os.fstat(f.fileno())  # before reading: a change while it is read shows at the next sync
-                if not stat.S_ISREG(st.st_mode):
-                    raise ExtractError("not a regular file")
-                if st.st_size > self.max_file_bytes:
-                    raise ExtractError(f"larger than the {self.max_file_bytes / 1e6:.3g} MB limit")
-                data = f.read(self.max_file_bytes + 1)
+            identity = self._walked.get(raw) or self._identity_now(path, roots or [], follow)
+            read = read_found(path, identity, self.max_file_bytes, follow)
         except FileNotFoundError:
             self._failed(fid, path, "the file disappeared while it was being indexed", result)
             return
@@ -483,24 +496,36 @@ class Library:
         except OSError as e:  # no size is stored: sync tries it again (permissions may be fixed)
             self._failed(fid, path, f"cannot read it: {e.strerror or e}", result)
             return
-        sha = hashlib.sha256(data).hexdigest()
+        sha = hashlib.sha256(read.data).hexdigest()
         if sha == old_sha and old_chunks > 0:  # touched, not changed: the chunks stand
-            self.index.finish(fid, st.st_size, st.st_mtime_ns, sha, None)
+            self.index.finish(fid, read.size, read.mtime_ns, sha, None)
             result.unchanged += 1
             return
+        fmt = fmt or detect_format(path, named=True) or "text"
         try:
-            chunks = extract(data, fmt or detect_format(path, named=True) or "text", os.path.basename(path)).chunks
+            chunks = extract(read.data, fmt, os.path.basename(path), Deadline(self.max_file_seconds)).chunks
         except ExtractError as e:
-            if self.index.finish(fid, st.st_size, st.st_mtime_ns, sha, None, error=str(e)):
+            if self.index.finish(fid, read.size, read.mtime_ns, sha, None, error=str(e)):
                 result.errors.append((shown(path), str(e)))
             return
+        size, mtime_ns = read.size, read.mtime_ns
+        del read  # the bytes go before the vectors are made: one file's memory at a time
         vectors = None
         if self.embedder is not None and chunks:  # outside the transaction: a long file takes seconds
             matrix = self.embedder.embed([c.text for c in chunks], cancel)
             vectors = Vectors(self.embedder.name, [row.astype("<f4").tobytes() for row in matrix])
-        if self.index.finish(fid, st.st_size, st.st_mtime_ns, sha, chunks, vectors=vectors):
+        if self.index.finish(fid, size, mtime_ns, sha, chunks, vectors=vectors):
             result.indexed += 1
             result.chunks += len(chunks)
+
+    @staticmethod
+    def _identity_now(path: str, roots: list[bytes], follow: bool) -> tuple[int, int]:
+        """(st_dev, st_ino) of a file this run's walk did not see (left pending by an earlier run): it must
+        still lie in one of its collection's added paths once every link is resolved."""
+        if not within_roots(path, [os.fsdecode(r) for r in roots]):
+            raise ExtractError("it now leads outside the added folders: not read")
+        st = os.stat(path) if follow else os.lstat(path)
+        return (st.st_dev, st.st_ino) if st.st_ino else UNKNOWN
 
     def _failed(self, fid: int, path: str, reason: str, result: AddResult) -> None:
         if self.index.finish(fid, None, None, None, None, error=reason):

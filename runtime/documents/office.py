@@ -1,5 +1,5 @@
-"""PDF (pypdf) and DOCX (python-docx): their text as blocks. A password-protected PDF and a DOCX whose zip
-declares more than it may expand to are refused before any text is read."""
+"""PDF (pypdf) and DOCX (python-docx): their text as blocks. A password-protected PDF, one of too many pages and
+a DOCX whose zip declares or expands to more than it may are refused before their text is read."""
 
 from __future__ import annotations
 
@@ -8,21 +8,32 @@ import logging
 import zipfile
 
 from runtime.documents.blocks import Block, ExtractError, Trail, text_blocks
+from runtime.documents.budget import NO_DEADLINE, Deadline
 from runtime.documents.decode import lines_of
 
-# A DOCX is a zip: its declared sizes are what zipfile lets each member expand to (it stops at the declared size
-# and fails the CRC past it), so checking them bounds what reading may allocate.
-DOCX_MAX_UNCOMPRESSED = 512 * 1024 * 1024
-DOCX_MAX_RATIO = 200  # a real document's XML compresses 5-20x; zip bombs reach 1000x
+# A DOCX's XML parts are decompressed here, in blocks, to at most this many bytes in all, whatever the zip's
+# headers declare (zipfile asks zlib for up to 2 GB at once when a member is read whole: a 6 MB DOCX whose
+# headers said 200 KB peaked at 2.2 GB). python-docx then parses them with lxml, about 5 bytes a byte of XML.
+# A 500-page report's document.xml is 5-20 MB.
+DOCX_MAX_XML_BYTES = 48 * 1024 * 1024
+DOCX_MAX_RATIO = 200  # per member: a real document's XML compresses 5-20x; zip bombs reach 1000x
+DOCX_RATIO_FLOOR = 1024 * 1024  # members smaller than this may compress better (a part of repeated tags)
 DOCX_MAX_MEMBERS = 10_000
+_DOCX_BLOCK = 64 * 1024
+_DOCX_METHODS = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)  # Word writes no other; bzip2 and LZMA reads unbounded
+# Pages read from one PDF: a 5,000-page manual (the largest real ones) fits; past it a PDF is refused, since
+# pypdf's text of one page can take seconds and each page keeps its parsed objects (20,000 pages: 479 MB).
+PDF_MAX_PAGES = 5000
 
 # pypdf logs every repaired cross-reference and odd object as a warning: damage it reads past is not the
 # user's concern, and a folder of old PDFs would bury the progress line in them.
 logging.getLogger("pypdf").setLevel(logging.ERROR)
 
 
-def pdf_blocks(data: bytes) -> list[Block]:
-    """Each page's paragraphs with its page number (1-based)."""
+def pdf_blocks(data: bytes, deadline: Deadline = NO_DEADLINE, max_pages: int = PDF_MAX_PAGES) -> list[Block]:
+    """Each page's paragraphs with its page number (1-based). A page object the page tree lists again (a
+    crafted PDF listed one page 20,000 times) is read once, at its first place; more than `max_pages` pages
+    are refused."""
     from pypdf import PdfReader
     from pypdf.errors import DependencyError, FileNotDecryptedError, PdfReadError
 
@@ -30,8 +41,20 @@ def pdf_blocks(data: bytes) -> list[Block]:
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted and not reader.decrypt(""):  # an owner password alone does not hide the text
             raise ExtractError("encrypted PDF: it needs a password")
+        pages = reader.pages
         blocks: list[Block] = []
-        for number, page in enumerate(reader.pages, 1):
+        seen: set[tuple[int, int]] = set()
+        read = 0
+        for number, page in enumerate(pages, 1):
+            ref = page.indirect_reference
+            if ref is not None:
+                if (ref.idnum, ref.generation) in seen:
+                    continue
+                seen.add((ref.idnum, ref.generation))
+            read += 1
+            if read > max_pages:
+                raise ExtractError(f"PDF refused: more than {max_pages:,} pages ({len(pages):,} listed)")
+            deadline.check()
             blocks += text_blocks(lines_of(page.extract_text() or ""), page=number, numbered=False)
     except DependencyError as e:
         raise ExtractError(f"encrypted PDF: {e}") from None
@@ -42,27 +65,62 @@ def pdf_blocks(data: bytes) -> list[Block]:
     return blocks
 
 
-def check_zip(data: bytes, what: str = "DOCX") -> None:
-    """Refuse a zip whose members declare too much (a zip bomb) before anything is decompressed."""
+def check_zip(infos: list[zipfile.ZipInfo], what: str = "DOCX") -> None:
+    """Refuse a zip whose members declare too much (a zip bomb) before anything is decompressed: each member's
+    declared size and ratio on its own (a stored member of padding pulls a zip-wide ratio down)."""
+    if len(infos) > DOCX_MAX_MEMBERS:
+        raise ExtractError(f"{what} refused: {len(infos):,} members in its zip (a zip bomb?)")
+    for info in infos:
+        if info.compress_type not in _DOCX_METHODS:
+            raise ExtractError(f"{what} refused: {info.filename} is compressed with method {info.compress_type}")
+        ratio = info.file_size / max(info.compress_size, 1)
+        if info.file_size > DOCX_MAX_XML_BYTES or (ratio > DOCX_MAX_RATIO and info.file_size > DOCX_RATIO_FLOOR):
+            raise ExtractError(
+                f"{what} refused: {info.filename} declares {info.file_size / 1e6:.0f} MB uncompressed from "
+                f"{info.compress_size / 1e6:.1f} MB (a zip bomb?)"
+            )
+
+
+def unpacked_docx(data: bytes) -> bytes:
+    """The DOCX's zip written again with its XML parts (`.xml`, `.rels`) decompressed in blocks, at most
+    DOCX_MAX_XML_BYTES in all whatever the headers say, and stored; other parts (images, fonts, embedded files:
+    no text) are left empty. python-docx then reads nothing that was not counted."""
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as z:
             infos = z.infolist()
-    except zipfile.BadZipFile:
-        raise ExtractError(f"not a {what} file: not a zip archive") from None
-    declared = sum(i.file_size for i in infos)
-    compressed = sum(i.compress_size for i in infos) or 1
-    if len(infos) > DOCX_MAX_MEMBERS:
-        raise ExtractError(f"{what} refused: {len(infos)} members in its zip (a zip bomb?)")
-    if declared > DOCX_MAX_UNCOMPRESSED or (declared / compressed > DOCX_MAX_RATIO and declared > 10_000_000):
-        raise ExtractError(
-            f"{what} refused: its zip declares {declared / 1e6:.0f} MB uncompressed from "
-            f"{compressed / 1e6:.1f} MB (a zip bomb?)"
-        )
+            check_zip(infos)
+            out = io.BytesIO()
+            left = DOCX_MAX_XML_BYTES
+            with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as w:
+                names: set[str] = set()
+                for info in infos:
+                    if info.is_dir() or info.filename in names:  # a name twice: the first one only
+                        continue
+                    names.add(info.filename)
+                    if not info.filename.lower().endswith((".xml", ".rels")):
+                        w.writestr(info.filename, b"")
+                        continue
+                    parts: list[bytes] = []
+                    with z.open(info) as member:
+                        while block := member.read(_DOCX_BLOCK):
+                            left -= len(block)
+                            if left < 0:
+                                raise ExtractError(
+                                    f"DOCX refused: its XML expands past {DOCX_MAX_XML_BYTES / 2**20:.0f} MiB "
+                                    "(a zip bomb?)"
+                                )
+                            parts.append(block)
+                    w.writestr(info.filename, b"".join(parts))
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError) as e:
+        raise ExtractError(f"not a DOCX file or a damaged one: {e}") from None
+    return out.getvalue()
 
 
-def docx_blocks(data: bytes) -> list[Block]:
+def docx_blocks(data: bytes, deadline: Deadline = NO_DEADLINE) -> list[Block]:
     """Paragraphs under Heading/Title-styled paragraphs, and tables row by row, in document order."""
-    check_zip(data)
+    if not zipfile.is_zipfile(io.BytesIO(data)):
+        raise ExtractError("not a DOCX file: not a zip archive")
+    data = unpacked_docx(data)
     import docx
     from docx.opc.exceptions import PackageNotFoundError
     from docx.table import Table
@@ -76,6 +134,7 @@ def docx_blocks(data: bytes) -> list[Block]:
     trail = Trail()
     blocks: list[Block] = []
     for item in document.iter_inner_content():
+        deadline.check()
         if isinstance(item, Table):
             rows = [" | ".join(c.text.strip() for c in row.cells) for row in item.rows]
             text = "\n".join(r for r in rows if r.strip(" |"))

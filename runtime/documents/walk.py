@@ -28,6 +28,9 @@ class Found:
     format: str
     size: int
     mtime_ns: int
+    # (st_dev, st_ino) as the walk saw it: reading checks that the file opened is still this one, not a link or
+    # a pipe swapped in since. (0, 0) where the OS's folder listing does not give it (Windows).
+    identity: tuple[int, int] = (0, 0)
 
 
 @dataclass(frozen=True)
@@ -104,7 +107,7 @@ def walk(
 def _file(path: str, fmt: str, st: os.stat_result, max_bytes: int) -> Found | Refused:
     if st.st_size > max_bytes:
         return Refused(path, f"larger than the {max_bytes / 1e6:.3g} MB limit ({st.st_size / 1e6:.3g} MB)")
-    return Found(path, fmt, st.st_size, st.st_mtime_ns)
+    return Found(path, fmt, st.st_size, st.st_mtime_ns, (st.st_dev, st.st_ino))
 
 
 def _hidden(entry: os.DirEntry[str]) -> bool:
