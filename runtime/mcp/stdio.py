@@ -52,7 +52,7 @@ async def stdio_transport(
     to_session, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, from_session = anyio.create_memory_object_stream[SessionMessage](0)
     writer_done, reader_done = anyio.Event(), anyio.Event()
-    ended = False
+    ended = closing = False
 
     def end(reason: str | None) -> None:
         nonlocal ended
@@ -63,16 +63,17 @@ async def stdio_transport(
     async def read() -> None:
         reason: str | None = None
         try:
-            async with to_session:
-                reason = await _read_lines(name, process.stdout, to_session)
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            pass  # our own shutdown, or the session is gone
+            reason = await _read_lines(name, process.stdout, to_session)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError) as e:
+            if not closing:  # else our own shutdown closed the pipe or the session
+                reason = f"its output could not be read ({type(e).__name__})"
         except Exception as e:  # the reader must never die in silence: the host hears why
             log.debug("MCP server %s: reading its output failed", name, exc_info=True)
             reason = f"its output could not be read ({type(e).__name__}: {e})"
         finally:
             reader_done.set()
-            end(reason)
+            end(reason)  # first, so the host knows why before the session sees the end
+            to_session.close()
 
     async def watch_exit() -> None:
         # A child of the server can hold its stdout open after the server exited: EOF alone is not enough.
@@ -80,8 +81,8 @@ async def stdio_transport(
             await anyio.sleep(_POLL_S)
         with anyio.move_on_after(FLUSH_S):  # what it wrote last is read first
             await reader_done.wait()
-        await to_session.aclose()  # the session sees the end; pending requests fail at once
         end(None)
+        to_session.close()  # the session sees the end; pending requests fail at once
 
     async def write() -> None:
         try:
@@ -90,7 +91,9 @@ async def stdio_transport(
                     line = message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
                     await process.stdin.send(line.encode("utf-8", "replace"))
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-            await to_session.aclose()  # the server stopped reading: the session must not wait on it
+            if not closing:  # the server stopped reading: the session must not wait on it
+                end("it stopped reading its input")
+                to_session.close()
         finally:
             writer_done.set()
 
@@ -101,6 +104,7 @@ async def stdio_transport(
         try:
             yield read_stream, write_stream
         finally:
+            closing = True
             # Shielded and bounded: a cancelled caller must not leave the process (or its group) behind.
             with anyio.CancelScope(shield=True):
                 read_stream.close()
