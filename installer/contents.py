@@ -168,9 +168,12 @@ def macos_problems(root: Path, found: Sequence[tuple[str, binaries.Binary]], flo
     return problems
 
 
-def check_folder(root: Path, system: str, arch: str, demo: bool = True, system32: Path | None = None) -> list[str]:
-    """What was checked, in a few words each; SpecQuantError naming the first thing missing or too new."""
-    floor = next(t.floor for t in TARGETS.values() if t.os == system)
+def check_folder(root: Path, system: str, arch: str, demo: bool = True, system32: Path | None = None,
+                 floor: tuple[int, ...] | None = None) -> list[str]:
+    """What was checked, in a few words each; SpecQuantError naming the first thing missing or too new.
+    `floor`: the release's (installer.release's Target.floor) unless given: a build on a newer system than
+    the release job's checks against its own."""
+    floor = floor or next(t.floor for t in TARGETS.values() if t.os == system)
     names = paths(root)
     lacking = missing(names, needs(system, arch, demo))
     if lacking:
@@ -214,7 +217,8 @@ def bundle_root(path: Path, system: str, into: Path) -> Path:
     return programs[0].parent
 
 
-def check(path: Path, system: str, arch: str | None = None, demo: bool = True) -> list[str]:
+def check(path: Path, system: str, arch: str | None = None, demo: bool = True,
+          floor: tuple[int, ...] | None = None) -> list[str]:
     """The contents check on a bundle folder, an .app or a Linux tarball."""
     if not path.exists():
         raise UserError(f"{path} does not exist: build it with build_installer.py --with-demo-model")
@@ -223,7 +227,7 @@ def check(path: Path, system: str, arch: str | None = None, demo: bool = True) -
         raise UserError(f"unknown architecture {arch!r}: x86_64 or arm64")
     system32 = Path(os.environ.get("SYSTEMROOT", "C:/Windows")) / "System32" if sys.platform == "win32" else None
     with tempfile.TemporaryDirectory(prefix="specquant-contents-") as tmp:
-        return check_folder(bundle_root(path, system, Path(tmp)), system, arch, demo, system32)
+        return check_folder(bundle_root(path, system, Path(tmp)), system, arch, demo, system32, floor)
 
 
 def build_parser() -> argparse.ArgumentParser:
