@@ -1,13 +1,13 @@
 """The chat flow without widgets: a new turn (the conversation and the user's message), regenerate and answer
-at higher precision, the answer in flight, its requests to the engine thread, and what is stored when it ends.
+at higher precision, the answer in flight, its turn on the engine thread, and what is stored when it ends.
 The window shows what this reports (as gpt4all-chat keeps its `Chat` apart from the view).
 
-One answer at a time. A message is stored before anything can fail; the answer when it completes (a
-regenerated one replaces the old only then); a stopped answer keeps the part written so far.
-
-A chat with tools answers through app.tool_runner's ToolTurn instead of the worker: the Live then also holds
-the turn's rounds of calls, and the answer is stored with them (app.store's `tool_turn`), stopped or not, as
-soon as a call has run: what a tool did is never forgotten.
+One answer at a time, and one path for all: `answer` makes a `runtime.chat.turn.TurnSpec` (the conversation,
+options and preset; the turn layer applies the preset and hides earlier calls' tools) and an
+app.turn_runner.TurnRunner runs it, with tools or without. A message is stored before anything can fail; the
+answer when it completes (a regenerated one replaces the old only then); a stopped answer keeps the part
+written so far. A turn's rounds of calls are stored with its answer (app.store's `tool_turn`), stopped or
+not, as soon as a call has run: what a tool did is never forgotten.
 """
 
 from __future__ import annotations
@@ -19,16 +19,16 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from app.pace import Pace
 from app.store import CALL_FIELDS, TOOL_TURN, Store, StoredMessage, chat_history
-from app.tool_runner import ToolSetup, ToolTurn
 from app.transcript import draft_mask
-from app.worker import ChatRequest, EngineWorker
+from app.turn_runner import ToolSetup, TurnRequest, TurnRunner
+from runtime.chat.turn import TurnSpec
 from runtime.engine.answer import Chunk
-from runtime.engine.engine import EngineSettings
-from runtime.engine.options import ChatOptions, Message
+from runtime.engine.options import ChatOptions, EngineSettings
 from runtime.engine.summary import answer_facts
-from runtime.engine.system_presets import SystemPreset, apply_preset
-from runtime.engine.tools import ToolRequest
+from runtime.engine.system_presets import SystemPreset
+from runtime.engine.thread import EngineThread
 from runtime.plan.policy import more_precise
 
 TITLE_CHARS = 60  # a new conversation's title: the first message's words, cut here
@@ -52,13 +52,13 @@ class Turn:
 class Live:
     """The answer in flight."""
 
-    request: ChatRequest
+    request: TurnRequest
     conversation: int
     replaces: int | None  # the answer a regenerate replaces once the new one is complete
     text: str = ""
     flags: list[bool] = field(default_factory=list)  # per character: from an accepted draft token
     last: Chunk | None = None  # the latest Chunk
-    tool: ToolTurn | None = None  # a turn with tools: the loop that answers it
+    runner: TurnRunner | None = None  # what answers it
     rounds: list[dict[str, Any]] = field(default_factory=list)  # its rounds of calls so far (app.store.tool_rounds)
     round_open: bool = False  # the answer being written has called: its next words start a new round
 
@@ -86,16 +86,13 @@ class ChatController(QObject):
     calls_changed = Signal()  # a turn with tools: a call was proposed, decided or finished
     approval_needed = Signal(object)  # a runtime.mcp.CallRequest for the user; reply with `answer_approval`
 
-    def __init__(self, store: Store, worker: EngineWorker) -> None:
+    def __init__(self, store: Store, engine: EngineThread) -> None:
         super().__init__()
         self.store = store
-        self.worker = worker
+        self.engine = engine
+        self.pace = Pace()  # one for every turn: what drawing costs this window is learned once
         self.live: Live | None = None
         self._ids = itertools.count(1)
-        worker.status.connect(self._on_status)
-        worker.chunks.connect(self._on_chunks)
-        worker.finished.connect(self._on_finished)
-        worker.failed.connect(self._on_failed)
 
     # --- turns: what to answer (the window checks first that no answer is in flight) ------------------
     def new_turn(
@@ -149,47 +146,38 @@ class ChatController(QObject):
         tools: ToolSetup | None = None,
     ) -> Live:
         """Start answering `turn` (its options built with `turn.parent`), told and sampled as `preset` says;
-        with `tools`, the model may call them (app.tool_runner)."""
-        history = chat_history(turn.messages)
-        if tools is None and len(history) > len(turn.messages):
-            # Earlier calls and results are shown to the model as the template writes them; none is offered.
-            options = replace(options, tools=ToolRequest((), "none"))
-        if preset is not None:  # only the request carries the preset: the stored chat holds what was said
-            history, options = apply_preset(preset, history, options)
-        return self.start(turn.conversation, history, model, settings, options, turn.replaces, tools)
+        with `tools`, the model may call them."""
+        spec = TurnSpec(chat_history(turn.messages), options, preset)
+        return self.start(turn.conversation, spec, model, settings, turn.replaces, tools)
 
     # --- the answer in flight ------------------------------------------------------------------------
     def start(
         self,
         conversation: int,
-        history: list[Message],
+        spec: TurnSpec,
         model: str,
         settings: EngineSettings,
-        options: ChatOptions,
         replaces: int | None = None,
         tools: ToolSetup | None = None,
     ) -> Live:
         assert self.live is None, "one answer at a time"
-        request = ChatRequest(next(self._ids), model, settings, history, options)
-        self.live = Live(request, conversation, replaces)
-        if tools is None:
-            self.worker.generate(request)
-            return self.live
-        turn = self.live.tool = ToolTurn(self.worker.runner, request, tools)
-        turn.status.connect(functools.partial(self._on_tool_status, turn))
-        turn.chunks.connect(functools.partial(self._on_tool_chunks, turn))
-        turn.round_started.connect(functools.partial(self._on_round, turn))
-        turn.call.connect(functools.partial(self._on_call, turn))
-        turn.ask.connect(functools.partial(self._on_ask, turn))
-        turn.finished.connect(functools.partial(self._on_tool_finished, turn))
-        turn.failed.connect(functools.partial(self._on_tool_failed, turn))
-        turn.start()
+        request = TurnRequest(next(self._ids), model, settings, spec, tools)
+        runner = TurnRunner(self.engine, request, self.pace)
+        self.live = Live(request, conversation, replaces, runner=runner)
+        runner.status.connect(functools.partial(self._on_status, runner))
+        runner.chunks.connect(functools.partial(self._on_chunks, runner))
+        runner.round_started.connect(functools.partial(self._on_round, runner))
+        runner.call.connect(functools.partial(self._on_call, runner))
+        runner.ask.connect(functools.partial(self._on_ask, runner))
+        runner.finished.connect(functools.partial(self._on_finished, runner))
+        runner.failed.connect(functools.partial(self._on_failed, runner))
+        runner.start()
         return self.live
 
     def answer_approval(self, decision: Any) -> None:
         """The user's answer (a runtime.mcp.Decision) to the turn's open question."""
-        if self.live is not None and self.live.tool is not None:
-            self.live.tool.answer(decision)
+        if self.live is not None and self.live.runner is not None:
+            self.live.runner.answer(decision)
 
     def stop(self) -> bool:
         """Ask the answer in flight to stop (within one verify cycle); False when there is none."""
@@ -198,65 +186,34 @@ class ChatController(QObject):
         self.live.request.cancel.set()
         return True
 
-    def _current(self, request_id: int) -> Live | None:
+    # --- what the turn reports (app.turn_runner.TurnRunner), on the GUI thread ---------------------------
+    def _live(self, runner: TurnRunner) -> Live | None:
         live = self.live
-        return live if live is not None and live.request.id == request_id else None
+        return live if live is not None and live.runner is runner else None
 
-    def _on_status(self, request_id: int, message: str) -> None:
-        if self._current(request_id):
+    def _on_status(self, runner: TurnRunner, message: str) -> None:
+        if self._live(runner) is not None:
             self.status.emit(message)
 
-    def _absorb(self, request_id: int, chunks: list[Chunk]) -> Live | None:
-        live = self._current(request_id)
-        if live is not None:
-            if live.last is None:
-                self.status.emit("")  # "Loading…" ends with the first tokens
-            live.text += "".join(c.text for c in chunks)
-            for c in chunks:
-                live.flags.extend(c.draft_chars)
-            live.last = chunks[-1]
-        return live
-
-    def _on_chunks(self, request_id: int, chunks: list[Chunk]) -> None:
-        if self._absorb(request_id, chunks) is not None:
-            self.chunks_taken.emit(chunks)
-
-    def _on_finished(self, request_id: int, chunk: Chunk) -> None:
-        live = self._absorb(request_id, [chunk])
+    def _on_chunks(self, runner: TurnRunner, chunks: list[Chunk]) -> None:
+        live = self._live(runner)
         if live is None:
             return
-        self.live = None
-        text = live.text.strip()
-        if text:
-            self.store.add_message(live.conversation, "assistant", live.text, answer_meta(chunk, live.flags, live.text))
-            if live.replaces is not None:
-                self.store.delete_message(live.replaces)
-        self.chunks_taken.emit([chunk])
-        self.finished.emit(live, text)
-
-    # --- a turn with tools (app.tool_runner.ToolTurn) ---------------------------------------------------
-    def _tool_live(self, turn: ToolTurn) -> Live | None:
-        live = self.live
-        return live if live is not None and live.tool is turn else None
-
-    def _on_tool_status(self, turn: ToolTurn, message: str) -> None:
-        if self._tool_live(turn) is not None:
-            self.status.emit(message)
-
-    def _on_tool_chunks(self, turn: ToolTurn, chunks: list[Chunk]) -> None:
-        live = self._tool_live(turn)
-        if live is None:
-            return
-        self._absorb(live.request.id, chunks)
+        if live.last is None:
+            self.status.emit("")  # "Loading…" ends with the first tokens
+        live.text += "".join(c.text for c in chunks)
+        for c in chunks:
+            live.flags.extend(c.draft_chars)
+        live.last = chunks[-1]
         self.chunks_taken.emit(chunks)
 
-    def _on_round(self, turn: ToolTurn, n: int) -> None:
-        live = self._tool_live(turn)
+    def _on_round(self, runner: TurnRunner, n: int) -> None:
+        live = self._live(runner)
         if live is not None and live.round_open:  # the last round's words went into its record
             live.text, live.flags, live.round_open = "", [], False
 
-    def _on_call(self, turn: ToolTurn, record: dict[str, Any]) -> None:
-        live = self._tool_live(turn)
+    def _on_call(self, runner: TurnRunner, record: dict[str, Any]) -> None:
+        live = self._live(runner)
         if live is None:
             return
         if not live.round_open:  # the first call of this answer: its words so far belong to the round
@@ -271,21 +228,21 @@ class ChatController(QObject):
             calls.append(record)
         self.calls_changed.emit()
 
-    def _on_ask(self, turn: ToolTurn, request: Any) -> None:
-        if self._tool_live(turn) is not None:
+    def _on_ask(self, runner: TurnRunner, request: Any) -> None:
+        if self._live(runner) is not None:
             self.approval_needed.emit(request)
 
-    def _on_tool_finished(self, turn: ToolTurn, chunk: Chunk) -> None:
-        live = self._tool_live(turn)
+    def _on_finished(self, runner: TurnRunner, chunk: Chunk) -> None:
+        live = self._live(runner)
         if live is None:
             return
-        live.last = chunk  # its text came with the stream already (the loop yields every Chunk)
+        live.last = chunk  # its text came with the stream already (the turn yields every Chunk)
         self.live = None
-        text = self._store_tool_turn(live)
+        text = self._store(live)
         self.finished.emit(live, text)
 
-    def _on_tool_failed(self, turn: ToolTurn, message: str, kind: str) -> None:
-        live = self._tool_live(turn)
+    def _on_failed(self, runner: TurnRunner, message: str, kind: str) -> None:
+        live = self._live(runner)
         if live is None:
             return
         self.live = None
@@ -294,25 +251,18 @@ class ChatController(QObject):
         if kind == "cancelled" and live.last is not None:  # the answer shows how it ended, as any stopped one
             live.last = replace(live.last, stats=replace(live.last.stats, stop_reason="cancelled"))
         stopped = kind == "cancelled"
-        text = self._store_tool_turn(live, keep_words=stopped)
+        text = self._store(live, keep_words=stopped)
         if stopped and (text or live.rounds):
             self.finished.emit(live, text)
         else:
             self.failed.emit(live, message, kind)
 
-    def _store_tool_turn(self, live: Live, keep_words: bool = True) -> str:
+    def _store(self, live: Live, keep_words: bool = True) -> str:
         """Store the turn's answer with its calls: once a call ran, whatever ended the turn (what a tool did is
-        never forgotten); without calls, when there are words to `keep` (a finished or stopped answer)."""
+        never forgotten); without calls, when there are words to keep (a finished or stopped answer)."""
         text = live.text.strip() if keep_words or live.rounds else ""
         if text or live.rounds:
             self.store.add_message(live.conversation, "assistant", live.text, live.meta())
             if live.replaces is not None:
                 self.store.delete_message(live.replaces)
         return text
-
-    def _on_failed(self, request_id: int, message: str, kind: str) -> None:
-        live = self._current(request_id)
-        if live is None:
-            return
-        self.live = None
-        self.failed.emit(live, message, kind)

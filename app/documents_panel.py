@@ -177,9 +177,9 @@ class DocumentsWorker(QObject):
     def _open(self, create: bool) -> Library | None:
         if self.library is None and (create or self.index.exists()):
             # The embedding model, converted here on first use (on this thread): hybrid search, as the CLI's.
-            from commands.common import embedding_model
+            from app.embedding import embedding_model
 
-            self.library = Library(self.index, embedder=embedding_model(note=lambda text: log.info("%s", text)))
+            self.library = Library(self.index, embedder=embedding_model())
         return self.library
 
     def _run(self, job: DocumentsJob) -> AddResult | int:

@@ -39,9 +39,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.tool_runner import BUILTIN
-from app.tool_switches import ToolSwitches
+from runtime.chat.toolbox import BUILTIN
 from runtime.errors import UserError
+from runtime.mcp.switches import ToolSwitches
 from runtime.paths import config_dir as config_folder
 
 if TYPE_CHECKING:

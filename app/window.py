@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QCoreApplication, QEvent, QSettings, Qt, Signal
+from PySide6.QtCore import QSettings, Qt, Signal
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -35,14 +35,13 @@ from app.settings import AppSettings, load_settings, save_settings
 from app.settings_dialog import SettingsDialog
 from app.store import Store
 from app.theme import apply_look
-from app.tool_runner import ToolSetup
-from app.tool_switches import ToolSwitches
-from app.worker import EngineWorker
+from app.turn_runner import ToolSetup
 from runtime.documents.grounding import Grounding
 from runtime.engine.answer import Chunk
 from runtime.engine.system_presets import SHIPPED, SystemPreset, load_presets
 from runtime.engine.thread import EngineThread
 from runtime.errors import UserError
+from runtime.mcp.switches import ToolSwitches
 from runtime.models.cache import DEMO_NAME, cache_root, list_models
 
 if TYPE_CHECKING:  # the MCP SDK loads only once a chat uses tools
@@ -88,8 +87,7 @@ class MainWindow(QMainWindow):
 
         # The engine thread, shared with the local API server; its bound is for API clients only.
         self.runner = EngineThread(max_queue=API_QUEUE)
-        self.worker = EngineWorker(self.runner)
-        self.chat = ChatController(self.store, self.worker)
+        self.chat = ChatController(self.store, self.runner)
         self.api: Any = None  # runtime.api.server.BackgroundServer while the local API server runs
         self.chat.status.connect(self._on_status)
         self.chat.chunks_taken.connect(self._on_chunks)
@@ -350,7 +348,7 @@ class MainWindow(QMainWindow):
             self.statusBar().clearMessage()
 
     def _on_chunks(self, chunks: list[Chunk]) -> None:
-        """A batch of the answer (app.worker paces them by what the GUI thread spends): one redraw for all."""
+        """A batch of the answer (app.turn_runner paces them by what the GUI thread spends): one redraw for all."""
         for chunk in chunks:
             self.stats.chart.add_chunk(chunk)  # a point per cycle; the chart repaints on its own timer
         last = chunks[-1]
@@ -462,7 +460,7 @@ class MainWindow(QMainWindow):
         if host is None:
             return
         live = self.live
-        if live is not None and live.tool is not None and live.tool.setup.host is host:
+        if live is not None and live.request.tools is not None and live.request.tools.host is host:
             self._retiring = host
         else:
             self._close_host(host)
@@ -499,7 +497,7 @@ class MainWindow(QMainWindow):
             self.approval_dialog.reject()  # Deny
 
     def _turn_ended(self, live: Live) -> None:
-        if live.tool is None:
+        if live.request.tools is None:
             return
         self._close_approval()
         if self._retiring is not None:
@@ -660,14 +658,12 @@ class MainWindow(QMainWindow):
             if self.api is not None:
                 self.api.stop()
             self.runner.close()
-            # The engine thread's last signals (the stopped answer) are still queued for the window's worker:
-            # deliver them now (it passes them on to the chat controller), so the partial answer is saved
-            # before the history closes.
-            QCoreApplication.sendPostedEvents(self.worker, QEvent.Type.MetaCall)
+            # The turn ends at the Stop; what it last reported (the stopped answer) still waits in its inbox:
+            # deliver it now, so the partial answer is saved before the history closes.
             live = self.chat.live
-            if live is not None and live.tool is not None:  # the same for a turn with tools: it ends at the Stop
-                live.tool.join(TOOL_JOIN_S)
-                live.tool.flush()
+            if live is not None and live.runner is not None:
+                live.runner.join(TOOL_JOIN_S)
+                live.runner.flush()
             self.chat.live = None
             for host in (self.tool_host, self._retiring):
                 if host is not None:

@@ -48,7 +48,7 @@ def window(qtbot, folder: Path, **overrides: object) -> MainWindow:
 
 
 def answered(qtbot, w: MainWindow, text: str) -> Live:
-    """Ask `text` in the open chat; the answer's Live, with the request the engine thread was sent."""
+    """Ask `text` in the open chat; the answer's Live, with what its runner sent the engine thread."""
     lives: list[Live] = []
     w.chat.finished.connect(lambda live, _: lives.append(live))
     assert ask(qtbot, w, text)
@@ -85,9 +85,9 @@ def test_a_chats_preset_reaches_the_engine_not_the_history_and_survives_reopenin
     live = answered(qtbot, w, QUESTION)
     chat = w.conversation
     # The request carried the preset's system prompt and its temperature, under the window's own seed …
-    assert live.request.messages[0] == {"role": "system", "content": concise.system}
-    assert dict(live.request.options.sampling_overrides) == {"temperature": 0.3, "seed": 0}
-    assert plain.request.messages[0]["role"] == "user"
+    assert live.runner.sent[0].messages[0] == {"role": "system", "content": concise.system}
+    assert dict(live.runner.sent[0].options.sampling_overrides) == {"temperature": 0.3, "seed": 0}
+    assert plain.runner.sent[0].messages[0]["role"] == "user"
     # … the engine rendered a different prompt from the same question's without it …
     assert live.last is not None and plain.last is not None
     assert live.last.stats.prompt_tokens != plain.last.stats.prompt_tokens

@@ -12,9 +12,11 @@ import pytest
 from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QApplication
 
+from app.pace import DELIVER_MS, GUI_SHARE, Pace
 from app.settings import load_settings
 from app.speed_chart import MAX_POINTS, REPAINT_MS, SpeedChart
-from app.worker import DELIVER_MS, GUI_SHARE, EngineWorker, Pace
+from app.turn_runner import TurnRequest, TurnRunner
+from runtime.chat.turn import TurnSpec
 from runtime.engine.answer import Chunk, Stats
 from runtime.engine.engine import ChatOptions, Engine
 from runtime.engine.measurements import ESTIMATES_FILE
@@ -176,7 +178,7 @@ def test_the_chart_is_bounded_and_repaints_only_on_its_throttle_timer(qtbot) -> 
     paints, fired = chart.paints, []
     chart._timer.timeout.connect(lambda: fired.append(chart.paints))
     for i in range(1, 1001):  # the event loop runs between cycles, as in the window
-        chart.add(i * 0.01, 2 * i, i // 2, i // 3)
+        chart.add(i * 0.01, 2 * i, {"tier": i // 2, "ngram": i // 3})
         QApplication.processEvents()
     qtbot.waitUntil(lambda: not chart._timer.isActive(), timeout=30_000)
     qtbot.wait(REPAINT_MS)
@@ -190,33 +192,39 @@ def test_the_chart_is_bounded_and_repaints_only_on_its_throttle_timer(qtbot) -> 
 
 
 def test_chunks_reach_the_gui_in_ordered_batches_the_first_at_once_the_last_after_all(qtbot, engine: Engine) -> None:
-    """The engine thread's Chunks (real ones, replayed from a thread) reach the GUI thread in batches: every
-    Chunk once, in order; the first answer's first Chunk alone, at the next turn of the event loop (no timer);
-    the Chunks that arrive while a batch waits share it, and the last comes after all. The replay runs while
+    """The engine's Chunks (real ones, replayed by a turn's thread) reach the GUI thread in batches: every
+    Chunk once, in order; the answer's first Chunk alone, at the next turn of the event loop (no timer); the
+    Chunks that arrive while a batch waits share it, and the end comes after all. The rest is replayed while
     the GUI thread is blocked, so the batches do not depend on how fast either thread is."""
     chunks = list(engine.stream_chat([{"role": "user", "content": PROMPT}], ChatOptions(max_tokens=40)))
     assert len(chunks) > 5 and chunks[-1].done
-    worker = EngineWorker(runner=None)  # type: ignore[arg-type]  # only the delivery side is used
+    first_out, go_on = threading.Event(), threading.Event()
+
+    def replay(messages: object, options: object):  # as the engine thread streams: one Chunk per cycle
+        yield chunks[0]
+        first_out.set()  # the first Chunk was handed on
+        go_on.wait(30)
+        yield from chunks[1:]
+
+    spec = TurnSpec([{"role": "user", "content": PROMPT}], ChatOptions())
+    request = TurnRequest(7, "", None, spec)  # type: ignore[arg-type]  # no engine: the stream is the replay
+    runner = TurnRunner(None, request, stream=replay)  # only the delivery side of the engine is replaced
     batches: list[list[Chunk]] = []
     ends: list[Chunk] = []
-    worker.chunks.connect(lambda request_id, batch: batches.append(list(batch)))
-    worker.finished.connect(lambda request_id, last: ends.append(last))
-
-    def replay(part: list[Chunk]) -> None:  # as the engine thread does: one event per cycle, from another thread
-        thread = threading.Thread(target=lambda: [worker._deliver(7, chunk) for chunk in part])
-        thread.start()
-        thread.join()
-
-    replay(chunks[:1])
+    runner.chunks.connect(lambda batch: batches.append(list(batch)))
+    runner.finished.connect(ends.append)
+    runner.start()
+    assert first_out.wait(30)
     QApplication.processEvents()  # one turn of the event loop: the first Chunk is shown without waiting
     assert batches == [chunks[:1]] and not ends
-    replay(chunks[1:])  # the rest, back to back, while the GUI thread is busy (here: blocked in join)
+    go_on.set()
+    assert runner.join(30)  # the rest, back to back, while the GUI thread is busy (here: blocked in join)
     qtbot.waitUntil(lambda: bool(ends), timeout=30_000)  # a guard against a hang, not a speed test
-    assert batches == [chunks[:1], chunks[1:-1]] and ends == [chunks[-1]]  # not one signal per cycle
+    assert batches == [chunks[:1], chunks[1:]] and ends == [chunks[-1]]  # not one signal per cycle
 
 
 class Clocks:
-    """app.worker's view of time, driven by the test: a wall clock and the GUI thread's CPU clock."""
+    """app.pace's view of time, driven by the test: a wall clock and the GUI thread's CPU clock."""
 
     def __init__(self) -> None:
         self.wall, self.cpu = 100.0, 5.0
@@ -232,10 +240,10 @@ def test_batches_space_out_as_the_gui_thread_gets_busy_and_close_up_when_idle(mo
     """Pace on made-up clocks (what it reads of time is all it decides from): batches that cost the GUI thread
     6 ms of CPU each would need 300 ms between them to stay at GUI_SHARE, so the interval grows to its top;
     nearly free batches bring it back to the bottom."""
-    import app.worker as worker_module
+    import app.pace as pace_module
 
     clocks = Clocks()
-    monkeypatch.setattr(worker_module, "time", clocks)
+    monkeypatch.setattr(pace_module, "time", clocks)
     pace = Pace()
     pace.restart()
     for _ in range(8):

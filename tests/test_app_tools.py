@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -18,11 +19,11 @@ from PySide6.QtWidgets import QMessageBox
 from app.approval_dialog import ApprovalDialog
 from app.chat_controller import Live
 from app.store import Store
-from app.tool_runner import OfferedTools
 from app.tools_panel import AddServerDialog
 from app.window import MainWindow
 from runtime.mcp import Approvals, CallRequest, Decision
 from runtime.mcp.approval import DENIED
+from runtime.mcp.switches import SWITCHED_OFF
 from tests.test_app import ANSWER_MS, open_window
 
 SERVER = str(Path(__file__).with_name("mcp_server.py"))
@@ -113,7 +114,7 @@ def test_a_call_allowed_once_shows_its_block_and_result_and_the_chat_goes_on(
     w.chat.finished.connect(lambda live, _: lives.append(live))
     with qtbot.waitSignal(w.answer_finished, timeout=ANSWER_MS) as again:
         send(w, "Thanks. And 2 plus 2?")
-    request = lives[-1].request
+    request = lives[-1].runner.sent[-1]  # the answer as the engine was asked for it
     assert [m["role"] for m in request.messages] == ["user", "assistant", "tool", "assistant", "user"]
     assert request.messages[1]["tool_calls"][0]["function"]["name"] == "calc__add"
     assert request.messages[2]["content"] == "42" and request.options.tools.choice == "none"
@@ -177,6 +178,40 @@ def test_deny_never_reaches_the_server_and_always_is_remembered_then_revoked(
     assert last.as_chats()[-2] == {"role": "tool", "tool_call_id": last.meta["tool_turn"][0]["calls"][0]["id"],
                                    "name": "calc__add", "content": DENIED}
     store.close()
+
+
+def test_a_tool_switched_off_in_the_tools_tab_is_neither_offered_nor_run_by_the_window(
+    qtbot, demo_cache: Path, config: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one switch store, honoured by the window's own turns (#48): the only tool of the only server switched
+    off in the Tools tab, a chat with tools (whose first answer must call, if anything is offered) answers in
+    words: nothing offered, no question, no call record, and the server never ran it."""
+    servers(config, calc="add")
+    w = window(qtbot, config)
+    panel = w.tools_panel
+    w.side_tabs.setCurrentWidget(panel)
+    panel.tree.setCurrentItem(panel.tree.topLevelItem(0))
+    panel.start_button.click()
+    qtbot.waitUntil(lambda: panel.tree.topLevelItem(0).childCount() == 1, timeout=ANSWER_MS)
+    panel.tree.topLevelItem(0).child(0).setCheckState(0, Qt.CheckState.Unchecked)  # as the user unticks it
+    assert not w.tool_switches.is_on("calc", "add")
+    host = w.ensure_tool_host()
+    ran: list[str] = []
+    real_call = host.call
+    monkeypatch.setattr(host, "call", lambda name, *a, **k: ran.append(name) or real_call(name, *a, **k))
+    asked: list[object] = []
+    w.chat.approval_needed.connect(asked.append)
+    lives: list[Live] = []
+    w.chat.finished.connect(lambda live, _: lives.append(live))
+    w.tools_panel.chat_tools.setChecked(True)
+    with qtbot.waitSignal(w.answer_finished, timeout=TURN_MS) as done:
+        send(w, ASK)
+    assert done.args[0] and w.store.tools(w.conversation)  # a chat with tools, answered in words
+    [sent] = lives[-1].runner.sent  # one answer, offered no tool
+    assert sent.options.tools is None
+    assert asked == [] and ran == [] and calls(w, w.conversation) == []
+    assert "calc › add" not in w.transcript.toPlainText()
+    w.close()
 
 
 def test_stop_during_a_call_that_hangs_ends_the_turn_at_once(qtbot, demo_cache: Path, config: Path) -> None:
@@ -244,11 +279,13 @@ def test_the_panel_adds_starts_switches_and_removes_servers(
     assert tool.text(0) == "add" and tool.checkState(0) == Qt.CheckState.Checked
     tool.setCheckState(0, Qt.CheckState.Unchecked)
     assert not w.tool_switches.is_on("calc", "add")
-    from runtime.engine.mcp_toolbox import McpToolbox
+    from runtime.chat.toolbox import McpToolbox
     from runtime.mcp import ApprovalPolicy
 
-    offered = OfferedTools(McpToolbox(w.tool_host, ApprovalPolicy("none")), w.tool_switches)
+    offered = McpToolbox(w.tool_host, ApprovalPolicy("all"), switches=w.tool_switches, owns_host=False)
     assert [t.name for t in offered.tools()] == ["echo__echo"]  # calc__add is off
+    refused = offered.call("calc__add", {"a": 1, "b": 2}, threading.Event())  # and a call to it does not run
+    assert refused.is_error and refused.text == SWITCHED_OFF
 
     # Remove: gone from the file and the panel, its approvals and switches with it.
     Approvals().allow("calc", "add")

@@ -170,14 +170,17 @@ class JobReader:
             raise RuntimeError("this reader's events go to a queue or a callback")
         return self._taken(await self._awaiting.get())
 
-    def chunks(self) -> Iterator[Chunk]:
-        """The answer's Chunks up to the last, waiting for each; a Failure is raised as its error (`error_of`).
-        The reader closes when this ends or is left: leaving early cancels the job."""
+    def chunks(self, on_status: Callable[[str], None] | None = None) -> Iterator[Chunk]:
+        """The answer's Chunks up to the last, waiting for each; a Failure is raised as its error (`error_of`),
+        a Status goes to `on_status` (the window shows it before the first token). The reader closes when this
+        ends or is left: leaving early cancels the job."""
         try:
             while True:
                 event = self.get()
                 if isinstance(event, Failure):
                     raise error_of(event)
+                if isinstance(event, Status) and on_status is not None:
+                    on_status(event.text)
                 if isinstance(event, Chunk):
                     yield event
                     if event.done:

@@ -1,11 +1,12 @@
-"""A turn with tools in the window (#43): `run_tool_loop` on its own Python thread, never the GUI's.
+"""Every turn in the window (#48): `runtime.chat.turn.run_turn` on its own Python thread, never the GUI's.
 
-Each answer of the loop goes through the engine thread (`EngineThread.stream_chat`, a blocking JobReader), so
-the window's streaming display works as for any answer, and the engine keeps the turn's KV cache between
-rounds. What the loop reports comes back to the GUI by Qt signals, in order: Chunks in batches paced as the
-worker paces them (app.worker.Pace), everything else (a round, a call's progress, a question, the end) at once.
+A turn without tools is one round; a turn with tools is the tool loop. Either way each answer goes to the
+engine thread through a blocking JobReader (shared with the local API server; the engine keeps the turn's KV
+cache between rounds), and what the turn yields comes back to the GUI by Qt signals, in order: Chunks in
+batches paced by `app.pace.Pace` (each round's first Chunk at once), everything else (a status before the
+first token, a round, a call's progress, a question, the end) at once.
 
-The approval question blocks the loop's thread, never the GUI's: `ask` is emitted and the thread waits for
+The approval question blocks the turn's thread, never the GUI's: `ask` is emitted and the thread waits for
 `answer`, looking at the turn's cancel Event every 50 ms, so Stop or closing the window denies and ends. A
 tool's result only ever travels as text in a call record: nothing here reads it to decide anything.
 """
@@ -15,17 +16,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from app.worker import ChatRequest, Pace
+from app.pace import Pace
+from runtime.chat.turn import TurnSpec, run_turn
 from runtime.engine.answer import Chunk
-from runtime.engine.options import ChatOptions, Message
-from runtime.engine.reader import failure_of
-from runtime.engine.thread import EngineThread
+from runtime.engine.options import ChatOptions, EngineSettings, Message
+from runtime.engine.reader import JobReader, failure_of
 from runtime.engine.tool_loop import (
     DEFAULT_ROUNDS,
     DENIED,
@@ -34,24 +36,27 @@ from runtime.engine.tool_loop import (
     CallProposed,
     LoopFinished,
     RoundStarted,
+    Stream,
 )
 from runtime.errors import Cancelled
 from runtime.mcp.switches import ToolSwitches
 
-if TYPE_CHECKING:  # the MCP SDK loads only once a chat uses tools
+if TYPE_CHECKING:
     from runtime.chat.toolbox import McpToolbox
+    from runtime.engine.thread import EngineThread
     from runtime.mcp import CallRequest, Decision, McpHost
 
 log = logging.getLogger("specquant.app")
 
 STOPPED = "The call was stopped by the user before it finished."
 _POLL_S = 0.05  # how often a thread waiting for the user's answer looks at Stop
+_LATER, _NOW, _FIRST = 0, 1, 2  # how soon the GUI takes what waits: paced, at once, at once as a round's first
 
 
 @dataclass(frozen=True)
 class ToolSetup:
     """What a turn with tools runs with: the window's host (None: no server configured), the approval mode,
-    the Tools panel's switches, the documents index when a collection exists (search_documents is offered)."""
+    the one switch store, the documents index when a collection exists (search_documents is offered)."""
 
     host: McpHost | None
     mode: str = "ask"
@@ -59,6 +64,26 @@ class ToolSetup:
     documents: Path | None = None
     first_choice: str = "auto"
     max_rounds: int = DEFAULT_ROUNDS
+
+
+@dataclass
+class TurnRequest:
+    """One turn for the engine thread: its model and settings, the `spec` (the conversation, options and
+    preset; its toolbox is opened on the turn's own thread from `tools`) and its Stop."""
+
+    id: int
+    model: str
+    settings: EngineSettings
+    spec: TurnSpec
+    tools: ToolSetup | None = None
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+
+class Sent(NamedTuple):
+    """One answer of a turn as the engine was asked for it (the preset applied, earlier calls shown)."""
+
+    messages: list[Message]
+    options: ChatOptions
 
 
 @dataclass(frozen=True)
@@ -73,32 +98,38 @@ class _End:
     kind: str = ""
 
 
-class ToolTurn(QObject):
-    """One turn with tools. `start()` runs it; `request.cancel` is its Stop. Signals, on the GUI thread:"""
+class TurnRunner(QObject):
+    """One turn. `start()` runs it; `request.cancel` is its Stop. `stream` replaces the engine thread's
+    answers (tests). Signals, on the GUI thread:"""
 
-    status = Signal(str)  # before the first token: the servers are starting
+    status = Signal(str)  # before the first token: loading, calibrating, the servers starting
     chunks = Signal(object)  # a list of Chunks in order (each round's last one among them, done=True)
     round_started = Signal(int)  # 1-based
     call = Signal(object)  # a call record (app.store.CALL_FIELDS) whenever its outcome moves on
     ask = Signal(object)  # a runtime.mcp.CallRequest to put to the user; reply with `answer`
     finished = Signal(object)  # the last answer's last Chunk
     failed = Signal(str, str)  # a one-line reason ("" when stopped), its kind (Failure.kind; "cancelled")
-    _wake = Signal(bool)  # loop thread → GUI: items wait in the inbox (True: deliver them at once)
+    _wake = Signal(int)  # turn thread → GUI: items wait in the inbox (_LATER, _NOW or _FIRST)
 
-    def __init__(self, runner: EngineThread, request: ChatRequest, setup: ToolSetup) -> None:
+    def __init__(
+        self, engine: EngineThread | None, request: TurnRequest, pace: Pace | None = None, stream: Stream | None = None
+    ) -> None:
         super().__init__()
-        self.runner, self.request, self.setup = runner, request, setup
+        self.engine, self.request = engine, request
         self.cancel = request.cancel
+        self.pace = pace or Pace()  # the window's, across turns: how much drawing costs is learned once
+        self.stream: Stream = stream or self._engine_stream
+        self.sent: list[Sent] = []  # each answer as the engine was asked for it
         self.thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._inbox: list[Any] = []
         self._woken = False
+        self._round_began = True  # the next Chunk is its round's first: shown at once
         self._answered = threading.Event()
         self._decision: Decision | None = None
-        self._records: dict[str, dict[str, Any]] = {}  # call id → its record (the loop's thread only)
+        self._box: McpToolbox | None = None
+        self._records: dict[str, dict[str, Any]] = {}  # call id → its record (the turn's thread only)
         self._finished: set[str] = set()  # the calls whose result the loop reported
-        self._current = ""  # the call being decided
-        self.pace = Pace()
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
         self._timer.timeout.connect(self.flush)
@@ -106,8 +137,7 @@ class ToolTurn(QObject):
 
     # --- the GUI's side ------------------------------------------------------------------------------
     def start(self) -> None:
-        self.pace.restart()
-        self.thread = threading.Thread(target=self._run, name="specquant-tools", daemon=True)
+        self.thread = threading.Thread(target=self._run, name="specquant-turn", daemon=True)
         self.thread.start()
 
     def answer(self, decision: Decision) -> None:
@@ -116,7 +146,7 @@ class ToolTurn(QObject):
         self._answered.set()
 
     def join(self, timeout: float) -> bool:
-        """Wait for the loop's thread to end; whether it did (a server still starting may hold it longer)."""
+        """Wait for the turn's thread to end; whether it did (a server still starting may hold it longer)."""
         if self.thread is not None:
             self.thread.join(timeout)
         return self.thread is None or not self.thread.is_alive()
@@ -132,16 +162,20 @@ class ToolTurn(QObject):
                 batch.append(item)
                 continue
             if batch:
-                self.pace.tick()
-                self.chunks.emit(batch)
+                self._emit_chunks(batch)
                 batch = []
             self._dispatch(item)
         if batch:
-            self.pace.tick()
-            self.chunks.emit(batch)
+            self._emit_chunks(batch)
 
-    def _on_wake(self, urgent: bool) -> None:
-        if urgent:
+    def _emit_chunks(self, batch: list[Chunk]) -> None:
+        self.pace.tick()
+        self.chunks.emit(batch)
+
+    def _on_wake(self, when: int) -> None:
+        if when == _FIRST:
+            self.pace.restart()  # the wait before an answer's first token was idle and says nothing
+        if when != _LATER:
             self.flush()
         elif not self._timer.isActive():
             self._timer.start(round(self.pace.interval_ms))
@@ -161,56 +195,69 @@ class ToolTurn(QObject):
         else:
             self.status.emit(str(item))
 
-    # --- the loop's thread -----------------------------------------------------------------------------
-    def _post(self, item: Any, urgent: bool = True) -> None:
+    # --- the turn's thread -----------------------------------------------------------------------------
+    def _post(self, item: Any, when: int = _NOW) -> None:
         with self._lock:
             self._inbox.append(item)
-            wake = urgent or not self._woken
+            wake = when != _LATER or not self._woken
             self._woken = True
         if wake:
-            self._wake.emit(urgent)
+            self._wake.emit(when)
+
+    def _engine_stream(self, chat: list[Message], options: ChatOptions) -> Iterator[Chunk]:
+        """One answer on the engine thread, its status before the first token shown (the window's own
+        messages are never refused for the API's queue bound)."""
+        assert self.engine is not None
+        r = self.request
+        reader = JobReader(self.engine)
+        reader.post(r.model, r.settings, list(chat), options, cancel=self.cancel, bounded=False)
+        yield from reader.chunks(on_status=self._post)
 
     def _run(self) -> None:
-        from runtime.chat.toolbox import open_toolbox
-        from runtime.chat.turn import TurnSpec, run_turn
-
-        box = None
         try:
-            # Opened here: the documents index is used by one thread at a time. The host is the window's.
-            box = open_toolbox(self.setup.host, self.setup.mode, self._ask, self.setup.documents,
-                               switches=self.setup.switches, owns_host=False)
-            if self.setup.host is not None:
-                self._post("Starting the tools…")
-            r = self.request
+            spec, tools = self.request.spec, self.request.tools
+            if tools is not None:
+                from runtime.chat.toolbox import open_toolbox
 
-            def stream(chat: list[Message], options: ChatOptions) -> Any:
-                return self.runner.stream_chat(chat, options, self.cancel, model=r.model, settings=r.settings)
+                # Opened here: the documents index is used by one thread at a time. The host is the window's.
+                self._box = open_toolbox(tools.host, tools.mode, self._ask, tools.documents,
+                                         switches=tools.switches, owns_host=False)
+                if tools.host is not None:
+                    self._post("Starting the tools…")
+                spec = replace(spec, toolbox=self._box, max_rounds=tools.max_rounds,
+                               first_choice=tools.first_choice)
 
-            spec = TurnSpec(r.messages, r.options, None, box, self.setup.max_rounds, self.setup.first_choice)
+            def stream(chat: list[Message], options: ChatOptions) -> Iterator[Chunk]:
+                self.sent.append(Sent(list(chat), options))
+                return self.stream(chat, options)
+
             for event in run_turn(stream, spec, self.cancel):
-                self._take(event, box)
+                self._take(event)
         except Cancelled:
             self._stop_calls()
             self._post(_End(None, "", "cancelled"))
-        except Exception as e:  # the loop's thread must say what happened, whatever it was
+        except Exception as e:  # the turn's thread must say what happened, whatever it was
             failure = failure_of(e)
             if failure.kind == "internal":
-                log.warning("a turn with tools failed", exc_info=True)
+                log.warning("a turn failed", exc_info=True)
             self._stop_calls()
             self._post(_End(None, failure.reason, failure.kind))
         finally:
-            if box is not None:
-                box.close()
+            if self._box is not None:
+                self._box.close()
 
-    def _take(self, event: Any, box: McpToolbox) -> None:
+    def _take(self, event: Any) -> None:
+        """One event of the turn (runtime.chat.turn), handed on towards the GUI."""
         if isinstance(event, Chunk):
-            self._post(event, urgent=False)
+            first, self._round_began = self._round_began, False
+            self._post(event, _FIRST if first else _LATER)
         elif isinstance(event, RoundStarted):
-            self._post(event.n)
+            self._round_began = True
+            self._post(event.n, _LATER)  # goes with the round's first Chunk, which restarts the pace
         elif isinstance(event, CallProposed):
-            site = box.where(event.call.name)
+            assert self._box is not None
+            site = self._box.where(event.call.name)
             c = event.call
-            self._current = c.id
             self._records[c.id] = {
                 "id": c.id, "name": c.name, "arguments": c.arguments, "server": site.server, "tool": site.tool,
                 "outcome": "proposed", "result": "", "is_error": False, "elapsed_s": 0.0, "started": 0.0,
