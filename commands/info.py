@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from commands.common import add_engine_flags, gb, load_engine
+from runtime.engine.call_formats import CallFormat, detect
 from runtime.models.cache import ModelDir
 
 NAME = "info"
@@ -46,6 +48,7 @@ def main(args: argparse.Namespace) -> int:
             "placement": plans,
             "n_ctx": engine.settings.n_ctx,
             "workers": [w.as_dict() for w in engine.workers],
+            "tool_calls": _call_format(engine).name,
         }
         costs = None
         if args.costs:
@@ -64,6 +67,7 @@ def main(args: argparse.Namespace) -> int:
                 f"machine {hw['cpu']}, {hw['physical_cores']} cores, {hw['ram_available_gb']} GB RAM free, GPUs: {gpus}"
             )
             print(f"kernels {ensure_backends().describe()}")
+            print(f"tools   {_call_format(engine).describe()}")
             for w in engine.workers:
                 mem = sum(t for _, t in w.devices) / 1e9
                 print(
@@ -78,3 +82,13 @@ def main(args: argparse.Namespace) -> int:
     finally:
         engine.close()
     return 0
+
+
+def _call_format(engine: Any) -> CallFormat:
+    """How the model writes a tool call, from its chat template (runtime.engine.call_formats)."""
+    import gguf
+
+    model = ModelDir(engine.model.root, engine.model.name)
+    path = model.tier_path(next(iter(engine.manifest["tiers"])))  # every tier carries the same template
+    field = gguf.GGUFReader(path).fields.get("tokenizer.chat_template")
+    return detect(field.contents() if field is not None else None)

@@ -34,8 +34,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.decode.grammar import Grammar, Whitespace, lark_json
+from runtime.engine.call_formats import (
+    CLOSER,
+    GENERIC,
+    HERMES,
+    ID_LENGTH,
+    ID_SLOT,
+    LLAMA3,
+    NAME_START,
+    OPENER,
+    CallFormat,
+    call_text,
+    detect,
+    short_id,
+)
 
-OPENER, CLOSER = "<tool_call>", "</tool_call>"
+__all__ = ["CLOSER", "GENERIC", "HERMES", "LLAMA3", "OPENER", "CallSyntax", "call_text", "syntax_for"]
+
 NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for function names
 CHOICES = ("auto", "none", "required")  # or a function's name
 
@@ -48,6 +63,8 @@ A function's result comes back in <tool_response></tool_response> tags. The func
 <tools>
 {tools}
 </tools>"""
+# Phi-4-mini reads its tools from the system message's `tools` field and is told the form of a call here.
+PHI4_PROMPT = 'To use a tool, respond in this format: <|tool_call|>{"name": "foo", "arguments": {"a": 1}}<|/tool_call|>'
 
 
 @dataclass(frozen=True)
@@ -86,51 +103,11 @@ class ToolRequest:
         return tuple(t for t in self.tools if t.name == self.choice)
 
 
-@dataclass(frozen=True)
-class CallSyntax:
-    """How a model writes a call, and whether its chat template renders tools, calls and results itself."""
+# Mistral's call ends with its id: `, "id": "abcDEF123"}` (as Lark terms)
+ID_TAIL = json.dumps(', "id": "') + " CALL_ID " + json.dumps('"}')
 
-    own: bool
-    opener: str = OPENER  # "": the call is the whole answer (Llama 3.x)
-    closer: str = CLOSER
-    key: str = "arguments"  # the arguments' key in the call's JSON
-    several: bool = True  # more than one call per answer
-
-    @property
-    def start(self) -> str:
-        """The text of a call up to its name."""
-        return ("\n" if self.opener else "") + '{"name": "'
-
-    def head(self, name: str) -> str:
-        """The text of a call (after its opener) up to its arguments."""
-        return f'{self.start}{name}", "{self.key}": '
-
-    @property
-    def tail(self) -> str:
-        """The text of a call after its arguments."""
-        return "}\n" + self.closer if self.opener else "}"
-
-
-HERMES = CallSyntax(own=True)
-GENERIC = CallSyntax(own=False)
-LLAMA3 = CallSyntax(own=True, opener="", closer="", key="parameters", several=False)
-
-
-def syntax_for(template: str | None) -> CallSyntax:
-    """A template with a `tools` section renders them itself: in the Hermes form where it speaks `<tool_call>`
-    (Qwen2.5), in Llama 3.x's where it asks for `"parameters"`. Any other gets the generic prompt."""
-    if template and "tools" in template:
-        if OPENER in template:
-            return HERMES
-        if '"parameters": ' in template:
-            return LLAMA3
-    return GENERIC
-
-
-def call_text(name: str, arguments: Any, syntax: CallSyntax = GENERIC) -> str:
-    """One call as the model writes it (arguments as a JSON text or an object)."""
-    args = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
-    return f"{syntax.opener}{syntax.head(name)}{args}{syntax.tail}"
+CallSyntax = CallFormat  # the name the engine and the answer plan use
+syntax_for = detect
 
 
 def prepare(
@@ -142,18 +119,19 @@ def prepare(
     if syntax.own:
         out = []
         for m in messages:
-            if m.get("tool_calls"):  # Qwen's template writes `arguments | tojson`: an object, not a JSON text
-                calls = [_call_with_object(c) for c in m["tool_calls"]]
+            if m.get("tool_calls") and syntax.calls_as_text:
+                m = {k: v for k, v in m.items() if k != "tool_calls"} | {"content": _said_and_calls(m, syntax)}
+            elif m.get("tool_calls"):  # Qwen's template writes `arguments | tojson`: an object, not a JSON text
+                calls = [_call_with_object(c, syntax) for c in m["tool_calls"]]
                 m = {**m, "tool_calls": calls}
+            if syntax.call_id and m.get("tool_call_id"):
+                m = {**m, "tool_call_id": short_id(m["tool_call_id"])}
             out.append(m)
         return out, shown or None
     out = []
     for m in messages:
         if m["role"] == "assistant" and m.get("tool_calls"):
-            calls = "\n".join(call_text(c["function"]["name"], c["function"]["arguments"], syntax)
-                              for c in m["tool_calls"])
-            said = m.get("content") or ""
-            out.append({"role": "assistant", "content": f"{said}\n{calls}" if said else calls})
+            out.append({"role": "assistant", "content": _said_and_calls(m, syntax)})
         elif m["role"] == "tool":
             text = f"<tool_response>\n{m['content']}\n</tool_response>"
             if out and out[-1].get("tool_results"):  # one user turn holds consecutive results
@@ -163,7 +141,13 @@ def prepare(
         else:
             out.append(m)
     out = [{k: v for k, v in m.items() if k != "tool_results"} for m in out]
-    if shown:
+    if shown and syntax.tools_in_system:  # Phi-4-mini's own template renders this field
+        system = out[0] if out and out[0]["role"] == "system" else {"role": "system", "content": ""}
+        said = system["content"]
+        system = {**system, "content": f"{said}\n{PHI4_PROMPT}" if said else PHI4_PROMPT,
+                  "tools": json.dumps([t["function"] for t in shown], ensure_ascii=False)}
+        out = [system, *out[1:]] if out and out[0]["role"] == "system" else [system, *out]
+    elif shown:
         prompt = GENERIC_PROMPT.format(tools="\n".join(json.dumps(t, ensure_ascii=False) for t in shown))
         if out and out[0]["role"] == "system":
             out[0] = {**out[0], "content": out[0]["content"] + "\n\n" + prompt}
@@ -172,11 +156,22 @@ def prepare(
     return out, None
 
 
-def _call_with_object(call: dict[str, Any]) -> dict[str, Any]:
+def _said_and_calls(message: dict[str, Any], syntax: CallSyntax) -> str:
+    """An assistant message's text and then its calls, as the model writes them."""
+    calls = "\n".join(call_text(c["function"]["name"], c["function"]["arguments"], syntax, c.get("id", ""))
+                      for c in message["tool_calls"])
+    said = message.get("content") or ""
+    return f"{said}\n{calls}" if said else calls
+
+
+def _call_with_object(call: dict[str, Any], syntax: CallSyntax) -> dict[str, Any]:
     function = dict(call["function"])
     with contextlib.suppress(TypeError, ValueError):  # checked by the API; else rendered as it is
         function["arguments"] = json.loads(function["arguments"])
-    return {**call, "function": function}
+    out = {**call, "function": function}
+    if syntax.call_id:  # Mistral's templates refuse any id but 9 letters or digits
+        out["id"] = short_id(call.get("id") or function.get("name", ""))
+    return out
 
 
 def call_grammar(request: ToolRequest, syntax: CallSyntax, opener: str = "", closer: str = "") -> Grammar | None:
@@ -187,35 +182,63 @@ def call_grammar(request: ToolRequest, syntax: CallSyntax, opener: str = "", clo
 
 def call_lark(request: ToolRequest, syntax: CallSyntax, opener: str = "", closer: str = "") -> str | None:
     """The answer's grammar in llguidance's Lark, or None when no tool may be called. `opener`/`closer` are
-    Lark terms for the syntax's opener and closer: a special token (`<[151657]>`) or a quoted string. A quoted
-    opener needs a lazy trigger under `auto` to tell the start of a call from the model's own text; a special
-    token does not (no text can spell it); without an opener, text is whatever does not start like a call."""
+    Lark terms for the syntax's opener and closer: a special token (`<[151657]>`) or a quoted string.
+
+    Under `auto` the model may write text instead; a call starts at its trigger and is held to its form from
+    there on. A quoted opener needs a lazy trigger to tell the start of a call from the model's own text; a
+    special token does not (no text can spell it). An anchored format's calls, and Hermes's bare call, come
+    first or not at all: text is then whatever does not start like one."""
     tools = request.callable
     if not tools:
         return None
+    opener = opener if syntax.opener and opener else json.dumps(syntax.opener)
+    closer = closer if syntax.closer and closer else json.dumps(syntax.closer)
     lines = ["%llguidance {}"]
+    tail = '"}"'
+    if syntax.call_id:
+        tail = ID_TAIL
+        lines.append(f"CALL_ID: /[a-zA-Z0-9]{{{ID_LENGTH}}}/")
     for i, tool in enumerate(tools):
-        lines.append(f'fn_{i}: {json.dumps(syntax.head(tool.name).lstrip())} args_{i} "}}"')
+        lines.append(f"fn_{i}: {json.dumps(syntax.head(tool.name).lstrip())} args_{i} {tail}")
         lines.append(f"args_{i}: %json {lark_json(tool.parameters, tool.strict, request.whitespace)}")
     call = " | ".join(f"fn_{i}" for i in range(len(tools)))
-    if not syntax.opener:
-        lines.append(f"call: {call}")
-        lines.append("start: call" if request.choice != "auto" else "start: TEXT | call")
-        lines.append(r'TEXT: /(.|\n)*/ & ~/\{"name"(.|\n)*/')
+    lines.append(f"call: {call}")
+    many = request.parallel and syntax.several
+    if syntax.anchored:
+        if syntax.array:
+            block = '"[" call (", " call)* "]"' if many else '"[" call "]"'
+        else:
+            block = "call" + (f" {closer}" if syntax.closer else "")
+        lead = f"{opener} " if syntax.opener else ""
+        lines.append(f"start: {lead}{block}" if request.choice != "auto" else f"start: TEXT | {lead}{block}")
+        # Text must not start like a call, nor with the opener's spelling where the vocabulary lacks its token
+        # (the lexer takes the longest match: text that could go on past the opener would swallow it).
+        start = _regex(("[" if syntax.array else "") + NAME_START[:7])
+        if syntax.opener and opener.startswith('"'):
+            start = f"({_regex(syntax.opener)}|{start})"
+        lines.append(f"TEXT: /(.|\\n)*/ & ~/{start}(.|\\n)*/")
         return "\n".join(lines)
-    lines.append(f'body: "\\n" ({call}) "\\n" {closer}')
+    pad = json.dumps(syntax.pad)
+    lines.append(f"body: {pad} call {pad} {closer}")
     # After the last call, a line break may come before the end: models trained on "\n<tool_call>" between
     # calls often write one, and it must not force another call.
-    more = f'("\\n" {opener} body)* "\\n"?' if request.parallel and syntax.several else '"\\n"?'
+    more = f'("\\n" {opener} body)* "\\n"?' if many else '"\\n"?'
+    bare = ' | call "\\n"?' if syntax.bare else ""  # Qwen2.5-Coder's call, untagged, as the whole answer
     if request.choice != "auto":
         lines.append(f"start: {opener} body {more}")
     elif opener.startswith('"'):  # lazy: the text ends at the first opener, which starts the call
         lines.append(f"head[lazy]: TEXT {opener}")
-        lines.append(f"start: TEXT | head body {more}")
+        lines.append(f"start: TEXT | head body {more}{bare}")
     else:
-        lines.append(f"start: TEXT | TEXT {opener} body {more}")
-    lines.append(r"TEXT: /(.|\n)*/")
+        lines.append(f"start: TEXT | TEXT {opener} body {more}{bare}")
+    text = r"TEXT: /(.|\n)*/"
+    lines.append(text + (f" & ~/{_regex(NAME_START[:7])}(.|\\n)*/" if syntax.bare else ""))
     return "\n".join(lines)
+
+
+def _regex(text: str) -> str:
+    """`text` as a literal inside a Lark `/.../` regex."""
+    return "".join("\\" + c if c in r"\.^$|?*+()[]{}/" else c for c in text)
 
 
 # --- the answer, split -----------------------------------------------------------------------------------
@@ -235,10 +258,11 @@ class CallDelta:
 class CallParser:
     """Feeds on the answer's text; returns the content to show and the tool calls completed so far.
 
-    The grammar fixes the calls' wrapper, so this reads exactly that form; text that does not follow it (no
+    The grammar fixes the calls' form, so this reads exactly that form; text that does not follow it (no
     grammar: `choice: none`) stays content. A call goes out only once it is complete, never in pieces: an
     answer cut at the token limit inside a call (`final` before its end) drops that call, so no client can
-    take a half-written call, or its arguments repaired into valid JSON, for one the model made.
+    take a half-written call, or its arguments repaired into valid JSON, for one the model made. A control
+    token (`[TOOL_CALLS]`) is not in the text; its spelling is skipped where a vocabulary lacks the token.
     """
 
     def __init__(self, syntax: CallSyntax = GENERIC, calls_only: bool = False) -> None:
@@ -246,15 +270,37 @@ class CallParser:
         # tool_choice required or a function: the answer is calls alone, so what a cut leaves of a call's opener
         # is its wrapper, not content (under auto it may be the model's own text).
         self.calls_only = calls_only
-        self.head = re.compile(re.escape(syntax.start) + r'([A-Za-z0-9_-]{1,64})", "' + syntax.key + '": ')
+        self.shape = syntax if syntax.anchored else None  # anchored: where the answer's first call starts
+        self.head = _head(syntax)
         self.buffer = ""
         self.calls = 0
-        self.text = False  # without an opener: the answer began as text, so it is all content
+        self.text = False  # an anchored answer began as text, so it is all content
+        self.started = False  # the start (a bare call or not) is decided
         self.in_call = False
         self.name: str | None = None  # the current call's name, once its head is read
 
     def feed(self, text: str, final: bool = False) -> tuple[str, list[CallDelta]]:
         self.buffer += text
+        if not self.started and not self._start(final):
+            return "", []
+        if self.shape is not None:
+            return self._anchored(final)
+        return self._wrapped(final)
+
+    def _start(self, final: bool) -> bool:
+        """Decide, once the answer's start is known, whether it is a bare call (Hermes's untagged form)."""
+        if self.syntax.anchored or not self.syntax.bare or self.calls_only:
+            self.started = True
+            return True
+        if self.buffer.startswith(NAME_START):
+            self.shape, self.head = self.syntax.bare_format, _head(self.syntax.bare_format)
+        elif NAME_START.startswith(self.buffer) and not final:
+            return False  # may still become a call
+        self.started = True
+        return True
+
+    # --- a call after the model's text, each in its wrapper (Hermes) ---
+    def _wrapped(self, final: bool) -> tuple[str, list[CallDelta]]:
         content, deltas = "", []
         while True:
             if not self.in_call:
@@ -262,17 +308,10 @@ class CallParser:
                 if not found:
                     break
                 self.in_call, self.name = True, None
-            if self.name is None:
-                m = self.head.match(self.buffer)
-                if m is None:
-                    break
-                self.name, self.buffer = m.group(1), self.buffer[m.end() :]
-            end = self._end_of_call(self.buffer, final)
-            if end is None:
+            delta = self._call(final)
+            if delta is None:
                 break
-            deltas.append(CallDelta(self.calls, f"call_{uuid.uuid4().hex[:24]}", self.name, self.buffer[:end]))
-            self.buffer = self.buffer[end + len(self.syntax.tail) :]
-            self.calls += 1
+            deltas.append(delta)
             self.in_call = False
         if final and self.in_call:  # cut off inside a call (or before its name): nothing to call
             self.in_call, self.buffer = False, ""
@@ -281,21 +320,6 @@ class CallParser:
     def _content(self, content: str, final: bool) -> tuple[bool, str]:
         """Move text before a call into `content`; whether a call starts at the buffer's start now."""
         opener = self.syntax.opener
-        if not opener:  # the call is the whole answer, or there is none
-            start = self.syntax.start
-            if not self.text and not self.calls:
-                if self.buffer.startswith(start):
-                    return True, content
-                if start.startswith(self.buffer) and not final:
-                    return False, content  # may still become a call
-                if self.calls_only:  # cut off before the call's name
-                    self.buffer = ""
-                    return False, content
-                self.text = True
-            if self.calls:  # nothing follows a call but the end
-                self.buffer = self.buffer.strip()
-            content, self.buffer = content + self.buffer, ""
-            return False, content
         at = self.buffer.find(opener)
         if at >= 0:
             before = self.buffer[:at]
@@ -312,31 +336,134 @@ class CallParser:
         self.buffer = self.buffer[cut:]
         return False, content + piece
 
-    def _end_of_call(self, args: str, final: bool) -> int | None:
-        """Where the current call's arguments end in `args` (its tail follows), if they are complete JSON. At
-        the answer's end a tail cut short counts: the grammar fixes every character after the arguments."""
-        tail = self.syntax.tail
-        if self.syntax.opener:
-            start = 0
-            while (at := args.find(tail, start)) >= 0:
-                if _is_json(args[:at]):
-                    return at
-                start = at + 1
-        if final:
-            for at in range(max(0, len(args) - len(tail)), len(args) + 1):
-                # A number at the very end may have been cut short ("12" of "123"): not complete.
-                open_number = at == len(args) and args[-1:].isdigit()
-                if tail.startswith(args[at:]) and not open_number and _is_json(args[:at]):
-                    return at
+    # --- calls that are the answer (Llama 3.x, Mistral, Granite, Phi-4-mini, Hermes's bare call) ---
+    def _anchored(self, final: bool) -> tuple[str, list[CallDelta]]:
+        shape = self.shape
+        assert shape is not None
+        deltas = []
+        while not self.text:
+            if not self.in_call:
+                if self.calls and not shape.array:
+                    self._skip(shape.closer)
+                    self._skip(shape.opener)  # a vocabulary without the token spells it
+                    if not self.buffer.startswith(shape.start):
+                        break  # nothing follows a call but the end
+                else:
+                    state = self._block_start(final)
+                    if state is None:
+                        break
+                    if not state:
+                        self.text = True
+                        break
+                self.in_call, self.name = True, None
+            delta = self._call(final)
+            if delta is None:
+                break
+            deltas.append(delta)
+            self.in_call = False
+        if self.text:
+            content, self.buffer = self.buffer, ""
+            return content, deltas
+        if final:  # after the calls only the end (or a call cut off): nothing is content
+            self.in_call, self.buffer = False, ""
+        return "", deltas
+
+    def _block_start(self, final: bool) -> bool | None:
+        """At the start of the answer or after a call in an array: whether a call follows (None: not known yet)."""
+        shape = self.shape
+        assert shape is not None
+        if self.calls:  # inside an array: ", " and the next call, or "]" and the end
+            for word, more in ((", ", True), ("]", False)):
+                if self.buffer.startswith(word):
+                    self.buffer = self.buffer[len(word) :]
+                    if not more:
+                        self.buffer = self.buffer.strip()
+                        return None if not self.buffer else False
+                    return True
+            return None
+        rest = self.buffer
+        if shape.opener and rest.startswith(shape.opener):
+            rest = rest[len(shape.opener) :]
+        elif shape.opener and shape.opener.startswith(rest) and rest and not final:
+            return None
+        start = ("[" if shape.array else "") + shape.start
+        if rest.startswith(start):
+            self.buffer = rest[1:] if shape.array else rest
+            return True
+        if start.startswith(rest) and not final:
+            return None
+        if self.calls_only:  # cut off before the call's name: its wrapper, not content
+            self.buffer = ""
+            return None
+        return False
+
+    def _skip(self, word: str) -> None:
+        if word and self.buffer.startswith(word):
+            self.buffer = self.buffer[len(word) :]
+
+    # --- one call ---
+    def _call(self, final: bool) -> CallDelta | None:
+        """The current call once it is complete (its head, arguments and tail are in the buffer)."""
+        if self.name is None:
+            m = self.head.match(self.buffer)
+            if m is None:
+                return None
+            self.name, self.buffer = m.group(1), self.buffer[m.end() :]
+        found = self._end_of_call(self.buffer, final)
+        if found is None:
+            return None
+        end, after = found
+        delta = CallDelta(self.calls, f"call_{uuid.uuid4().hex[:24]}", self.name, self.buffer[:end])
+        self.buffer = self.buffer[after:]
+        self.calls += 1
+        return delta
+
+    def _end_of_call(self, args: str, final: bool) -> tuple[int, int] | None:
+        """Where the current call's arguments end in `args` and where its tail ends, once both are there. At the
+        answer's end a tail cut short counts: the grammar fixes every character after the arguments (but an
+        id's letters, which only have to be there)."""
+        try:
+            end = _DECODER.raw_decode(args)[1]
+        except ValueError:
+            return None
+        if end == len(args) and args[-1:].isdigit() and not final:
+            return None  # a number may go on ("12" of "123")
+        tail = _visible(self.shape or self.syntax)
+        rest = args[end:]
+        n = _tail_match(rest, tail)
+        if n is not None:
+            return end, end + n
+        if final and _tail_prefix(rest, tail) and not (self.syntax.call_id and len(rest) < len(tail) - 2):
+            return end, len(args)
         return None
 
 
-def _is_json(text: str) -> bool:
-    try:
-        json.loads(text)
-    except ValueError:
+_DECODER = json.JSONDecoder()
+
+
+def _head(syntax: CallSyntax) -> re.Pattern[str]:
+    """A call's text up to its arguments, with the name as group 1."""
+    start = syntax.start if not syntax.array else NAME_START
+    return re.compile(re.escape(start) + r'([A-Za-z0-9_-]{1,64})", "' + re.escape(syntax.key) + '": ')
+
+
+def _visible(syntax: CallSyntax) -> str:
+    """A call's tail as the text shows it: an anchored format's closer may be a control token (not shown)."""
+    return syntax.tail.removesuffix(syntax.closer) if syntax.anchored and syntax.closer else syntax.tail
+
+
+def _tail_match(text: str, tail: str) -> int | None:
+    """The length of `tail` at the start of `text` (`ID_SLOT`: any letter or digit), if it is all there."""
+    if len(text) < len(tail) or not _tail_prefix(text[: len(tail)], tail):
+        return None
+    return len(tail)
+
+
+def _tail_prefix(text: str, tail: str) -> bool:
+    """Whether `text` is a start of `tail` (or all of it)."""
+    if len(text) > len(tail):
         return False
-    return True
+    return all(t == c or (t == ID_SLOT and c.isascii() and c.isalnum()) for t, c in zip(tail, text, strict=False))
 
 
 def _partial_suffix(text: str, word: str) -> int:
