@@ -60,7 +60,7 @@ log = logging.getLogger(__name__)
 State = Literal["stopped", "starting", "ready", "failed"]
 CALL_TIMEOUT = 60.0  # seconds a tool call may take
 START_TIMEOUT = 30.0  # seconds from launch to a listed set of tools (npx may download the server first)
-CLOSE_TIMEOUT = 8.0  # the SDK's own bounded stdio shutdown: 0.5 s flush, 2 s to exit, 2 s after SIGTERM, reaping
+CLOSE_TIMEOUT = 8.0  # runtime.mcp.stdio shuts down within ~5 s: 0.5 s flush, 2 s to exit, 2 s after SIGTERM
 _POLL_S = 0.05  # how often a waiting caller looks at its cancel event
 _T = TypeVar("_T")
 
