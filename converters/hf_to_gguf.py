@@ -1,6 +1,8 @@
 """A Hugging Face checkpoint directory (safetensors) into an F16 GGUF, with numpy + gguf only.
 
-Supported: llama (SmolLM/SmolLM2, Llama 3.x), qwen2/qwen2.5 and qwen3, all with byte-level BPE tokenizers.
+Supported: llama (SmolLM/SmolLM2, Llama 3.x), Mistral (as llama.cpp reads it: llama), qwen2/qwen2.5, qwen3,
+SmolLM3 (llama with every fourth layer unrotated) and Granite 3.x (llama with four scales), all with byte-level
+BPE tokenizers.
 """
 
 from __future__ import annotations
@@ -32,7 +34,18 @@ ARCHITECTURES = {
     "LlamaForCausalLM": ArchSpec(gguf.MODEL_ARCH.LLAMA, permute_qk=True),
     "Qwen2ForCausalLM": ArchSpec(gguf.MODEL_ARCH.QWEN2, permute_qk=False),
     "Qwen3ForCausalLM": ArchSpec(gguf.MODEL_ARCH.QWEN3, permute_qk=False),
+    "MistralForCausalLM": ArchSpec(gguf.MODEL_ARCH.LLAMA, permute_qk=True),  # llama.cpp's convert does the same
+    "SmolLM3ForCausalLM": ArchSpec(gguf.MODEL_ARCH.SMOLLM3, permute_qk=True),
+    "GraniteForCausalLM": ArchSpec(gguf.MODEL_ARCH.GRANITE, permute_qk=True),
 }
+# Granite's multipliers (config.json) and the GGUF keys llama.cpp reads them from.
+_GRANITE_SCALES = {
+    "embedding_multiplier": "add_embedding_scale",
+    "residual_multiplier": "add_residual_scale",
+    "attention_multiplier": "add_attention_scale",
+    "logits_scaling": "add_logit_scale",
+}
+SMOLLM3_NO_ROPE_STEP = 4  # llama.cpp's smollm3 leaves every 4th layer unrotated, a step its GGUF cannot change
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 
 
@@ -126,6 +139,29 @@ def _add_hparams(w: gguf.GGUFWriter, config: dict[str, Any], head_dim: int, name
             w.add_rope_scaling_orig_ctx_len(int(scaling["original_max_position_embeddings"]))
     elif kind not in (None, "default", "llama3"):
         raise UserError(f"config.json: rope_scaling type {kind!r} is not supported")
+    for key, method in _GRANITE_SCALES.items():
+        if key in config and "GraniteForCausalLM" in (config.get("architectures") or []):
+            getattr(w, method)(float(config[key]))
+
+
+def check_family(config: dict[str, Any], path: Path) -> None:
+    """What a family's config.json may hold that llama.cpp's reading of that family cannot express."""
+    archs = config.get("architectures") or []
+    if "SmolLM3ForCausalLM" in archs:
+        n_layer = config["num_hidden_layers"]
+        want = [int((i + 1) % SMOLLM3_NO_ROPE_STEP != 0) for i in range(n_layer)]
+        layers = config.get("no_rope_layers", want)
+        if layers != want:
+            raise UserError(f"{path}: 'no_rope_layers' {layers} is not every {SMOLLM3_NO_ROPE_STEP}th layer, "
+                            "the only pattern llama.cpp's smollm3 runs")
+    if "GraniteForCausalLM" in archs:
+        for key in _GRANITE_SCALES:
+            if key in config and not _positive_real(config[key]):
+                raise UserError(f"{path}: '{key}' is {config[key]!r}; it must be a positive number")
+    if "MistralForCausalLM" in archs and config.get("sliding_window") not in (None, 0):
+        window, ctx = config["sliding_window"], config.get("max_position_embeddings", 4096)
+        if isinstance(window, int) and window < ctx:  # llama.cpp's llama attends to the whole context
+            config["max_position_embeddings"] = window
 
 
 # generation_config.json field -> (GGUFWriter method, type): the model's recommended sampling, which the
@@ -305,6 +341,7 @@ def plan_hf(directory: Path, name: str) -> F16Plan:
     spec = arch_spec(config, directory)
     config_path = directory / "config.json"
     check_config(config, config_path)
+    check_family(config, config_path)
     n_head = config["num_attention_heads"]
     n_head_kv = config.get("num_key_value_heads") or n_head
     vocab_size = config["vocab_size"]

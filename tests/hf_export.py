@@ -253,3 +253,30 @@ def llama_to_qwen(src: Path, out: Path, arch: str, seed: int = 7) -> Path:
     (out / "tokenizer_config.json").write_text((src / "tokenizer_config.json").read_text())
     save_file(tensors, str(out / "model.safetensors"))
     return out
+
+
+# Granite's four scales, distinct from 1 so that a scale that is lost or misplaced shows in the logits.
+GRANITE_SCALES = {"embedding_multiplier": 3.0, "residual_multiplier": 0.5, "attention_multiplier": 0.09,
+                  "logits_scaling": 2.0}
+
+
+def llama_to_family(src: Path, out: Path, arch: str) -> Path:
+    """Turn an exported llama checkpoint into one of a family whose tensors are llama's: Mistral (a sliding
+    window no shorter than the context), SmolLM3 (every fourth layer without RoPE) or Granite (its scales)."""
+    import shutil
+
+    shutil.copytree(src, out)
+    cfg = json.loads((out / "config.json").read_text())
+    cfg["architectures"] = [arch]
+    if arch == "MistralForCausalLM":
+        cfg |= {"model_type": "mistral", "sliding_window": cfg["max_position_embeddings"]}
+    elif arch == "SmolLM3ForCausalLM":
+        n = cfg["num_hidden_layers"]
+        cfg |= {"model_type": "smollm3", "no_rope_layers": [int((i + 1) % 4 != 0) for i in range(n)],
+                "no_rope_layer_interval": 4}
+    elif arch == "GraniteForCausalLM":
+        cfg |= {"model_type": "granite", **GRANITE_SCALES}
+    else:
+        raise ValueError(arch)
+    (out / "config.json").write_text(json.dumps(cfg))
+    return out

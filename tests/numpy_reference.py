@@ -1,7 +1,8 @@
 """Independent numpy forward passes with Hugging Face semantics, for checking llama.cpp.
 
-- `hf_llama_logits`, llama/qwen2/qwen3: RMSNorm, rotate-half RoPE, grouped-query attention with a causal
-  mask, SwiGLU MLP. It reads the exported safetensors through the `safetensors` package, not through our
+- `hf_llama_logits`, llama/mistral/qwen2/qwen3/smollm3/granite: RMSNorm, rotate-half RoPE (none on SmolLM3's
+  `no_rope_layers`), grouped-query attention with a causal mask, SwiGLU MLP, and Granite's four multipliers.
+  It reads the exported safetensors through the `safetensors` package, not through our
   converter's reader.
 - `bert_sentence_embedding`, BERT as sentence-transformers runs it (all-MiniLM-L6-v2): word, position and
   token-type embeddings, post-norm layers of bidirectional attention and an erf GELU MLP, mean pooling over
@@ -44,7 +45,11 @@ def hf_llama_logits(model_dir: Path, ids: list[int]) -> np.ndarray:
     cos, sin = np.cos(emb).astype(np.float32)[:, None, :], np.sin(emb).astype(np.float32)[:, None, :]
     mask = np.triu(np.full((t, t), -np.inf, dtype=np.float32), k=1)
 
-    x = w["model.embed_tokens.weight"][ids]
+    # Granite scales the embeddings, the attention scores, each residual branch and the logits.
+    scale = cfg.get("attention_multiplier", 1.0 / np.sqrt(d))
+    residual = cfg.get("residual_multiplier", 1.0)
+    rotated = cfg.get("no_rope_layers", [1] * cfg["num_hidden_layers"])  # SmolLM3: 0 = no RoPE
+    x = w["model.embed_tokens.weight"][ids] * cfg.get("embedding_multiplier", 1.0)
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         h = _rms(x, w[p + "input_layernorm.weight"], eps)
@@ -55,22 +60,23 @@ def hf_llama_logits(model_dir: Path, ids: list[int]) -> np.ndarray:
         if p + "self_attn.q_norm.weight" in w:
             q = _rms(q, w[p + "self_attn.q_norm.weight"], eps)
             k = _rms(k, w[p + "self_attn.k_norm.weight"], eps)
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
+        if rotated[i]:
+            q = q * cos + _rotate_half(q) * sin
+            k = k * cos + _rotate_half(k) * sin
         k = np.repeat(k, n_head // n_kv, axis=1)
         v = np.repeat(v, n_head // n_kv, axis=1)
-        scores = np.einsum("thd,shd->hts", q, k) / np.sqrt(d) + mask
+        scores = np.einsum("thd,shd->hts", q, k) * np.float32(scale) + mask
         scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
         scores /= scores.sum(axis=-1, keepdims=True)
         attn = np.einsum("hts,shd->thd", scores, v).reshape(t, n_head * d)
-        x = x + attn @ w[p + "self_attn.o_proj.weight"].T
+        x = x + (attn @ w[p + "self_attn.o_proj.weight"].T) * residual
         h = _rms(x, w[p + "post_attention_layernorm.weight"], eps)
         gate = h @ w[p + "mlp.gate_proj.weight"].T
         up = h @ w[p + "mlp.up_proj.weight"].T
-        x = x + (gate / (1.0 + np.exp(-gate)) * up) @ w[p + "mlp.down_proj.weight"].T
+        x = x + ((gate / (1.0 + np.exp(-gate)) * up) @ w[p + "mlp.down_proj.weight"].T) * residual
     x = _rms(x, w["model.norm.weight"], eps)
     head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
-    return x @ head.T
+    return (x @ head.T) / cfg.get("logits_scaling", 1.0)
 
 
 def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:

@@ -16,10 +16,12 @@ import numpy as np
 import pytest
 
 from converters.convert import convert
+from converters.hf_to_gguf import plan_hf
 from runtime.decode.llama_backend import LlamaBackend, LoadOptions
 from runtime.decode.sampling import recommended
 from runtime.models.cache import ModelDir
-from tests.hf_export import export_to_hf, llama_to_qwen
+from tests.hf_export import export_to_hf, llama_to_family, llama_to_qwen
+from tests.micro_model import MicroSpec, write_micro_gguf
 from tests.numpy_reference import hf_llama_logits
 
 # Every test here converts a checkpoint or runs a numpy forward pass (10-20 s each on 2 cores): CI runs them.
@@ -153,6 +155,27 @@ def test_qwen_architectures_match_numpy_forward(arch: str, micro_gguf: Path, tmp
     want = hf_llama_logits(src, ids)
     assert np.abs(got - want).max() < 0.005 * np.abs(want).max()
     assert (got.argmax(axis=1) == want.argmax(axis=1)).mean() >= 0.9
+
+
+@pytest.mark.parametrize(("arch", "gguf_arch"), [
+    ("MistralForCausalLM", "llama"), ("SmolLM3ForCausalLM", "smollm3"), ("GraniteForCausalLM", "granite")])
+def test_llama_like_families_match_numpy_forward(arch: str, gguf_arch: str, demo_gguf: Path, tmp_path: Path) -> None:
+    """Mistral (llama, as llama.cpp reads it), SmolLM3 (layer 3 of 4 without RoPE) and Granite (its four
+    scales) on a 4-layer micro checkpoint, against the numpy forward pass of the same safetensors."""
+    micro = write_micro_gguf(tmp_path / "micro4.gguf", demo_gguf, MicroSpec(n_layer=4, seed=21))
+    src = llama_to_family(export_to_hf(micro, tmp_path / "micro-llama"), tmp_path / f"micro-{arch.lower()}", arch)
+    path = tmp_path / "family-f16.gguf"
+    plan_hf(src, arch).write(path)  # the F16 alone: quantized tiers are the same code for every family
+    assert gguf.GGUFReader(path).fields["general.architecture"].contents() == gguf_arch
+    with LlamaBackend(path, LoadOptions(n_ctx=64)) as b:
+        ids = b.tokenize(PROMPTS[0] + " Paris, and the capital of Italy is")
+    got = all_logits(path, ids)
+    want = hf_llama_logits(src, ids)
+    assert np.abs(got - want).max() < 0.005 * np.abs(want).max()
+    assert (got.argmax(axis=1) == want.argmax(axis=1)).mean() >= 0.9
+    if arch != "MistralForCausalLM":  # the family's own part matters: without it the logits differ
+        plain = hf_llama_logits(export_to_hf(micro, tmp_path / "plain"), ids)
+        assert np.abs(plain - want).max() > 0.05 * np.abs(want).max()
 
 
 def test_the_models_recommended_sampling_reaches_every_tier(converted_hf: ModelDir, demo_model: ModelDir) -> None:
