@@ -12,7 +12,7 @@ import pytest
 from runtime.decode.grammar import Constraint, ConstraintError, Grammar, tokenizer_for
 from runtime.decode.llama_backend import LlamaBackend
 from runtime.decode.sampling import SamplingParams, warp
-from runtime.decode.speculative import SpecConfig, generate_steps
+from runtime.decode.speculative import Decoding, SpecConfig, generate_steps
 from runtime.models.cache import ModelDir
 from tests.test_speculative import (
     GREEDY,
@@ -58,7 +58,7 @@ def plain_constrained(parent: LlamaBackend, prompt: list[int], grammar: Grammar,
 def constrained(parent, draft, prompt, grammar, n, params=GREEDY, spec=None):
     c = grammar.constraint(tokenizer_for(parent))
     out, steps = [], []
-    for step in generate_steps(parent, draft, prompt, params, spec, constraint=c):
+    for step in generate_steps(parent, prompt, Decoding.drafting(spec, draft, params=params, constraint=c)):
         out.extend(step.tokens)
         steps.append(step)
         if len(out) >= n or any(parent.is_end_of_generation(t) for t in step.tokens):

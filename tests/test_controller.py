@@ -29,7 +29,7 @@ from runtime.decode.controller import (
 from runtime.decode.llama_backend import LlamaBackend, LoadOptions
 from runtime.decode.ngram import NgramIndex
 from runtime.decode.sampling import SamplingParams, warp
-from runtime.decode.speculative import NGRAM, SpecConfig, generate_steps
+from runtime.decode.speculative import NGRAM, Decoding, SpecConfig, generate_steps
 from runtime.engine.engine import ChatOptions, Engine, EngineSettings
 from runtime.models.cache import DEMO_NAME, ModelDir
 from tests.conftest import copy_of_demo
@@ -229,7 +229,9 @@ def test_ngram_drafts_are_exact_in_greedy_mode(micro_model: ModelDir) -> None:
     parent = load(micro_model, "f16", n_ctx=1024)
     prompt = parent.tokenize("Once upon a time")
     gen = generate_steps(
-        parent, None, prompt, SamplingParams(), SpecConfig(k=4), controller=Controller(seeded(), fixed_k=4)
+        parent,
+        prompt,
+        Decoding.drafting(SpecConfig(k=4), controller=Controller(seeded(), fixed_k=4), params=SamplingParams()),
     )
     out: list[int] = []
     steps = []
@@ -251,7 +253,8 @@ def ngram_first_tokens(parent: LlamaBackend, prompt: list[int], n_samples: int) 
         params = SamplingParams(**{**SAMPLED.__dict__, "seed": i})
         controller = Controller(seeded(), fixed_k=2)
         out: list[int] = []
-        for step in generate_steps(parent, None, prompt, params, SpecConfig(k=2), controller=controller):
+        decoding = Decoding.drafting(SpecConfig(k=2), controller=controller, params=params)
+        for step in generate_steps(parent, prompt, decoding):
             out.extend(step.tokens)
             proposed += step.source == NGRAM
             if len(out) >= 2:
@@ -303,11 +306,10 @@ def test_the_first_token_comes_before_any_draft_work(micro_model: ModelDir) -> N
     # A controller that already knows the machine and must draft (fixed k) still starts with the parent.
     gen = generate_steps(
         parent,
-        draft,
         prompt,
-        SamplingParams(),
-        SpecConfig(k=3, ngram=False),
-        controller=Controller(seeded(), fixed_k=3),
+        Decoding.drafting(
+            SpecConfig(k=3, ngram=False), draft, controller=Controller(seeded(), fixed_k=3), params=SamplingParams()
+        ),
     )
     first = next(gen)
     assert calls == ["parent"] and len(first.tokens) == 1 and first.source is None

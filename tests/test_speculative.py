@@ -7,7 +7,7 @@ import pytest
 
 from runtime.decode.llama_backend import LlamaBackend, LoadOptions
 from runtime.decode.sampling import SamplingParams, warp
-from runtime.decode.speculative import SpecConfig, generate_steps
+from runtime.decode.speculative import Decoding, SpecConfig, generate_steps
 from runtime.models.cache import ModelDir
 
 PROMPT = "<|im_start|>user\nWrite a short story about a robot who learns to paint.<|im_end|>\n<|im_start|>assistant\n"
@@ -49,7 +49,7 @@ GREEDY = SamplingParams()
 
 def run(parent, draft, prompt, n, params=GREEDY, spec=None):
     out, steps = [], []
-    for step in generate_steps(parent, draft, prompt, params, spec):
+    for step in generate_steps(parent, prompt, Decoding.drafting(spec, draft, params=params)):
         out.extend(step.tokens)
         steps.append(step)
         if len(out) >= n:
@@ -104,7 +104,8 @@ def test_no_draft_is_plain_decoding(micro_model: ModelDir) -> None:
 def test_rollback_matches_a_fresh_context(micro_model: ModelDir) -> None:
     parent, draft = load(micro_model, "f16"), load(micro_model, "q4_k_m")
     prompt = parent.tokenize(PROMPT)
-    gen = generate_steps(parent, draft, prompt, SamplingParams(), SpecConfig(k=5, ngram=False))
+    decoding = Decoding.drafting(SpecConfig(k=5, ngram=False), draft, params=SamplingParams())
+    gen = generate_steps(parent, prompt, decoding)
     seq = list(prompt)
     rejected = 0
     while rejected < 3:
@@ -131,7 +132,9 @@ def test_a_windowed_draft_sees_only_the_last_tokens_and_the_answer_stays_exact(d
     parent, draft = load(demo_model, "f16"), load(demo_model, "q4_k_m")
     prompt = parent.tokenize(PROMPT * 4)
     window = 12
-    gen = generate_steps(parent, draft, prompt, GREEDY, SpecConfig(k=4, ngram=False, draft_window=window))
+    gen = generate_steps(
+        parent, prompt, Decoding.drafting(SpecConfig(k=4, ngram=False, draft_window=window), draft, params=GREEDY)
+    )
     seq, steps = list(prompt), []
     while len(seq) < len(prompt) + 48:
         step = next(gen)
@@ -165,7 +168,8 @@ def sampled_first_tokens(parent, draft, prompt, params, n_samples, n_tokens=2):
     for i in range(n_samples):
         p = SamplingParams(**{**params.__dict__, "seed": i})
         out: list[int] = []
-        for step in generate_steps(parent, draft, prompt, p, SpecConfig(k=3, ngram=False)):
+        decoding = Decoding.drafting(SpecConfig(k=3, ngram=False), draft, params=p)
+        for step in generate_steps(parent, prompt, decoding):
             out.extend(step.tokens)
             if len(out) >= n_tokens:
                 break
@@ -250,7 +254,7 @@ def test_an_answers_cancel_is_unhooked_when_its_steps_end(micro_model: ModelDir)
     try:
         prompt = parent.tokenize(PROMPT, special=True)
         cancel = threading.Event()
-        steps = generate_steps(parent, None, prompt, GREEDY, None, cancel)
+        steps = generate_steps(parent, prompt, Decoding.drafting(params=GREEDY), cancel)
         next(steps)
         cancel.set()  # while the steps run, the hook aborts a decode
         parent.truncate(0)

@@ -13,7 +13,7 @@ from commands.bench.runners import batch_costs
 from runtime.decode.controller import speedup
 from runtime.decode.llama_backend import LlamaBackend, LoadOptions
 from runtime.decode.sampling import SamplingParams
-from runtime.decode.speculative import SpecConfig, generate_steps, take
+from runtime.decode.speculative import Decoding, SpecConfig, generate_steps, take
 from runtime.engine.engine import Engine
 
 
@@ -42,7 +42,7 @@ def time_steps(
         draft.truncate(0)
     tokens = drafted = accepted = cycles = first = 0
     t_first = t_last = 0.0
-    steps = generate_steps(parent, draft, prompt, params, spec)
+    steps = generate_steps(parent, prompt, Decoding.drafting(spec, draft, params=params))
     try:
         for step in steps:
             t_last = time.perf_counter()

@@ -31,14 +31,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-NGRAM = "ngram"  # the n-gram lookup source: its kind, and its name (a tier draft's name is its tier)
+from runtime.decode.draft_source import Offer
+from runtime.decode.drafts import KINDS, OFFERED, ngram
+
+# Each source's kind (runtime/decode/drafts) brings its own priors and limits: acceptance before any is
+# measured, the longest proposal, and whether a proposal costs a model's steps or a lookup's time. The n-gram
+# names stay here for the modules that read them from the controller.
+NGRAM = ngram.NAME
+NGRAM_PRIOR_BY_MATCH = ngram.PRIOR_BY_MATCH
+ngram_key = ngram.ngram_key
 # Priors for a machine and model never measured. They only decide until the probe or the first cycles
 # have measured the terms.
 PRIOR_VERIFY_SLOPE = 0.15  # each verify row past the first costs ~0.15 of a step on 2 CPU cores
-PRIOR_ACCEPTANCE = {NGRAM: 0.6, "tier": 0.8}
-# An n-gram proposal is kept per match length: a 4-token match inside quoted code predicts far better than
-# a 2-token one in prose, and one shared estimate would make the controller refuse both.
-NGRAM_PRIOR_BY_MATCH = {2: 0.3, 3: 0.45, 4: 0.6}
 # A caught-up token costs 0.3-0.5 of a draft step when batched (measured: q4_k_m of the 1.5B, 2 cores).
 PRIOR_PREFILL_FRACTION = 0.4
 WINDOW = 9  # recent timings kept per term (their median is the estimate)
@@ -50,19 +54,12 @@ ANSWER_DECAY = 0.8  # evidence carried from one answer into the next: old refusa
 UCB_Z = 1.28  # the one-sided 90% bound used for exploring
 EXPLORE_SHARE = 0.03  # tries may lose at most this share of the answer's tokens so far, in parent steps
 MIN_RATE_GAIN = 1.03  # speculate only when it predicts at least 3% more tokens per second than plain
-K_MAX = {"tier": 8, NGRAM: 12}
+K_MAX = {k.name: k.k_max for k in OFFERED}  # the longest proposal per kind
 V_MAX = 1 + max(K_MAX.values())  # the largest verify batch the controller considers
 
 
-def ngram_key(match: int) -> str:
-    """The estimates' name for n-gram proposals from a suffix match of `match` tokens."""
-    return f"{NGRAM}:{match}"
-
-
 def _prior_acceptance(name: str, kind: str) -> float:
-    if kind == NGRAM and name.startswith(f"{NGRAM}:") and name[len(NGRAM) + 1 :].isdigit():
-        return NGRAM_PRIOR_BY_MATCH.get(int(name[len(NGRAM) + 1 :]), PRIOR_ACCEPTANCE[NGRAM])
-    return PRIOR_ACCEPTANCE[kind]
+    return KINDS[kind].key_priors.get(name, KINDS[kind].prior)
 
 
 def expected_tokens(acceptance: Sequence[float]) -> float:
@@ -171,7 +168,7 @@ class SourceStats:
     """What is known of one draft source: acceptance per position with its evidence, and what a proposed
     token costs."""
 
-    kind: str  # "tier" or "ngram"
+    kind: str  # a registered Kind's name: "tier" or "ngram"
     accept: list[float] = field(default_factory=list)  # per position: P(accepted | the previous one was)
     seen: list[float] = field(default_factory=list)  # per position: cycles that reached it (fading)
     step: Timing = field(default_factory=Timing)  # one draft step (tier) or one lookup (ngram)
@@ -180,7 +177,7 @@ class SourceStats:
     prior_evidence: float = PRIOR_EVIDENCE  # pseudo-cycles behind `prior`
 
     def _prior(self) -> float:
-        return self.prior or PRIOR_ACCEPTANCE[self.kind]
+        return self.prior or KINDS[self.kind].prior
 
     def acceptance(self, k: int) -> list[float]:
         out = []
@@ -239,7 +236,7 @@ class Estimates:
     def source(self, name: str, kind: str) -> SourceStats:
         if name not in self.sources:
             stats = SourceStats(kind, prior=_prior_acceptance(name, kind))
-            if kind == "tier" and self.shape is not None and name in self.shape.acceptance:
+            if KINDS[kind].decodes and self.shape is not None and name in self.shape.acceptance:
                 stats.prior, stats.prior_evidence = self.shape.acceptance[name], PROBE_EVIDENCE
             self.sources[name] = stats
         return self.sources[name]
@@ -249,7 +246,7 @@ class Estimates:
         self.shape = shape
         for name, a in shape.acceptance.items():
             src = self.sources.get(name)
-            if src is not None and src.kind == "tier" and not any(src.seen):
+            if src is not None and KINDS[src.kind].decodes and not any(src.seen):
                 src.prior, src.prior_evidence = a, PROBE_EVIDENCE
 
     def step_s(self) -> float | None:
@@ -329,28 +326,12 @@ class Estimates:
         est = cls(shape=shape)
         sources = data.get("sources") if isinstance(data, Mapping) else None
         for name, raw in (sources if isinstance(sources, Mapping) else {}).items():
-            if not isinstance(raw, dict) or raw.get("kind") not in PRIOR_ACCEPTANCE:
+            if not isinstance(raw, dict) or raw.get("kind") not in K_MAX:
                 continue
             src = est.source(str(name), raw["kind"])
             src.accept = numbers(raw.get("accept"), 0, 1)
             src.seen = numbers(raw.get("seen"), 0, 1e9)[: len(src.accept)]
         return est
-
-
-@dataclass(frozen=True)
-class Offer:
-    """A draft source's offer for this cycle: how many tokens it can propose, and what it must first do."""
-
-    name: str
-    kind: str  # "tier" | "ngram"
-    max_k: int
-    catch_up: int = 0  # tokens a tier draft must decode before it can propose (its prefill after a gap)
-    size_ratio: float = 0.35  # draft bytes over parent bytes: the prior for its step cost (memory-bound)
-    key: str = ""  # the estimates it is judged by, if not its name's (n-gram: per match length)
-
-    @property
-    def stats_key(self) -> str:
-        return self.key or self.name
 
 
 @dataclass(frozen=True)
@@ -380,7 +361,7 @@ class Controller:
     def _costs(self, offer: Offer, k: int, step: float) -> tuple[float, float]:
         """(seconds of k proposals, seconds paid once first: the catch-up of a draft that fell behind)."""
         src = self.estimates.source(offer.stats_key, offer.kind)
-        if offer.kind == NGRAM:
+        if not KINDS[offer.kind].decodes:  # a lookup: its own measured time, nothing to catch up on
             return src.step.estimate(0.0) or 0.0, 0.0
         shape = self.estimates.shape
         c = shape.c.get(offer.name) if shape else None
@@ -394,7 +375,7 @@ class Controller:
         """The k with the most predicted tokens per second for this offer, and that rate (at the acceptance
         means, or at their upper bounds)."""
         src = self.estimates.source(offer.stats_key, offer.kind)
-        top = min(offer.max_k, K_MAX[offer.kind])
+        top = min(offer.max_k, KINDS[offer.kind].k_max)
         ks = [min(self.fixed_k, offer.max_k)] if self.fixed_k else range(1, top + 1)
         accept = (src.optimistic if optimistic else src.acceptance)(max(ks))
         best_k, best_rate = 0, 0.0
@@ -469,7 +450,7 @@ class Controller:
             return
         src = self.estimates.source(cycle.key or cycle.source, cycle.kind)
         src.record(cycle.drafted, cycle.accepted)
-        if cycle.kind == NGRAM:
+        if not KINDS[cycle.kind].decodes:
             src.step.add(cycle.draft_s)
         elif cycle.caught_up > 2:  # a real catch-up: its cost per token, and the steps after it
             src.prefill.add(cycle.catch_up_s / cycle.caught_up)

@@ -62,6 +62,14 @@ def apply_penalties(logits: np.ndarray, history: Sequence[int], params: Sampling
     return x
 
 
+def pick(row: np.ndarray, params: SamplingParams, history: Sequence[int]) -> int:
+    """Greedy choice with llama.cpp's penalties (plain argmax when there are none): the parent's in the
+    verify, and a tier draft's."""
+    if params.repeat_penalty == 1.0:
+        return int(np.argmax(row))
+    return int(np.argmax(apply_penalties(row, history, params)))
+
+
 def _softmax(x: np.ndarray) -> np.ndarray:
     e = np.exp(x - x.max())
     return e / e.sum()

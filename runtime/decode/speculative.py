@@ -1,19 +1,22 @@
 """The speculative verify loop (docs/architecture.md §4) as a generator of `Step`s.
 
 The state is the token sequence `seq`. At the top of every cycle after the first, the parent's KV cache
-holds exactly `seq[:-1]`; the draft's holds some prefix of `seq`. One cycle: the controller (controller.py)
-picks a draft source and k, or none; the source proposes up to k tokens (n-gram lookup for free, or the
-quantized draft after catching up); the parent decodes `[seq[-1]] + drafts` in ONE batch with logits for
-those rows only; the longest agreeing prefix is kept and the first miss corrected (greedy), or each draft is
-accepted with probability min(1, p/q) and a rejection resampled from the residual (sampled); both caches roll
-back to what was kept. The first cycle is the parent's prefill alone, so the first token comes as soon as in
-plain decoding. With no draft the same code is plain decoding: a verify batch of one token.
+holds exactly `seq[:-1]`; each draft source keeps its own state a valid prefix of `seq`. One cycle: certain
+tokens (the grammar's forced ones) join the batch; every other source offers what it can propose
+(`DraftSource.offer`: n-gram lookup for free, a quantized tier after a catch-up; runtime/decode/drafts) and
+the controller (controller.py) picks one and k, or none; that source proposes up to k tokens; the parent
+decodes `[seq[-1]] + drafts` in ONE batch with logits for those rows only; the longest agreeing prefix is
+kept and the first miss corrected (greedy), or each draft is accepted with probability min(1, p/q) and a
+rejection resampled from the residual (sampled); the parent and every source roll back to what was kept.
+The first cycle is the parent's prefill alone, so the first token comes as soon as in plain decoding. With
+no source the same code is plain decoding: a verify batch of one token.
 
 Under a grammar (a `Constraint`: JSON schema, tool call) every row is masked by the grammar's state after the
 tokens before it, so drafts are judged against what constrained decoding would pick, and drafts are cut to
 what the grammar allows as they are proposed. Where the grammar leaves exactly one token, that token is
-*forced*: it joins the batch without a logit row (no model could choose otherwise), in the first cycle too,
-and costs no draft step. Once the grammar is complete, the end token follows without a decode.
+*forced* (runtime/decode/drafts/forced.py): it joins the batch without a logit row (no model could choose
+otherwise), in the first cycle too, and costs no draft step. Once the grammar is complete, the end token
+follows without a decode.
 """
 
 from __future__ import annotations
@@ -22,17 +25,18 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
-from runtime.decode.controller import K_MAX, NGRAM, Controller, CycleOutcome, Offer, ngram_key
+from runtime.decode.controller import NGRAM as NGRAM  # read from here by tests/test_controller.py
+from runtime.decode.controller import Controller, CycleOutcome, Offer
+from runtime.decode.draft_source import Context, DraftSource, Proposal
+from runtime.decode.drafts import SpecConfig, build
 from runtime.decode.grammar import Constraint
 from runtime.decode.llama_backend import LlamaBackend
-from runtime.decode.ngram import NgramIndex
-from runtime.decode.sampling import SamplingParams, apply_penalties, one_hot, sample, verify_sampled, warp
-
-FORCED_MAX = 64  # forced tokens joined to one batch at most (a long enum value, a tool call's wrapper)
+from runtime.decode.sampling import SamplingParams, pick, sample, verify_sampled, warp
 
 
 @dataclass(frozen=True)
@@ -48,7 +52,8 @@ class Step:
     verify_s: float
     source: str | None = None  # "ngram", the draft tier's name, or None for a plain step
     forced: int = 0  # leading tokens the grammar forced (counted in neither drafted nor accepted)
-    logprobs: tuple[TokenLogprob, ...] = ()  # per token, when asked for (generate_steps' `logprobs`)
+    logprobs: tuple[TokenLogprob, ...] = ()  # per token, when asked for (Decoding.logprobs)
+    kind: str | None = None  # the source's kind (runtime/decode/drafts): whose counters drafted/accepted go to
 
 
 @dataclass(frozen=True)
@@ -97,107 +102,75 @@ def _cut(step: Step, n: int) -> Step:
 
 
 @dataclass(frozen=True)
-class SpecConfig:
-    """How the loop drafts. k None: the controller picks k (and the source) every cycle from the cost model."""
+class Decoding:
+    """What one answer asks of the loop: how to sample, its draft sources (fresh ones: they keep this
+    answer's state) and the controller that picks among them each cycle, how long the answer is expected to
+    run and may run, a grammar, and log-probabilities."""
 
-    k: int | None = None  # a fixed draft length, always used when a source can propose
-    ngram: bool = True  # prompt lookup as a draft source (costs nothing, needs no memory)
-    p_min: float = 0.0  # greedy drafting stops when the draft's top probability falls below this
-    k_max: int = K_MAX["tier"]  # the longest tier draft the controller considers (and the benchmark times)
-    # A draft that has fallen further behind than this catches up on the last `draft_window` tokens only
-    # (its own positions start at 0): a cheaper catch-up for a long prompt, at some cost in acceptance.
-    # 0: always the whole context.
-    draft_window: int = 0
-    # Under a grammar, tokens it forces join the batch unverified (False: one token per step, as plain
-    # constrained decoding runs; the benchmark's baseline).
-    forced: bool = True
+    params: SamplingParams = field(default_factory=SamplingParams)
+    sources: tuple[DraftSource, ...] = ()  # none: plain decoding
+    controller: Controller | None = None  # None: a fresh one that picks k itself
+    # The least the answer is expected to run (the router's level as a prior) and its budget: a draft whose
+    # catch-up the rest of the answer is not expected to repay is not started.
+    answer_tokens: int = 16
+    max_tokens: int = 1 << 30
+    # Holds the answer to a grammar (fresh, at the answer's first token): it advances with every emitted token.
+    constraint: Constraint | None = None
+    # Adds each token's `TokenLogprob` (a count of alternatives, 0 for none), read from the row that chose it.
+    logprobs: int | None = None
 
-
-def _pick(row: np.ndarray, params: SamplingParams, history: Sequence[int]) -> int:
-    """Greedy choice with llama.cpp's penalties (plain argmax when there are none)."""
-    if params.repeat_penalty == 1.0:
-        return int(np.argmax(row))
-    return int(np.argmax(apply_penalties(row, history, params)))
-
-
-def _size_ratio(draft: LlamaBackend, parent: LlamaBackend) -> float:
-    """Draft bytes over parent bytes: on a CPU a decode step streams the weights, so this prices a step."""
-    try:
-        return draft.path.stat().st_size / max(1, parent.path.stat().st_size)
-    except OSError:
-        return 0.5
-
-
-def _top_prob(row: np.ndarray) -> float:
-    m = row.max()
-    return float(1.0 / np.exp(row - m).sum())
+    @classmethod
+    def drafting(
+        cls,
+        spec: SpecConfig | None = None,
+        draft: LlamaBackend | None = None,
+        draft_name: str = "draft",
+        *,
+        controller: Controller | None = None,
+        **fields: Any,
+    ) -> Decoding:
+        """The sources `spec` switches on (`draft` as the tier draft, named `draft_name`), a controller with
+        its fixed k unless one is given, and `fields` as they are."""
+        spec = spec or SpecConfig()
+        controller = controller or Controller(fixed_k=spec.k)
+        return cls(sources=build(spec, draft, draft_name), controller=controller, **fields)
 
 
 def generate_steps(
     parent: LlamaBackend,
-    draft: LlamaBackend | None,
     prompt: Sequence[int],
-    params: SamplingParams,
-    spec: SpecConfig | None = None,
+    decoding: Decoding | None = None,
     cancel: threading.Event | None = None,
-    *,
-    controller: Controller | None = None,
-    draft_name: str = "draft",
-    answer_tokens: int = 16,
-    max_tokens: int = 1 << 30,
-    constraint: Constraint | None = None,
-    logprobs: int | None = None,
 ) -> Iterator[Step]:
     """Yield Steps until the context is full, `cancel` is set, or the consumer stops iterating.
 
-    `answer_tokens` is the least the answer is expected to run (the router's level as a prior), `max_tokens`
-    its budget: a draft whose catch-up the rest of the answer is not expected to repay is not started. Stopping (EOS,
-    max tokens, stop strings) is the consumer's job: whatever it keeps, both caches stay valid prefixes of
-    the sequence, so the next turn reuses their common prefix. `constraint` (fresh, at the answer's first
-    token) holds the answer to a grammar: it advances with every emitted token. `logprobs` (a count of
-    alternatives, 0 for none) adds each token's `TokenLogprob`, read from the verify row that chose it.
+    Stopping (EOS, max tokens, stop strings) is the consumer's job: whatever it keeps, every cache stays a
+    valid prefix of the sequence, so the next turn reuses their common prefix.
     """
     seq = [int(t) for t in prompt]
     if not seq:
         raise ValueError("an empty prompt cannot be continued")
+    decoding = decoding or Decoding()
     # `cancel` is llama.cpp's abort hook for this answer's decodes only (Stop reaches a draft's long catch-up
     # too): bound on entry and cleared when the steps end, so no later decode (a cost probe, a calibration,
     # the next answer's prefill) can be aborted by this answer's finished job.
     with contextlib.ExitStack() as hooks:
-        for model in (parent, draft):
-            if model is not None:
-                hooks.enter_context(model.abort_on(cancel))
-        yield from _steps(
-            parent, draft, seq, params, spec or SpecConfig(), cancel, controller, draft_name, answer_tokens,
-            max_tokens, constraint, logprobs,
-        )
+        hooks.enter_context(parent.abort_on(cancel))
+        for source in decoding.sources:
+            hooks.enter_context(source.abort_on(cancel))
+        yield from _steps(parent, seq, decoding, cancel)
 
 
-def _steps(
-    parent: LlamaBackend,
-    draft: LlamaBackend | None,
-    seq: list[int],
-    params: SamplingParams,
-    spec: SpecConfig,
-    cancel: threading.Event | None,
-    controller: Controller | None,
-    draft_name: str,
-    answer_tokens: int,
-    max_tokens: int,
-    constraint: Constraint | None,
-    logprobs: int | None,
-) -> Iterator[Step]:
+def _steps(parent: LlamaBackend, seq: list[int], decoding: Decoding, cancel: threading.Event | None) -> Iterator[Step]:
     """The body of `generate_steps`, with the abort hooks bound."""
-    controller = controller or Controller(fixed_k=spec.k)
+    params, constraint, logprobs = decoding.params, decoding.constraint, decoding.logprobs
+    controller = decoding.controller or Controller()
     rng = np.random.default_rng(params.seed)
-    ngram = NgramIndex() if spec.ngram else None
-    offset = 0  # the draft's cache holds seq[offset : offset + draft.n_past]
-    if draft is not None:
-        # Keep what the draft shares with this sequence; from here on its cache is always a slice of `seq`
-        # from `offset` (it decodes only `seq` and drafts, and rolls back to what was kept), so `n_past`
-        # says how far behind it is.
-        draft.truncate(min(draft.common_prefix(seq), len(seq) - 1))
-        size_ratio = _size_ratio(draft, parent)
+    sources = decoding.sources
+    certain = [s for s in sources if not s.kind.verified]  # their tokens join the batch unverified
+    offering = [s for s in sources if s.kind.verified]  # they compete in the controller each cycle
+    for source in sources:
+        source.begin(seq, Context(parent, params, rng, constraint, time.perf_counter))
     # The first cycle's batch is the rest of the prompt: the prefill and the first token are one decode.
     n = min(parent.common_prefix(seq), len(seq) - 1)
     parent.truncate(n)
@@ -209,54 +182,33 @@ def _steps(
         if room < 1:
             return
         t0 = time.perf_counter()
+        if constraint is not None and constraint.done:  # only an end token may follow: no model needs asking
+            end = min(constraint.eos_tokens)
+            lp = () if logprobs is None else (_certain(end, logprobs),)
+            yield Step((end,), (False,), 0, 0, 0, 0.0, 0.0, logprobs=lp)
+            return
         forced: list[int] = []
-        if constraint is not None:
-            if constraint.done:  # only an end token may follow: no model needs asking
-                end = min(constraint.eos_tokens)
-                lp = () if logprobs is None else (_certain(end, logprobs),)
-                yield Step((end,), (False,), 0, 0, 0, 0.0, 0.0, logprobs=lp)
-                return
-            if spec.forced:
-                forced = _forced(constraint, min(room - 1, FORCED_MAX))
-                if forced:  # in the sequence from here on; in the batch without logit rows
-                    pending = [*pending, seq[-1], *forced[:-1]]
-                    seq.extend(forced)
-                    constraint.consume(forced)
-                    room -= len(forced)
-        offers: list[Offer] = []
-        candidates: list[int] = []
-        match = 0
-        if ngram is not None:
-            candidates, match = ngram.match(seq, min(K_MAX[NGRAM], room - 1))
-            if constraint is not None:  # never spend a verify row on a token the grammar forbids
-                candidates = candidates[: constraint.valid_prefix(candidates)]
-            offers.append(Offer(NGRAM, NGRAM, len(candidates), key=ngram_key(match)))
-        windowed = False
-        if draft is not None:
-            behind = len(seq) - offset - draft.n_past
-            windowed = 0 < spec.draft_window < behind
-            catch_up = spec.draft_window if windowed else behind
-            offers.append(Offer(draft_name, "tier", min(spec.k_max, room - 1), catch_up, size_ratio))
+        for source in certain:
+            got = source.propose(seq, room - 1).tokens
+            if got:  # in the sequence from here on; in the batch without logit rows
+                pending = [*pending, seq[-1], *got[:-1]]
+                seq.extend(got)
+                if constraint is not None:
+                    constraint.consume(got)
+                room -= len(got)
+                forced += got
+        offers = [source.offer(seq, room) for source in offering]
         if first:  # nothing may come before the first token: the first cycle is the parent's alone
-            source, k = None, 0
+            chosen, k = None, 0
         else:
             # How much more answer will repay a draft's catch-up: as much as has come so far (an answer
             # that ran long tends to run on), at least the level's prior, at most the token budget. So a
             # costly catch-up starts only once the answer has shown it is long (the ski-rental rule).
-            horizon = min(max_tokens - produced, max(produced, answer_tokens))
+            horizon = min(decoding.max_tokens - produced, max(produced, decoding.answer_tokens))
             decision = controller.plan_cycle(offers, max(1, horizon))
-            source, k = decision.source, decision.k
-        caught_up, catch_up_s = 0, 0.0
-        if source == NGRAM:
-            drafts = candidates[:k]
-            qs = [] if params.greedy else [one_hot(parent.n_vocab, d) for d in drafts]
-        elif source is not None and draft is not None:
-            if windowed:  # start the draft afresh on the last tokens instead of the whole gap
-                draft.truncate(0)
-                offset = len(seq) - spec.draft_window
-            drafts, qs, caught_up, catch_up_s = _propose(draft, seq, offset, k, params, spec, rng, constraint)
-        else:
-            drafts, qs = [], []
+            chosen, k = _source(offering, offers, decision.source), decision.k
+        proposal = chosen[0].propose(seq, k) if chosen else Proposal([])
+        drafts, qs = proposal.tokens, proposal.qs
         t1 = time.perf_counter()
         rows = parent.decode([*pending, seq[-1], *drafts], range(len(pending), len(pending) + len(drafts) + 1))
         if constraint is not None:  # row i as constrained decoding sees it: after seq and drafts[:i]
@@ -268,7 +220,7 @@ def _steps(
         for i, d in enumerate(drafts):
             history = seq + drafts[:i]  # penalties count earlier drafts as already generated
             if params.greedy:
-                tok = _pick(rows[i], params, history)
+                tok = pick(rows[i], params, history)
                 ok = tok == d
             else:
                 ok, tok = verify_sampled(warp(rows[i], params, history), qs[i], d, rng)
@@ -279,21 +231,23 @@ def _steps(
         else:  # every draft accepted (or none proposed): the bonus token from the last row
             history = seq + drafts
             last = rows[len(drafts)]
-            emitted.append(_pick(last, params, history) if params.greedy else sample(warp(last, params, history), rng))
+            emitted.append(pick(last, params, history) if params.greedy else sample(warp(last, params, history), rng))
             flags.append(False)
         accepted = sum(flags)
 
+        name, kind = (chosen[0].name, chosen[0].kind.name) if chosen else (None, None)
         if not pending:  # a prefill is no sample of a verify's cost
-            kind = NGRAM if source == NGRAM else "tier"
-            key = ngram_key(match) if source == NGRAM else None
-            facts = CycleOutcome(source, kind, len(drafts), accepted, t1 - t0, t2 - t1, caught_up, catch_up_s, key)
+            key = (chosen[1].key or None) if chosen else None
+            facts = CycleOutcome(
+                name, kind or "", len(drafts), accepted, t1 - t0, t2 - t1, proposal.caught_up, proposal.catch_up_s, key
+            )
             controller.record(facts)
         pending, first = [], False
         # Roll back: keep seq + accepted drafts; the corrected/bonus token is the new last, not yet cached.
         kept = len(seq) + accepted
         parent.truncate(kept)
-        if draft is not None:
-            draft.truncate(min(draft.n_past, kept - offset))
+        for source in sources:
+            source.rollback(kept)
         seq.extend(emitted)
         if constraint is not None:
             constraint.consume(emitted)
@@ -305,68 +259,11 @@ def _steps(
                 *(_certain(t, logprobs) for t in forced),
                 *(_logprob(rows[i], t, logprobs) for i, t in enumerate(emitted)),
             )
-        yield Step(tokens, flags, len(drafts), accepted, k, t1 - t0, t2 - t1, source, len(forced), lps)
+        yield Step(tokens, flags, len(drafts), accepted, k, t1 - t0, t2 - t1, name, len(forced), lps, kind)
 
 
-def _propose(
-    draft: LlamaBackend,
-    seq: list[int],
-    offset: int,
-    k: int,
-    params: SamplingParams,
-    spec: SpecConfig,
-    rng: np.random.Generator,
-    constraint: Constraint | None = None,
-) -> tuple[list[int], list[np.ndarray], int, float]:
-    """Up to k draft tokens, (sampled mode) the warped draft distributions they were drawn from, and how
-    many tokens the draft caught up on first, in how many seconds. Under a grammar the draft's rows are
-    masked as the parent's will be, so it proposes only what the grammar allows (and q is masked too)."""
-    drafts: list[int] = []
-    qs: list[np.ndarray] = []
-    if k <= 0:
-        return drafts, qs, 0, 0.0
-    # Catch up on everything the draft has not seen, the last token included, in one batch (its cache is
-    # seq[offset : offset + n_past]: generate_steps keeps it so).
-    t0 = time.perf_counter()
-    n = offset + draft.n_past
-    logits = draft.decode(seq[n:], [len(seq) - n - 1])[0]
-    caught_up, catch_up_s = len(seq) - n, time.perf_counter() - t0
-    for i in range(k):
-        history = seq + drafts
-        if constraint is not None:
-            if constraint.done:  # past the grammar's end: nothing left worth drafting
-                break
-            constraint.mask_logits(logits)
-        if params.greedy:
-            if spec.p_min > 0 and _top_prob(logits) < spec.p_min:
-                break
-            tok = _pick(logits, params, history)
-        else:
-            # Sampled mode must SAMPLE from q (an argmax draft would bias the output).
-            q = warp(logits, params, history)
-            tok = sample(q, rng)
-            qs.append(q)
-        drafts.append(tok)
-        if constraint is not None:
-            constraint.consume(tok)  # taken back below: the verify decides what stays
-        if i + 1 < k:
-            logits = draft.decode([tok], [0])[0]
-    if constraint is not None:
-        constraint.rollback(len(drafts))
-    return drafts, qs, caught_up, catch_up_s
-
-
-def _forced(constraint: Constraint, limit: int) -> list[int]:
-    """The tokens the grammar leaves no choice about from here (each the only one its mask allows), at most
-    `limit`; the constraint is left as it was."""
-    out: list[int] = []
-    try:
-        while len(out) < limit and not constraint.done:
-            allowed = np.flatnonzero(constraint.allowed_mask())
-            if allowed.size != 1:
-                break
-            out.append(int(allowed[0]))
-            constraint.consume(out[-1])
-    finally:
-        constraint.rollback(len(out))
-    return out
+def _source(
+    offering: Sequence[DraftSource], offers: Sequence[Offer], name: str | None
+) -> tuple[DraftSource, Offer] | None:
+    """The source the controller chose by name, with its offer this cycle (None: a plain step)."""
+    return next(((s, o) for s, o in zip(offering, offers, strict=True) if s.name == name), None)

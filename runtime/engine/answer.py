@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+from runtime.decode.drafts import OFFERED
 from runtime.plan.placement import Plan
 from runtime.plan.policy import Choice
 from runtime.plan.router import Route
@@ -15,6 +16,22 @@ from runtime.plan.router import Route
 if TYPE_CHECKING:
     from runtime.documents.grounding import Citation
     from runtime.engine.tools import CallDelta
+
+
+class DraftCount(NamedTuple):
+    """One kind of draft source's tokens in an answer: proposed, and accepted by the parent."""
+
+    kind: str
+    drafted: int
+    accepted: int
+
+
+def counted(counts: tuple[DraftCount, ...], kind: str, drafted: int, accepted: int) -> tuple[DraftCount, ...]:
+    """`counts` with one more proposal of `kind`: `drafted` tokens, `accepted` of them kept."""
+    for i, c in enumerate(counts):
+        if c.kind == kind:
+            return (*counts[:i], DraftCount(kind, c.drafted + drafted, c.accepted + accepted), *counts[i + 1 :])
+    return (*counts, DraftCount(kind, drafted, accepted))
 
 
 @dataclass(frozen=True)
@@ -29,10 +46,9 @@ class Stats:
     decode_s: float = 0.0  # time after the first cycle
     drafted: int = 0
     accepted: int = 0
-    ngram_accepted: int = 0  # accepted tokens proposed by n-gram lookup
-    tier_accepted: int = 0  # accepted tokens proposed by the draft tier
-    ngram_drafted: int = 0  # tokens proposed by n-gram lookup
-    tier_drafted: int = 0  # tokens proposed by the draft tier
+    # Per kind of draft source that proposed (runtime/decode/drafts), its drafted and accepted tokens; read
+    # by kind (`drafted_by`, `accepted_by`) or by the counters' names (`tier_accepted`, `ngram_drafted`).
+    by_kind: tuple[DraftCount, ...] = ()
     draft_s: float = 0.0
     verify_s: float = 0.0
     cycles: int = 0
@@ -46,6 +62,26 @@ class Stats:
     spec_off: str | None = None  # on the last Chunk of an answer nothing was drafted for: why
     speedup_note: str | None = None  # why no speed-up is claimed although a plain step is known
     machine_cap: float | None = None  # the cap for the draft on this machine (runtime.decode.machine_costs)
+
+    def drafted_by(self, kind: str) -> int:
+        return sum(c.drafted for c in self.by_kind if c.kind == kind)
+
+    def accepted_by(self, kind: str) -> int:
+        return sum(c.accepted for c in self.by_kind if c.kind == kind)
+
+    def __getattr__(self, name: str) -> int:
+        """Each offered kind's counters by the names it declares (`tier_accepted`, `ngram_drafted`)."""
+        for kind in OFFERED:
+            if name == kind.drafted_counter:
+                return self.drafted_by(kind.name)
+            if name == kind.accepted_counter:
+                return self.accepted_by(kind.name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def counters(self) -> dict[str, int]:
+        """Every offered kind's counters by name, zero where it proposed nothing: accepted, then drafted."""
+        accepted = {k.accepted_counter: self.accepted_by(k.name) for k in OFFERED}
+        return accepted | {k.drafted_counter: self.drafted_by(k.name) for k in OFFERED}
 
     @property
     def tok_per_s(self) -> float:
@@ -90,10 +126,7 @@ class Stats:
             "drafted": self.drafted,
             "accepted": self.accepted,
             "acceptance": None if self.acceptance is None else round(self.acceptance, 4),
-            "ngram_accepted": self.ngram_accepted,
-            "tier_accepted": self.tier_accepted,
-            "ngram_drafted": self.ngram_drafted,
-            "tier_drafted": self.tier_drafted,
+            **self.counters(),
             "draft_s": round(self.draft_s, 4),
             "verify_s": round(self.verify_s, 4),
             "cycles": self.cycles,

@@ -10,13 +10,14 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 
-from runtime.decode.controller import NGRAM, Controller, Estimates, Offer
+from runtime.decode.controller import Controller, Estimates, Offer
+from runtime.decode.drafts.tier import KIND as TIER
 from runtime.decode.grammar import tokenizer_for
 from runtime.decode.llama_backend import LlamaBackend
-from runtime.decode.speculative import Step, TokenLogprob, generate_steps, take
+from runtime.decode.speculative import Decoding, Step, TokenLogprob, generate_steps, take
 from runtime.decode.text_stream import TextStream
 from runtime.engine import tools
-from runtime.engine.answer import Chunk, Stats, TokenChoice
+from runtime.engine.answer import Chunk, Stats, TokenChoice, counted
 from runtime.engine.answer_plan import AnswerPlan, expected_answer_tokens
 from runtime.errors import Cancelled
 from runtime.plan.policy import Choice
@@ -31,20 +32,18 @@ def run(plan: AnswerPlan, cancel: threading.Event | None = None) -> Iterator[Chu
     t_start = time.perf_counter()
     t_first: float | None = None
     constraint = plan.grammar.constraint(tokenizer_for(parent)) if plan.grammar is not None else None
-    steps = generate_steps(
-        parent,
-        plan.draft,
-        plan.prompt,
-        plan.sampling,
+    decoding = Decoding.drafting(
         plan.spec,
-        cancel,
+        plan.draft,
+        choice.draft or "draft",
         controller=plan.controller,
-        draft_name=choice.draft or "draft",
+        params=plan.sampling,
         answer_tokens=expected_answer_tokens(route),
         max_tokens=options.max_tokens,
         constraint=constraint,
         logprobs=options.logprobs,
     )
+    steps = generate_steps(parent, plan.prompt, decoding, cancel)
     calls = plan.calls
     reason: str | None = "length"
     try:
@@ -107,7 +106,7 @@ def why_plain(choice: Choice, estimates: Estimates, stats: Stats, k_max: int, dr
         return "n-gram lookup found nothing worth proposing"
     # A copy: asking the controller a hypothetical must not touch the estimates it saves.
     probe = Controller(copy.deepcopy(estimates))
-    decision = probe.plan_cycle([Offer(choice.draft, "tier", k_max, 0, draft_bytes_ratio)], 1 << 20)
+    decision = probe.plan_cycle([Offer(choice.draft, TIER.name, k_max, 0, draft_bytes_ratio)], 1 << 20)
     pays = decision.source is not None and not decision.explore and decision.rate > decision.plain_rate
     return "short answer" if pays else "the draft would not pay on this machine"
 
@@ -134,10 +133,7 @@ def add_step(stats: Stats, step: Step, n_out: int, elapsed: float, decode_s: flo
         decode_s=decode_s,
         drafted=stats.drafted + step.drafted,
         accepted=stats.accepted + step.accepted,
-        ngram_accepted=stats.ngram_accepted + (step.accepted if step.source == NGRAM else 0),
-        tier_accepted=stats.tier_accepted + (step.accepted if step.source not in (None, NGRAM) else 0),
-        ngram_drafted=stats.ngram_drafted + (step.drafted if step.source == NGRAM else 0),
-        tier_drafted=stats.tier_drafted + (step.drafted if step.source not in (None, NGRAM) else 0),
+        by_kind=stats.by_kind if step.kind is None else counted(stats.by_kind, step.kind, step.drafted, step.accepted),
         draft_s=stats.draft_s + step.draft_s,
         verify_s=stats.verify_s + step.verify_s,
         cycles=stats.cycles + 1,

@@ -1,0 +1,117 @@
+"""The seam for draft sources (docs/architecture.md §4, §6.10 "How to add a draft source").
+
+A draft source proposes tokens for the parent to verify: a quantized tier, n-gram lookup, the grammar's
+forced tokens. Each is one module in `runtime/decode/drafts/` implementing `DraftSource` (begin, offer,
+propose, rollback: the shape of llama.cpp's `common_speculative` types), and declares its `Kind`: what the
+controller needs to price its proposals and what the answer's counters call it. The registry
+(`runtime/decode/drafts/__init__.py`) lists the kinds and builds an answer's sources from its settings.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from runtime.decode.grammar import Constraint
+    from runtime.decode.llama_backend import LlamaBackend
+    from runtime.decode.sampling import SamplingParams
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What all sources of one kind share: the controller's priors and limits for them, and the names of
+    the answer's counters for them (`Stats.<kind>_drafted`, `Stats.<kind>_accepted`)."""
+
+    name: str  # Offer.kind, the estimates' kind, the counters' prefix
+    label: str  # in words, for people ("n-gram lookup")
+    # False: the proposals are certain (the grammar left no other choice); they join the verify batch without
+    # logit rows, are never offered to the controller, and are counted in `Step.forced`.
+    verified: bool = True
+    k_max: int = 0  # the longest proposal the controller considers
+    prior: float = 0.0  # acceptance before any is measured
+    key_priors: Mapping[str, float] = field(default_factory=dict)  # per estimates key, where the key says more
+    # True: proposals are a model's decode steps (priced by the probe's draft cost c, after a catch-up on what
+    # the model has not seen; the probe's agreement is its prior). False: a lookup, timed as it runs.
+    decodes: bool = False
+
+    @property
+    def drafted_counter(self) -> str:
+        return f"{self.name}_drafted"
+
+    @property
+    def accepted_counter(self) -> str:
+        return f"{self.name}_accepted"
+
+
+@dataclass(frozen=True)
+class Offer:
+    """A draft source's offer for this cycle: how many tokens it can propose, and what it must first do."""
+
+    name: str
+    kind: str  # a registered Kind's name: "tier" | "ngram"
+    max_k: int
+    catch_up: int = 0  # tokens a tier draft must decode before it can propose (its prefill after a gap)
+    size_ratio: float = 0.35  # draft bytes over parent bytes: the prior for its step cost (memory-bound)
+    key: str = ""  # the estimates it is judged by, if not its name's (n-gram: per match length)
+
+    @property
+    def stats_key(self) -> str:
+        return self.key or self.name
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """What a source proposed: tokens in order and, in sampled mode, the distribution q each was drawn from
+    (one-hot for a deterministic proposal); how many tokens it first caught up on, in how many seconds."""
+
+    tokens: list[int]
+    qs: list[np.ndarray] = field(default_factory=list)
+    caught_up: int = 0
+    catch_up_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Context:
+    """What one answer's sources share with the loop: the parent, the sampling, the one random generator
+    (draft and verify draw from it in turn, so a seed fixes the answer), the grammar, if any, and the loop's
+    clock (a cycle's timings, a source's catch-up included, are read from one clock)."""
+
+    parent: LlamaBackend
+    params: SamplingParams
+    rng: np.random.Generator
+    constraint: Constraint | None = None
+    clock: Callable[[], float] = time.perf_counter
+
+
+class DraftSource(Protocol):
+    """One answer's source of draft tokens. The loop calls `begin` once, then each cycle `offer` (verified
+    kinds) or `propose` with a limit (certain kinds), `propose` for the k the controller chose, and after the
+    verify `rollback` to what was kept. Subclass it to inherit the no-op defaults."""
+
+    kind: Kind
+    name: str  # what the controller and `Step.source` call it (a tier draft: its tier)
+
+    def begin(self, seq: Sequence[int], context: Context) -> None:
+        """A new answer continues `seq`: keep what state still fits it."""
+
+    def offer(self, seq: Sequence[int], room: int) -> Offer:
+        """What it can propose after `seq`, at most `room - 1` tokens (the verify batch must fit)."""
+        return Offer(self.name, self.kind.name, 0)
+
+    def propose(self, seq: list[int], k: int) -> Proposal:
+        """Up to k tokens after `seq` (the offer this cycle made, cut to k)."""
+        return Proposal([])
+
+    def rollback(self, kept: int) -> None:
+        """The verify kept `seq[:kept]` (its last token not yet in the parent's cache): forget the rest."""
+
+    def abort_on(self, cancel: threading.Event | None) -> contextlib.AbstractContextManager[None]:
+        """While the answer runs, `cancel` also stops this source's own decodes (a long catch-up)."""
+        return contextlib.nullcontext()
