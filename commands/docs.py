@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from commands.common import embedding_model
 from runtime.errors import UserError
+from runtime.terminal_text import visible
 
 if TYPE_CHECKING:  # loaded inside `main`: `specquant --help` must not open SQLite or load pypdf
     from runtime.documents.library import AddResult, Library, Progress
@@ -49,7 +50,7 @@ def progress_text(p: Progress) -> str:
     share = min(max(share, 0.0), 1.0)
     filled = round(share * BAR_WIDTH)
     bar = "#" * filled + "-" * (BAR_WIDTH - filled)
-    return f"[{bar}] {share:4.0%} {p.files_done}/{p.files_total} files, {p.chunks_done:,} chunks  {p.path}"
+    return f"[{bar}] {share:4.0%} {p.files_done}/{p.files_total} files, {p.chunks_done:,} chunks  {visible(p.path)}"
 
 
 class ProgressLine:
@@ -76,6 +77,16 @@ class ProgressLine:
 
 
 def main(args: argparse.Namespace) -> int:
+    """Everything printed that came from outside (file names, reasons, document text, collection names) goes
+    through runtime.terminal_text.visible, so a name with a newline or an escape sequence shows as what it is;
+    JSON is exact (json.dumps escapes control characters itself)."""
+    try:
+        return _run(args)
+    except UserError as e:  # its message may quote a path or a collection name
+        raise UserError(visible(str(e))) from None
+
+
+def _run(args: argparse.Namespace) -> int:
     from runtime.documents.library import Library
 
     embedder = embedding_model() if args.action in ("add", "sync", "search") else None
@@ -107,7 +118,7 @@ def _index(lib: Library, args: argparse.Namespace) -> int:
         printer.end()
     print(_summary(result))
     for path, reason in result.errors[:_SHOWN_ERRORS]:
-        print(f"  error: {path}: {reason}", file=sys.stderr)
+        print(f"  error: {visible(path)}: {visible(reason)}", file=sys.stderr)
     if len(result.errors) > _SHOWN_ERRORS:
         print(f"  ... {len(result.errors) - _SHOWN_ERRORS} more: see `specquant docs list`", file=sys.stderr)
     return 0
@@ -139,7 +150,7 @@ def _list(lib: Library, args: argparse.Namespace) -> int:
         return 0
     for f in files:
         what = f"{f.chunks} chunks" if f.state == "indexed" else f.state + (f": {f.error}" if f.error else "")
-        print(f"[{f.collection}] {f.path}  {what}")
+        print(f"[{visible(f.collection)}] {visible(f.path)}  {visible(what)}")
     return 0
 
 
@@ -154,7 +165,8 @@ def _search(lib: Library, args: argparse.Namespace) -> int:
         print("no matches")
     for i, h in enumerate(hits, 1):
         where = f" p. {h.page}" if h.page is not None else f":{h.lines[0]}-{h.lines[1]}" if h.lines else ""
-        print(f"{i}. {h.path}{where}" + (f"  ({h.heading})" if h.heading else "") + f"  score {h.score:.3g}")
+        heading = f"  ({visible(h.heading)})" if h.heading else ""
+        print(f"{i}. {visible(h.path)}{where}{heading}  score {h.score:.3g}")
         snippet = " ".join(h.text.split())
-        print(f"   {snippet[:300]}{'...' if len(snippet) > 300 else ''}")
+        print(f"   {visible(snippet[:300])}{'...' if len(snippet) > 300 else ''}")
     return 0

@@ -97,6 +97,43 @@ def test_user_errors_are_one_line_exit_2(tmp_path: Path, args: tuple[str, ...], 
     assert_one_line_error(docs(*args, data=tmp_path / "data"), needle)
 
 
+@pytest.mark.parametrize("top", ["99999999999999999999", "0", "-3"])
+def test_search_top_out_of_range_is_one_line(tmp_path: Path, top: str) -> None:
+    """--top 99999999999999999999 ended in an OverflowError traceback from SQLite (#52)."""
+    result = docs("search", "lighthouse", "--top", top, data=tmp_path / "data")
+    assert_one_line_error(result, f"top must be between 1 and 1,000, not {top}")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="Windows forbids newlines and ESC in file names")
+def test_names_and_text_from_outside_reach_the_terminal_escaped(tmp_path: Path) -> None:
+    """A file name with a newline forged a `docs list` line, and escape sequences in a name or in a document's
+    text reached the terminal (#52): they are shown as escapes; JSON keeps them exact."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    forged = "evil\n[default] passwords.md  3 chunks\x1b]0;pwned\x07.md"
+    (folder / forged).write_text("# Herons \x1b[2J\n\nThe heron waits.\x1b[31m Red.\x1b[0m\x9b1m\n")
+    (folder / "bad\x1b[2J.pdf").write_bytes(b"%PDF-1.4\n" + bytes(range(256)) * 8)
+    data = tmp_path / "data"
+    added = docs("add", str(folder), data=data)
+    assert added.returncode == 0, added.stderr
+    listed = docs("list", data=data)
+    assert listed.returncode == 0, listed.stderr
+    assert len(listed.stdout.splitlines()) == 2  # one line per file: none forged
+    assert "\x1b" not in listed.stdout and "\x07" not in listed.stdout
+    assert "evil\\n[default] passwords.md  3 chunks\\e]0;pwned\\x07.md" in listed.stdout
+    assert "bad\\e[2J.pdf" in listed.stdout and "\x1b" not in added.stderr and "bad\\e[2J.pdf" in added.stderr
+    found = docs("search", "heron", data=data)
+    assert found.returncode == 0, found.stderr
+    assert "\x1b" not in found.stdout and "\x9b" not in found.stdout
+    assert "Herons \\e[2J" in found.stdout and "waits.\\e[31m Red.\\e[0m\\x9b1m" in found.stdout
+    exact = json.loads(docs("list", "--json", data=data).stdout)
+    assert {Path(f["path"]).name for f in exact} == {forged, "bad\x1b[2J.pdf"}
+    (hit,) = json.loads(docs("search", "heron", "--json", data=data).stdout)
+    assert "\x1b[31m" in hit["text"] and hit["heading"] == "Herons \x1b[2J"
+    missing = docs("add", str(tmp_path / "gone\x1b[2J"), data=data)
+    assert_one_line_error(missing, "no such file or folder", "gone\\e[2J")
+
+
 def test_progress_is_one_redrawn_line_on_a_terminal_only() -> None:
     import io
 

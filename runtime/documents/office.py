@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import logging
 import zipfile
+from typing import Any
 
 from runtime.documents.blocks import Block, ExtractError, Trail, text_blocks
 from runtime.documents.budget import NO_DEADLINE, Deadline
@@ -13,9 +14,9 @@ from runtime.documents.decode import lines_of
 
 # A DOCX's XML parts are decompressed here, in blocks, to at most this many bytes in all, whatever the zip's
 # headers declare (zipfile asks zlib for up to 2 GB at once when a member is read whole: a 6 MB DOCX whose
-# headers said 200 KB peaked at 2.2 GB). python-docx then parses them with lxml, about 5 bytes a byte of XML.
-# A 500-page report's document.xml is 5-20 MB.
-DOCX_MAX_XML_BYTES = 48 * 1024 * 1024
+# headers said 200 KB peaked at 2.2 GB). python-docx and lxml then take about 11 bytes a byte of XML (15 MiB of
+# it: 176 MB), so 24 MiB keeps a DOCX under 300 MB. A 500-page report's document.xml is 5-20 MB.
+DOCX_MAX_XML_BYTES = 24 * 1024 * 1024
 DOCX_MAX_RATIO = 200  # per member: a real document's XML compresses 5-20x; zip bombs reach 1000x
 DOCX_RATIO_FLOOR = 1024 * 1024  # members smaller than this may compress better (a part of repeated tags)
 DOCX_MAX_MEMBERS = 10_000
@@ -66,19 +67,30 @@ def pdf_blocks(data: bytes, deadline: Deadline = NO_DEADLINE, max_pages: int = P
 
 
 def check_zip(infos: list[zipfile.ZipInfo], what: str = "DOCX") -> None:
-    """Refuse a zip whose members declare too much (a zip bomb) before anything is decompressed: each member's
-    declared size and ratio on its own (a stored member of padding pulls a zip-wide ratio down)."""
+    """Refuse a zip whose XML members declare too much (a zip bomb) before anything is decompressed: each
+    member's declared size and ratio on its own (a stored member of padding pulls a zip-wide ratio down)."""
     if len(infos) > DOCX_MAX_MEMBERS:
         raise ExtractError(f"{what} refused: {len(infos):,} members in its zip (a zip bomb?)")
     for info in infos:
+        if not _xml_part(info.filename):  # never decompressed (unpacked_docx leaves it empty)
+            continue
         if info.compress_type not in _DOCX_METHODS:
             raise ExtractError(f"{what} refused: {info.filename} is compressed with method {info.compress_type}")
         ratio = info.file_size / max(info.compress_size, 1)
-        if info.file_size > DOCX_MAX_XML_BYTES or (ratio > DOCX_MAX_RATIO and info.file_size > DOCX_RATIO_FLOOR):
+        if ratio > DOCX_MAX_RATIO and info.file_size > DOCX_RATIO_FLOOR:
             raise ExtractError(
                 f"{what} refused: {info.filename} declares {info.file_size / 1e6:.0f} MB uncompressed from "
                 f"{info.compress_size / 1e6:.1f} MB (a zip bomb?)"
             )
+        if info.file_size > DOCX_MAX_XML_BYTES:
+            raise ExtractError(
+                f"{what} refused: {info.filename} declares {info.file_size / 1e6:.0f} MB, over the "
+                f"{DOCX_MAX_XML_BYTES / 1e6:.0f} MB a part may have"
+            )
+
+
+def _xml_part(name: str) -> bool:
+    return name.lower().endswith((".xml", ".rels"))
 
 
 def unpacked_docx(data: bytes) -> bytes:
@@ -97,7 +109,7 @@ def unpacked_docx(data: bytes) -> bytes:
                     if info.is_dir() or info.filename in names:  # a name twice: the first one only
                         continue
                     names.add(info.filename)
-                    if not info.filename.lower().endswith((".xml", ".rels")):
+                    if not _xml_part(info.filename):
                         w.writestr(info.filename, b"")
                         continue
                     parts: list[bytes] = []
@@ -133,6 +145,7 @@ def docx_blocks(data: bytes, deadline: Deadline = NO_DEADLINE) -> list[Block]:
         raise ExtractError(f"damaged DOCX: {e}") from None
     trail = Trail()
     blocks: list[Block] = []
+    style_names = _paragraph_style_names(document)
     for item in document.iter_inner_content():
         deadline.check()
         if isinstance(item, Table):
@@ -144,11 +157,26 @@ def docx_blocks(data: bytes, deadline: Deadline = NO_DEADLINE) -> list[Block]:
         text = item.text.strip()
         if not text:
             continue
-        level = _heading_level(item.style.name if item.style is not None else "")
+        # The style's id, read from the paragraph's XML (python-docx's `style` looks the style up anew for each
+        # paragraph, scanning every style for the default: 8 ms a paragraph, minutes for a long report).
+        level = _heading_level(style_names.get(item._p.style, style_names[None]))
         if level:
             trail.enter(level, text)
         blocks.append(Block(text, trail.text))
     return blocks
+
+
+def _paragraph_style_names(document: Any) -> dict[str | None, str]:
+    """Paragraph style id -> its name ("Heading 1"), and None -> the default paragraph style's name."""
+    from docx.enum.style import WD_STYLE_TYPE
+
+    styles = document.styles
+    names: dict[str | None, str] = {
+        style.style_id: style.name or "" for style in styles if style.type == WD_STYLE_TYPE.PARAGRAPH
+    }
+    default = styles.default(WD_STYLE_TYPE.PARAGRAPH)
+    names[None] = default.name or "" if default is not None else ""
+    return names
 
 
 def _heading_level(style: str) -> int:
