@@ -150,13 +150,16 @@ def download(
     try:
         if cancel is not None and cancel.is_set():
             raise Cancelled("download cancelled")
-        if not constants.HF_HUB_OFFLINE:
-            sizes = _sizes_to_fetch(repo_id, revision)
+        info = None if constants.HF_HUB_OFFLINE else _repo_info(repo_id, revision)
+        if info is not None:
+            sizes = _sizes_to_fetch(repo_id, info)
             if sizes:
                 check_download_space(sizes, Path(constants.HF_HUB_CACHE), repo_id)
         path = Path(snapshot_download(repo_id, revision=revision, allow_patterns=HF_PATTERNS, **extra))
         if cancel is not None and cancel.is_set():  # a backend that swallowed the bar's exception
             raise Cancelled("download cancelled")
+        if info is not None:
+            check_published_hashes(path, info, repo_id)
         return path
     except LocalEntryNotFoundError:
         raise UserError(
@@ -173,25 +176,51 @@ def download(
         raise UserError(f"cannot download {repo_id}: {e}") from None
 
 
-def _sizes_to_fetch(repo_id: str, revision: str | None) -> dict[str, int] | None:
-    """Bytes still to download per file (what the HF cache lacks), from the Hub's file metadata; None when the
-    Hub cannot be asked (the download itself then falls back to the cache, or says why it cannot)."""
-    from huggingface_hub import HfApi, try_to_load_from_cache
+def _repo_info(repo_id: str, revision: str | None) -> Any:
+    """The Hub's file list with each file's size and, for LFS files, sha256; None when the Hub cannot be asked
+    (the download itself then falls back to the cache, or says why it cannot)."""
+    from huggingface_hub import HfApi
     from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
-    from huggingface_hub.utils import filter_repo_objects
 
     try:
-        info = HfApi().model_info(repo_id, revision=revision, files_metadata=True)
+        return HfApi().model_info(repo_id, revision=revision, files_metadata=True)
     except (GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError):
         raise  # the same answer the download would give: say it now
     except Exception:  # no network, a proxy, an odd reply: the check is a courtesy, not a gate
         return None
-    wanted = filter_repo_objects(info.siblings or [], allow_patterns=HF_PATTERNS, key=lambda s: s.rfilename)
+
+
+def _wanted(info: Any) -> list[Any]:
+    from huggingface_hub.utils import filter_repo_objects
+
+    return list(filter_repo_objects(info.siblings or [], allow_patterns=HF_PATTERNS, key=lambda s: s.rfilename))
+
+
+def _sizes_to_fetch(repo_id: str, info: Any) -> dict[str, int]:
+    """Bytes still to download per file (what the HF cache lacks), from the Hub's file metadata."""
+    from huggingface_hub import try_to_load_from_cache
+
     return {
         s.rfilename: max(0, int(s.size or 0))
-        for s in wanted
+        for s in _wanted(info)
         if not isinstance(try_to_load_from_cache(repo_id, s.rfilename, revision=info.sha), str)
     }
+
+
+def check_published_hashes(path: Path, info: Any, repo_id: str) -> None:
+    """Each downloaded LFS file (the weights) against the sha256 the Hub publishes for it: a file swapped or
+    damaged on the way, or in the cache, is refused by name. Catalogue entries without a pinned commit rely on
+    this; pinned ones get it too."""
+    for s in _wanted(info):
+        want = getattr(getattr(s, "lfs", None), "sha256", None)
+        if not want or not (path / s.rfilename).is_file():
+            continue
+        got = sha256_file(path / s.rfilename)
+        if got != want:
+            raise UserError(
+                f"{repo_id}: {s.rfilename} has sha256 {got}, not the {want} the Hub publishes for it; delete it "
+                "from the Hugging Face cache and download again"
+            )
 
 
 def _files(source: Source) -> list[Path]:

@@ -75,9 +75,11 @@ class FakeHub(http.server.ThreadingHTTPServer):
     Weights are sent in `piece`-byte writes `delay` seconds apart, so a test can cancel mid-file."""
 
     def __init__(
-        self, repo: str, files: Path, piece: int = 1 << 20, delay: float = 0.0, sizes: dict[str, int] | None = None
+        self, repo: str, files: Path, piece: int = 1 << 20, delay: float = 0.0, sizes: dict[str, int] | None = None,
+        hashes: dict[str, str] | None = None,
     ) -> None:
         self.repo, self.piece, self.delay, self.sizes = repo, piece, delay, sizes or {}
+        self.hashes = hashes or {}  # sha256 the Hub claims for an LFS file, instead of the true one
         self.files = {p.name: p.read_bytes() for p in sorted(files.iterdir()) if p.is_file()}
         self.served = 0  # bytes of file bodies written
         super().__init__(("127.0.0.1", 0), _HubHandler)
@@ -136,7 +138,11 @@ class _HubHandler(http.server.BaseHTTPRequestHandler):
         if path in (api, f"{api}/revision/main"):
             # With files_metadata (`?blobs=true`) the Hub adds each file's size; `sizes` overrides what is claimed.
             files = self.server.files.items()
-            siblings = [{"rfilename": n, "size": self.server.sizes.get(n, len(b))} for n, b in files]
+            # and, for LFS files (the weights), their sha256 (`hashes` overrides what is claimed).
+            siblings = [{"rfilename": n, "size": self.server.sizes.get(n, len(b))} | (
+                {"lfs": {"size": len(b), "pointerSize": 134,
+                         "sha256": self.server.hashes.get(n, hashlib.sha256(b).hexdigest())}}
+                if n.endswith(".safetensors") else {}) for n, b in files]
             self._json({"id": self.server.repo, "sha": COMMIT, "siblings": siblings})
         elif path == f"{api}/tree/{COMMIT}":
             self._json(
@@ -171,15 +177,21 @@ def serve_hub(monkeypatch: pytest.MonkeyPatch, hub_cache: Path, hub: FakeHub) ->
 
 def test_the_shipped_catalogue_holds_real_supported_models() -> None:
     entries = catalog.load_catalog()
-    assert 6 <= len(entries) <= 8
+    assert 10 <= len(entries) <= 16
     assert tuple(ARCHITECTURES) == catalog.SUPPORTED_ARCHITECTURES  # the converter's list, not a copy that drifts
     for e in entries:
         assert e.architecture in ARCHITECTURES and e.repo.count("/") == 1 and e.licence and e.description
-        assert "Instruct" in e.repo  # instruct models only
+        # instruct models only (Qwen3 and SmolLM3 ship one chat model each, with no "Instruct" in its name)
+        assert "Instruct" in e.repo or e.repo.startswith(("Qwen/Qwen3-", "HuggingFaceTB/SmolLM3-"))
+    repos = {e.repo for e in entries}
+    assert {"Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3-4B", "Qwen/Qwen3-8B", "HuggingFaceTB/SmolLM3-3B",
+            "meta-llama/Llama-3.2-1B-Instruct", "meta-llama/Llama-3.2-3B-Instruct"} <= repos
     assert len({e.repo for e in entries}) == len(entries)
     gated = {e.repo for e in entries if e.gated}
     assert gated == {e.repo for e in entries if e.repo.startswith("meta-llama/")}
-    assert all(len(e.revision) == 40 for e in entries)  # every download is pinned to a commit
+    # every download is pinned to a commit, or the entry says why not (its files are checked by their hashes)
+    assert all(len(e.revision) == 40 or (not e.revision and "sha256" in e.unpinned) for e in entries)
+    assert [e.params for e in entries] == sorted(e.params for e in entries)
     assert catalog.pinned_revision(entries[0].repo) == entries[0].revision
     assert catalog.pinned_revision("someone/else") is None
 
@@ -239,6 +251,7 @@ def test_fit_reads_this_computers_ram(monkeypatch: pytest.MonkeyPatch) -> None:
         ([42], "entry 1: must be an object"),
         ([{**GOOD, "revision": "main"}], "entry 1 (org/model-1B-Instruct): 'revision' 'main' is not a 40-character"),
         ([{k: v for k, v in GOOD.items() if k != "revision"}], "'revision' is missing"),
+        ([{**{k: v for k, v in GOOD.items() if k != "revision"}, "unpinned": " "}], "'revision' is missing"),
     ],
 )
 def test_a_malformed_catalogue_is_one_line_naming_the_file_and_entry(
@@ -248,6 +261,13 @@ def test_a_malformed_catalogue_is_one_line_naming_the_file_and_entry(
     with pytest.raises(UserError) as e:
         catalog.load_catalog(path)
     assert str(e.value).startswith(f"{path}: ") and needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_an_entry_without_a_commit_says_why(tmp_path: Path) -> None:
+    raw = {k: v for k, v in GOOD.items() if k != "revision"} | {"unpinned": "written offline"}
+    (entry,) = catalog.load_catalog(write(tmp_path / "catalog.json", [raw]))
+    assert entry.revision == "" and entry.unpinned == "written offline"
+    assert catalog.pinned_revision(entry.repo, tmp_path / "catalog.json") is None  # a download takes main
 
 
 def test_a_catalogue_that_is_not_json_names_the_file_and_line(tmp_path: Path) -> None:
@@ -329,6 +349,20 @@ def test_cancel_stops_a_download_midway_and_leaves_no_model(
             sources.download("test-org/Micro-Instruct", on_bytes, cancel)
         assert hub.served < hub.total  # stopped within the file, not after it
     assert not isolated_cache.exists() or not any(isolated_cache.iterdir())
+
+
+def test_a_downloaded_file_that_does_not_match_the_hubs_sha256_is_refused_by_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_cache: Path, micro_hf: Path
+) -> None:
+    wrong = {"model.safetensors": "0" * 64}  # the Hub publishes another file than the one that arrives
+    hub = FakeHub("test-org/Micro-Instruct", micro_hf, hashes=wrong)
+    with serve_hub(monkeypatch, tmp_path / "hub", hub), pytest.raises(UserError) as e:
+        sources.download("test-org/Micro-Instruct")
+    line = str(e.value)
+    assert line.startswith("test-org/Micro-Instruct: model.safetensors has sha256 ") and "0" * 64 in line
+    assert "\n" not in line
+    with serve_hub(monkeypatch, tmp_path / "hub2", FakeHub("test-org/Micro-Instruct", micro_hf)):
+        assert (sources.download("test-org/Micro-Instruct") / "model.safetensors").is_file()  # the true hash
 
 
 def test_the_download_space_check_decides_from_sizes_and_the_folders_free_space(tmp_path: Path) -> None:

@@ -40,7 +40,10 @@ from runtime.plan.placement import GB, NotEnoughMemory, PlacementSettings, plan,
 
 CATALOG_SCHEMA = 1
 # config.json's `architectures` names the converter reads (converters/hf_to_gguf.py ARCHITECTURES).
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+SUPPORTED_ARCHITECTURES = (
+    "LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM", "SmolLM3ForCausalLM",
+    "GraniteForCausalLM",
+)
 BYTES_PER_PARAM_F16 = 2
 BITS_PER_WEIGHT = {"f16": 16.0, "q8_0": 8.5, "q4_k_m": 4.9}  # converters.quantize.QUANT_TYPES
 SHAPE_KEYS = ("n_layer", "n_embd", "n_head_kv", "head_dim", "n_vocab")
@@ -54,7 +57,6 @@ _FIELDS = {
     "licence": str,
     "description": str,
     "shape": dict,
-    "revision": str,
 }
 _KINDS = {str: "text", int: "a whole number", dict: "an object"}
 
@@ -73,6 +75,9 @@ class Entry:
     # The commit the entry was checked against: downloads ask for exactly these files, so a later push to the
     # repo (or a swapped file) cannot change what Discover installs.
     revision: str = ""
+    # Why there is no pinned commit (an entry written without access to the Hub): downloads then take the
+    # Hub's main, each file checked against the sha256 the Hub publishes for it (converters.sources.download).
+    unpinned: str = ""
 
     @property
     def name(self) -> str:
@@ -121,8 +126,11 @@ def _entry(raw: Any, where: str) -> Entry:
     gated = raw.get("gated", False)
     if not isinstance(gated, bool):
         raise UserError(f"{where}: 'gated' must be true or false")
-    if not _COMMIT.fullmatch(raw["revision"]):
-        raise UserError(f"{where}: 'revision' {raw['revision']!r} is not a 40-character commit hash")
+    revision, unpinned = raw.get("revision"), raw.get("unpinned", "")
+    if revision is None and not (isinstance(unpinned, str) and unpinned.strip() and "\n" not in unpinned):
+        raise UserError(f"{where}: 'revision' is missing (or say why in one line of 'unpinned')")
+    if revision is not None and (not isinstance(revision, str) or not _COMMIT.fullmatch(revision)):
+        raise UserError(f"{where}: 'revision' {revision!r} is not a 40-character commit hash")
     return Entry(
         raw["repo"],
         raw["params"],
@@ -131,7 +139,8 @@ def _entry(raw: Any, where: str) -> Entry:
         raw["description"].strip(),
         {k: shape[k] for k in SHAPE_KEYS},
         gated,
-        raw["revision"],
+        revision or "",
+        "" if revision else unpinned.strip(),
     )
 
 
