@@ -105,6 +105,15 @@ def test_tools_no_chat_can_take_are_left_out_with_reasons(capsys: pytest.Capture
     assert any("tool 'deep' is left out: its input schema is nested more than 64" in line for line in lines)
 
 
+def test_the_listings_limits_are_the_grammars() -> None:
+    """runtime/mcp may not import runtime.decode, so it keeps a copy of the grammar's limits: the same numbers."""
+    from runtime.decode import schema_limits
+    from runtime.mcp import listing
+
+    for limit in ("MAX_DEPTH", "MAX_NODES", "MAX_PROPERTIES", "MAX_OPTIONAL", "MAX_BRANCHES", "MAX_ENUM"):
+        assert getattr(listing, limit) == getattr(schema_limits, limit), limit
+
+
 def test_a_schema_too_deep_for_the_validator_is_a_reason_not_a_crash() -> None:
     deep: dict[str, object] = {"type": "string"}
     for _ in range(5000):  # past Python's recursion limit, which jsonschema's check would hit
