@@ -8,6 +8,8 @@ the user's answer.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QFontDatabase
 from PySide6.QtWidgets import (
@@ -82,3 +84,28 @@ class ApprovalDialog(QDialog):
     def _answer(self, decision: Decision) -> None:
         self.decision = decision
         self.accept() if decision is not Decision.DENY else self.reject()
+
+
+class ApprovalPrompt:
+    """A window's one open question: `ask` opens it (closing, so denying, any earlier one), the user's
+    Decision goes to `answer`, and `close` denies what is still open (Stop, the turn's end, the window's)."""
+
+    def __init__(self, parent: QWidget, answer: Callable[[Decision], None]) -> None:
+        self.parent, self.answer = parent, answer
+        self.dialog: ApprovalDialog | None = None  # the question open now
+
+    def ask(self, request: CallRequest) -> None:
+        self.close()
+        dialog = self.dialog = ApprovalDialog(request, self.parent)
+        dialog.decided.connect(lambda decision: self._decided(dialog, decision))
+        dialog.open()
+
+    def close(self) -> None:
+        if self.dialog is not None:
+            self.dialog.reject()  # Deny
+
+    def _decided(self, dialog: ApprovalDialog, decision: Decision) -> None:
+        if self.dialog is dialog:
+            self.dialog = None
+        self.answer(decision)
+        dialog.deleteLater()

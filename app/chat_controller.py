@@ -15,19 +15,22 @@ from __future__ import annotations
 import functools
 import itertools
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
 from app.pace import Pace
+from app.preset_control import PresetControl
+from app.settings import AppSettings
 from app.store import CALL_FIELDS, TOOL_TURN, Store, StoredMessage, chat_history
+from app.tool_host_control import ToolHostControl
 from app.transcript import draft_mask
-from app.turn_runner import ToolSetup, TurnRequest, TurnRunner
+from app.turn_runner import TurnRequest, TurnRunner
 from runtime.chat.turn import TurnSpec
+from runtime.documents.grounding import Grounding
 from runtime.engine.answer import Chunk
-from runtime.engine.options import ChatOptions, EngineSettings
 from runtime.engine.summary import answer_facts
-from runtime.engine.system_presets import SystemPreset
 from runtime.engine.thread import EngineThread
 from runtime.plan.policy import more_precise
 
@@ -36,6 +39,16 @@ TITLE_CHARS = 60  # a new conversation's title: the first message's words, cut h
 
 class AtHighestPrecision(Exception):
     """An answer at higher precision was asked for one that already came from the top tier (F16)."""
+
+
+@dataclass
+class Choices:
+    """What a chat answers with: its documents (None: none, "": every collection, else one), its system-prompt
+    preset (None: none) and whether it may call tools."""
+
+    documents: str | None = None
+    preset: str | None = None
+    tools: bool = False
 
 
 @dataclass(frozen=True)
@@ -92,26 +105,35 @@ class ChatController(QObject):
         self.engine = engine
         self.pace = Pace()  # one for every turn: what drawing costs this window is learned once
         self.live: Live | None = None
+        self.unsent = Choices()  # a new chat's, until its first message stores them with it
         self._ids = itertools.count(1)
 
+    # --- what a chat answers with ----------------------------------------------------------------------
+    def choices(self, conversation: int | None) -> Choices:
+        """The chat's choices (a new chat's when `conversation` is None)."""
+        if conversation is None:
+            return self.unsent
+        s = self.store
+        return Choices(s.documents(conversation), s.preset(conversation), s.tools(conversation))
+
+    def choose(self, conversation: int | None, what: str, value: Any) -> None:
+        """Keep a chat's `what` ("documents", "preset" or "tools") with the conversation (a new chat's until its
+        first message); UserError when the history refuses it (locked, full, read-only)."""
+        if conversation is None:
+            setattr(self.unsent, what, value)
+        else:
+            getattr(self.store, f"set_{what}")(conversation, value)
+
     # --- turns: what to answer (the window checks first that no answer is in flight) ------------------
-    def new_turn(
-        self,
-        conversation: int | None,
-        text: str,
-        documents: str | None = None,
-        preset: str | None = None,
-        model: str | None = None,
-        tools: bool = False,
-    ) -> Turn:
-        """Store the user's `text` (in a new conversation titled by it, answering from `documents` with the
-        system-prompt `preset`, `model` and `tools` on or off, when `conversation` is None) before anything can
-        fail, and return the turn that answers it."""
+    def new_turn(self, conversation: int | None, text: str, model: str | None = None) -> Turn:
+        """Store the user's `text` (when `conversation` is None, in a new conversation titled by it, with the
+        new chat's choices and `model`) before anything can fail, and return the turn that answers it."""
         if conversation is None:
             title = " ".join(text.split())
             ellipsis = "…" if len(title) > TITLE_CHARS else ""
-            conversation = self.store.create(title[:TITLE_CHARS] + ellipsis, documents, preset, model)
-            if tools:
+            u = self.unsent
+            conversation = self.store.create(title[:TITLE_CHARS] + ellipsis, u.documents, u.preset, model)
+            if u.tools:
                 self.store.set_tools(conversation, True)
         self.store.add_message(conversation, "user", text)
         return Turn(conversation, self.store.messages(conversation))
@@ -140,28 +162,31 @@ class ChatController(QObject):
         self,
         turn: Turn,
         model: str,
-        settings: EngineSettings,
-        options: ChatOptions,
-        preset: SystemPreset | None = None,
-        tools: ToolSetup | None = None,
-    ) -> Live:
-        """Start answering `turn` (its options built with `turn.parent`), told and sampled as `preset` says;
-        with `tools`, the model may call them."""
+        settings: AppSettings,
+        presets: PresetControl,
+        tools: ToolHostControl,
+        documents_index: Path,
+        search: bool = False,
+    ) -> str:
+        """Start answering `turn` with the chat's choices and the current settings: its documents from
+        `documents_index`, its preset (the name of one since deleted is returned: this answer has none), its
+        tools (the documents search among them when `search`). UserError when the history or mcp.json refuses."""
+        c, choices = turn.conversation, self.choices(turn.conversation)
+        options = settings.chat_options(parent=turn.parent)
+        if choices.documents is not None:
+            options = replace(options, documents=Grounding(choices.documents or None, index=str(documents_index)))
+        preset, missing = presets.for_answer(choices.preset, settings)
+        self.store.set_model(c, model)
+        setup = tools.setup(settings, documents_index if search else None) if choices.tools else None
         spec = TurnSpec(chat_history(turn.messages), options, preset)
-        return self.start(turn.conversation, spec, model, settings, turn.replaces, tools)
+        request = TurnRequest(next(self._ids), model, settings.engine_settings(), spec, setup)
+        self.start(c, request, turn.replaces)
+        return missing
 
     # --- the answer in flight ------------------------------------------------------------------------
-    def start(
-        self,
-        conversation: int,
-        spec: TurnSpec,
-        model: str,
-        settings: EngineSettings,
-        replaces: int | None = None,
-        tools: ToolSetup | None = None,
-    ) -> Live:
+    def start(self, conversation: int, request: TurnRequest, replaces: int | None = None) -> Live:
+        """Run `request` for `conversation` (`replaces`: the answer a regenerate replaces once it is done)."""
         assert self.live is None, "one answer at a time"
-        request = TurnRequest(next(self._ids), model, settings, spec, tools)
         runner = TurnRunner(self.engine, request, self.pace)
         self.live = Live(request, conversation, replaces, runner=runner)
         runner.status.connect(functools.partial(self._on_status, runner))
@@ -185,6 +210,20 @@ class ChatController(QObject):
             return False
         self.live.request.cancel.set()
         return True
+
+    def tool_host_in_use(self) -> Any:
+        """The MCP host the turn in flight calls (None: none)."""
+        tools = self.live.request.tools if self.live is not None else None
+        return tools.host if tools is not None else None
+
+    def finish_now(self, timeout: float) -> None:
+        """At close, after a Stop: wait for the turn's thread, take what it last reported (the stopped answer is
+        stored), and forget the turn."""
+        live = self.live
+        if live is not None and live.runner is not None:
+            live.runner.join(timeout)
+            live.runner.flush()
+        self.live = None
 
     # --- what the turn reports (app.turn_runner.TurnRunner), on the GUI thread ---------------------------
     def _live(self, runner: TurnRunner) -> Live | None:

@@ -1,252 +1,319 @@
-"""The main window's panels, one builder each: they make the widgets, set them on the window under the names
-its code and the tests use (`w.search`, `w.transcript`, `w.speed_chart`, …) and wire them to its slots.
-`MainWindow._build` calls them in this order and lays the results out; the window keeps no layout code.
+"""The main window's panels, each a widget that owns its widgets and says what the user did with signals; the
+window (app.window) lays them out, keeps a reference to each and decides what happens. The Documents and
+Tools tabs are their own modules (app.documents_panel, app.tools_panel); the status bar is app.stats_bar.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
+    QInputDialog,
     QLabel,
     QLineEdit,
     QListWidget,
+    QListWidgetItem,
     QMenu,
+    QMessageBox,
     QPushButton,
-    QTabWidget,
     QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
-from app.documents_panel import DocumentsPanel
-from app.stats_bar import StatsBar
-from app.tools_panel import ToolsPanel
-from app.transcript import TranscriptView
-from app.widgets import ErrorBanner, InputBox
-
-# The MainWindow (app.window) the panels are built on, typed loosely so that this module does not import the
-# window back: each builder sets its widgets on it under the names the window and its tests use.
-MainWindow = Any
+from app.store import Store
+from app.widgets import InputBox
+from runtime.errors import UserError
+from runtime.models.cache import DEMO_NAME, cache_root, list_models
 
 
-def sidebar(w: MainWindow) -> QWidget:
-    """The conversation list with its search field and New, Rename and Delete."""
-    w.search = QLineEdit()
-    w.search.setPlaceholderText("Search conversations")
-    w.search.setAccessibleName("Search conversations")
-    w.search.setClearButtonEnabled(True)
-    w.search.textChanged.connect(w.refresh_conversations)
-    w.conversations = QListWidget()
-    w.conversations.setAccessibleName("Conversations")
-    w.conversations.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-    w.conversations.setTextElideMode(Qt.TextElideMode.ElideRight)
-    w.conversations.currentItemChanged.connect(w._on_conversation_selected)
-    new = QPushButton("&New chat")
-    new.clicked.connect(w.new_conversation)
-    w.rename_button = QPushButton("Rena&me")
-    w.rename_button.clicked.connect(w.rename_conversation)
-    w.delete_button = QPushButton("Dele&te")
-    w.delete_button.clicked.connect(w.delete_conversation)
-    buttons = QHBoxLayout()
-    for b in (new, w.rename_button, w.delete_button):
-        buttons.addWidget(b)
-    side = QWidget()
-    side_layout = QVBoxLayout(side)
-    side_layout.setContentsMargins(8, 8, 4, 8)
-    side_layout.addWidget(w.search)
-    side_layout.addWidget(w.conversations, 1)
-    side_layout.addLayout(buttons)
-    return side
+def complete_models() -> list[str]:
+    """The cached models with every tier in place: those a chat can answer with."""
+    return [m.name for m in list_models(cache_root()) if m.complete]
 
 
-def documents(w: MainWindow) -> DocumentsPanel:
-    """The documents collections (app.documents_panel), on the index beside the conversation history."""
-    w.documents = DocumentsPanel(w.documents_index)
-    w.documents.collections_changed.connect(w.show_collections)
-    return w.documents
+class ChatList(QWidget):
+    """The history's conversations, with a search field (titles and message text), New, Rename and Delete. It
+    renames itself; a delete is the window's (an answer in flight forbids it), confirmed with `confirm_delete`."""
+
+    selected = Signal(int)  # a conversation's id, picked by the user
+    delete = Signal(int)  # the user asks to delete this conversation
+    failed = Signal(str)  # the history refused a change: one line
+
+    def __init__(self, store: Store) -> None:
+        super().__init__()
+        self.store = store
+        self.current: int | None = None
+        self.search = QLineEdit()
+        self.search.setPlaceholderText("Search conversations")
+        self.search.setAccessibleName("Search conversations")
+        self.search.setClearButtonEnabled(True)
+        self.search.textChanged.connect(lambda _: self.refresh())
+        self.conversations = QListWidget()
+        self.conversations.setAccessibleName("Conversations")
+        self.conversations.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.conversations.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.conversations.currentItemChanged.connect(self._on_current)
+        self.new_button = QPushButton("&New chat")
+        self.rename_button = QPushButton("Rena&me")
+        self.rename_button.clicked.connect(self._rename)
+        self.delete_button = QPushButton("Dele&te")
+        self.delete_button.clicked.connect(lambda: self.current is not None and self.delete.emit(self.current))
+        buttons = QHBoxLayout()
+        for b in (self.new_button, self.rename_button, self.delete_button):
+            buttons.addWidget(b)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(8, 8, 4, 8)
+        layout.addWidget(self.search)
+        layout.addWidget(self.conversations, 1)
+        layout.addLayout(buttons)
+
+    def refresh(self, current: int | None = -1) -> None:
+        """List the conversations that match the search, `current` (the open one; -1: the same) selected
+        without reporting it as the user's choice."""
+        if current != -1:
+            self.current = current
+        self.conversations.blockSignals(True)
+        self.conversations.clear()
+        for c in self.store.conversations(self.search.text()):
+            item = QListWidgetItem(c.title)
+            item.setToolTip(c.title)
+            item.setData(Qt.ItemDataRole.UserRole, c.id)
+            self.conversations.addItem(item)
+            if c.id == self.current:
+                self.conversations.setCurrentItem(item)
+        self.conversations.blockSignals(False)
+        self.rename_button.setEnabled(self.current is not None)
+        self.delete_button.setEnabled(self.current is not None)
+
+    def _rename(self) -> None:
+        if self.current is None:
+            return
+        title, ok = QInputDialog.getText(self, "Rename", "Title:", text=self.store.title(self.current))
+        if ok:
+            try:
+                self.store.rename(self.current, title)
+            except UserError as e:
+                self.failed.emit(str(e))
+            self.refresh()
+
+    def confirm_delete(self, conversation: int) -> bool:
+        title = self.store.title(conversation)
+        answer = QMessageBox.question(self, "Delete", f"Delete the conversation “{title}”?")
+        return answer == QMessageBox.StandardButton.Yes
+
+    def _on_current(self, item: QListWidgetItem | None) -> None:
+        if item is not None:
+            self.selected.emit(item.data(Qt.ItemDataRole.UserRole))
 
 
-def tools(w: MainWindow) -> ToolsPanel:
-    """The MCP servers and their tools (app.tools_panel), on the window's lazily created McpHost."""
-    w.tools_panel = ToolsPanel(lambda: w.tool_host, w.ensure_tool_host, w.tool_switches)
-    w.tools_panel.show_mode(w.settings.tool_approval)
-    w.tools_panel.chat_tools_changed.connect(w.choose_tools)
-    w.tools_panel.mode_changed.connect(w.choose_tool_mode)
-    w.tools_panel.servers_changed.connect(w.retire_tool_host)
-    return w.tools_panel
+class ModelBar(QWidget):
+    """The model choice (the complete models in the cache), Models… and Settings…."""
+
+    model_chosen = Signal(str)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model_box = QComboBox()
+        self.model_box.setAccessibleName("Model")
+        self.model_box.activated.connect(lambda _: self.model_chosen.emit(self.model_box.currentData() or ""))
+        self.models_button = QPushButton("&Models…")
+        self.settings_button = QPushButton("&Settings…")
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(QLabel("Model:", buddy=self.model_box))
+        layout.addWidget(self.model_box, 1)
+        layout.addWidget(self.models_button)
+        layout.addWidget(self.settings_button)
+
+    def refresh(self, wanted: str) -> str:
+        """List the complete models and show the one to answer with: `wanted` while it is there, else the
+        demo, else the first ("" when there is none)."""
+        names = complete_models()
+        current = wanted if wanted in names else (DEMO_NAME if DEMO_NAME in names else next(iter(names), ""))
+        self.model_box.clear()
+        for name in names:
+            self.model_box.addItem(name, name)
+        self.model_box.setCurrentIndex(max(0, self.model_box.findData(current)))
+        return current
 
 
-def side_tabs(w: MainWindow, chats: QWidget, docs: QWidget, tools_tab: QWidget) -> QTabWidget:
-    """Chats, Documents and Tools share the left column: the reading column keeps its width."""
-    w.side_tabs = QTabWidget()
-    w.side_tabs.setDocumentMode(True)
-    w.side_tabs.addTab(chats, "C&hats")
-    w.side_tabs.addTab(docs, "&Documents")
-    w.side_tabs.addTab(tools_tab, "T&ools")
-    return w.side_tabs
-
-
-def model_bar(w: MainWindow) -> QHBoxLayout:
-    """The error banner (`w.banner`, laid out below the row) and the row with the model choice, Models and
-    Settings."""
-    w.banner = ErrorBanner()
-    w.banner.action.connect(w._on_banner_action)
-    w.model_box = QComboBox()
-    w.model_box.setAccessibleName("Model")
-    w.model_box.activated.connect(lambda _: w.select_model(w.model_box.currentData() or ""))
-    manage = QPushButton("&Models…")
-    manage.clicked.connect(w.show_models)
-    settings = QPushButton("&Settings…")
-    settings.clicked.connect(w.show_settings)
-    top = QHBoxLayout()
-    top.addWidget(QLabel("Model:", buddy=w.model_box))
-    top.addWidget(w.model_box, 1)
-    top.addWidget(manage)
-    top.addWidget(settings)
-    return top
-
-
-def welcome(w: MainWindow) -> QWidget:
+class Welcome(QWidget):
     """What shows instead of the transcript while there is no model: set up the demo, or add a model."""
-    w.welcome = QWidget()
-    welcome_layout = QVBoxLayout(w.welcome)
-    if w.models.demo_shipped:
-        text = QLabel(
-            "<h2>Welcome to SpecQuant</h2><p>There is no model on this computer yet. The demo model "
-            "(SmolLM2-135M-Instruct) comes with SpecQuant: setting it up takes about 15 seconds and needs "
-            "no network.</p><p>You can add your own models later under <b>Models…</b>.</p>"
+
+    def __init__(self, demo_shipped: bool) -> None:
+        super().__init__()
+        if demo_shipped:
+            text = QLabel(
+                "<h2>Welcome to SpecQuant</h2><p>There is no model on this computer yet. The demo model "
+                "(SmolLM2-135M-Instruct) comes with SpecQuant: setting it up takes about 15 seconds and needs "
+                "no network.</p><p>You can add your own models later under <b>Models…</b>.</p>"
+            )
+            self.demo_button = QPushButton("Set up the demo model")
+        else:  # a build made without the demo model
+            text = QLabel(
+                "<h2>Welcome to SpecQuant</h2><p>There is no model on this computer yet. Add one under "
+                "<b>Models…</b>: a Hugging Face repo id (downloaded once), a Hugging Face model folder, or a "
+                ".gguf file. SpecQuant converts it once into three precision tiers.</p>"
+            )
+            self.demo_button = QPushButton("Add a model…")
+        self.demo_shipped = demo_shipped
+        text.setWordWrap(True)
+        self.demo_button.setDefault(True)
+        layout = QVBoxLayout(self)
+        layout.addStretch(1)
+        layout.addWidget(text)
+        layout.addWidget(self.demo_button, 0, Qt.AlignmentFlag.AlignLeft)
+        layout.addStretch(2)
+
+
+class Composer(QWidget):
+    """What this chat answers from and its system-prompt preset, then the input box with Send, Stop and
+    Regenerate (its menu: answer at higher precision)."""
+
+    documents_chosen = Signal(object)  # None: no documents, "": all, else a collection's name
+    preset_chosen = Signal(object)  # a preset's name, or None
+    regenerate = Signal(bool)  # at higher precision
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answer_from = QComboBox()
+        self.answer_from.setAccessibleName("Answer from")
+        self.answer_from.setToolTip(
+            "Answer from your documents: the best passages go into the question, and the answer lists its sources"
         )
-        w.demo_button = QPushButton("Set up the demo model")
-        w.demo_button.clicked.connect(w.setup_demo)
-    else:  # a build made without the demo model
-        text = QLabel(
-            "<h2>Welcome to SpecQuant</h2><p>There is no model on this computer yet. Add one under "
-            "<b>Models…</b>: a Hugging Face repo id (downloaded once), a Hugging Face model folder, or a "
-            ".gguf file. SpecQuant converts it once into three precision tiers.</p>"
-        )
-        w.demo_button = QPushButton("Add a model…")
-        w.demo_button.clicked.connect(w.show_models)
-    text.setWordWrap(True)
-    w.demo_button.setDefault(True)
-    welcome_layout.addStretch(1)
-    welcome_layout.addWidget(text)
-    welcome_layout.addWidget(w.demo_button, 0, Qt.AlignmentFlag.AlignLeft)
-    welcome_layout.addStretch(2)
-    return w.welcome
+        self.answer_from.addItem("No documents", None)
+        self.answer_from.addItem("All documents", "")
+        self.answer_from.activated.connect(lambda i: self.documents_chosen.emit(self.answer_from.itemData(i)))
+        self.preset_box = QComboBox()
+        self.preset_box.setAccessibleName("System-prompt preset")
+        self.preset_box.setToolTip("What the assistant is told before this chat, and how it samples (Manage presets…)")
+        self.preset_box.activated.connect(lambda i: self.preset_chosen.emit(self.preset_box.itemData(i)))
+        self.presets_button = QPushButton("Manage presets…")
+        choice = QHBoxLayout()
+        choice.addWidget(QLabel("&Answer from:", buddy=self.answer_from))
+        choice.addWidget(self.answer_from)
+        choice.addSpacing(12)
+        choice.addWidget(QLabel("&Preset:", buddy=self.preset_box))
+        choice.addWidget(self.preset_box)
+        choice.addWidget(self.presets_button)
+        choice.addStretch(1)
+        self.input = InputBox()
+        self.send_button = QPushButton("Send")
+        self.send_button.setToolTip("Send (Enter)")
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setToolTip("Stop the answer (Esc)")
+        self.regenerate_button = QToolButton()
+        self.regenerate_button.setText("Regenerate")
+        self.regenerate_button.setAccessibleName("Regenerate the last answer")
+        self.regenerate_button.setPopupMode(QToolButton.ToolButtonPopupMode.MenuButtonPopup)
+        self.regenerate_button.clicked.connect(lambda: self.regenerate.emit(False))
+        menu = QMenu(self.regenerate_button)
+        self.higher_action = menu.addAction("Answer at higher precision")
+        self.higher_action.triggered.connect(lambda: self.regenerate.emit(True))
+        self.regenerate_button.setMenu(menu)
+        actions = QVBoxLayout()
+        for b in (self.send_button, self.stop_button, self.regenerate_button):
+            b.setMinimumWidth(110)
+            actions.addWidget(b)
+        actions.addStretch(1)
+        row = QHBoxLayout()
+        row.addWidget(self.input, 1)
+        row.addLayout(actions)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(choice)
+        layout.addLayout(row)
+        self.setTabOrder(self.input, self.send_button)
+        self.setTabOrder(self.send_button, self.stop_button)
+        self.setTabOrder(self.stop_button, self.regenerate_button)
+
+    def show_busy(self, busy: bool, can_send: bool, can_regenerate: bool, can_go_higher: bool) -> None:
+        self.send_button.setEnabled(not busy and can_send)
+        self.stop_button.setEnabled(busy)
+        self.regenerate_button.setEnabled(can_regenerate)
+        self.higher_action.setEnabled(can_go_higher)
+
+    def show_collections(self, names: list[str]) -> None:
+        """The Answer-from choices after the collections changed; the chat's own choice stays."""
+        current = self.answer_from.currentData()
+        while self.answer_from.count() > 2:  # after No documents and All documents
+            self.answer_from.removeItem(2)
+        for name in names:
+            self.answer_from.addItem(name, name)
+        self.show_documents(current)
+
+    def show_documents(self, documents: str | None) -> None:
+        box = self.answer_from
+        index = next((i for i in range(box.count()) if box.itemData(i) == documents), -1)
+        if index < 0:  # a collection since removed: still shown, and its answer says it is missing
+            box.addItem(documents, documents)
+            index = box.count() - 1
+        box.setCurrentIndex(index)
+
+    def show_presets(self, names: list[str]) -> None:
+        """The presets offered; the chat's own choice stays."""
+        current = self.preset_box.currentData()
+        self.preset_box.clear()
+        self.preset_box.addItem("No preset", None)
+        for name in names:
+            self.preset_box.addItem(name, name)
+        self.show_preset(current)
+
+    def show_preset(self, name: str | None) -> None:
+        box = self.preset_box
+        index = box.findData(name) if name is not None else 0
+        if index < 0:  # a preset since deleted: still shown as the chat's, and its next answer says so
+            box.addItem(f"{name} (gone)", name)
+            index = box.count() - 1
+        box.setCurrentIndex(index)
 
 
-def transcript(w: MainWindow) -> TranscriptView:
-    """The conversation's messages and the answer in flight."""
-    w.transcript = TranscriptView()
-    w.transcript.copied.connect(lambda _: w.statusBar().showMessage("Code copied", 2000))
-    w.transcript.open_failed.connect(lambda path: w.statusBar().showMessage(f"No application opens {path}", 6000))
-    return w.transcript
+class Menus:
+    """File, Chat and View with their shortcuts, their slots on `w` (the window, typed loosely so that this
+    module does not import it back). The actions tests and toggles need are kept here."""
+
+    def __init__(self, w: Any, highlight: bool, chart: bool) -> None:
+        bar = w.menuBar()
+        file = bar.addMenu("&File")
+        _act(file, "&New chat", w.new_conversation, QKeySequence.StandardKey.New)
+        self.export_action = _act(file, "&Export chat…", w.export_conversation)
+        self.import_action = _act(file, "&Import chat…", w.import_conversation)
+        file.addSeparator()
+        _act(file, "&Models…", w.show_models)
+        _act(file, "&Settings…", w.show_settings, "Ctrl+,")  # StandardKey.Preferences is empty on Linux
+        file.addSeparator()
+        _act(file, "&Quit", w.close, QKeySequence.StandardKey.Quit)
+        chat = bar.addMenu("&Chat")
+        _act(chat, "&Stop", w.stop, Qt.Key.Key_Escape)
+        _act(chat, "&Regenerate", lambda: w.regenerate(higher=False), "Ctrl+R")
+        _act(chat, "Regenerate at &higher precision", lambda: w.regenerate(higher=True), "Ctrl+Shift+R")
+        chat.addSeparator()
+        _act(chat, "Manage &presets…", w.show_presets)
+        view = bar.addMenu("&View")
+        _act(view, "Zoom &in", lambda: w.zoom(+1), [QKeySequence("Ctrl++"), QKeySequence("Ctrl+=")])
+        _act(view, "Zoom &out", lambda: w.zoom(-1), QKeySequence("Ctrl+-"))
+        _act(view, "&Reset zoom", lambda: w.zoom(0), QKeySequence("Ctrl+0"))
+        self.highlight_toggle = _act(view, "&Highlight draft tokens", w.toggle_view)
+        self.chart_toggle = _act(view, "Speed &chart", w.toggle_view)
+        for action in (self.highlight_toggle, self.chart_toggle):
+            action.setCheckable(True)
+        self.show_view(highlight, chart)
+
+    def show_view(self, highlight: bool, chart: bool) -> None:
+        self.highlight_toggle.setChecked(highlight)
+        self.chart_toggle.setChecked(chart)
 
 
-def input_row(w: MainWindow) -> QVBoxLayout:
-    """What this chat answers from (`w.answer_from`) and its system-prompt preset (`w.preset_box`), then the
-    input box with Send, Stop and Regenerate (its menu: answer at higher precision)."""
-    w.answer_from = QComboBox()
-    w.answer_from.setAccessibleName("Answer from")
-    w.answer_from.setToolTip(
-        "Answer from your documents: the best passages go into the question, and the answer lists its sources"
-    )
-    w.answer_from.addItem("No documents", None)
-    w.answer_from.addItem("All documents", "")
-    w.answer_from.activated.connect(lambda i: w.choose_documents(w.answer_from.itemData(i)))
-    w.preset_box = QComboBox()
-    w.preset_box.setAccessibleName("System-prompt preset")
-    w.preset_box.setToolTip("What the assistant is told before this chat, and how it samples (Manage presets…)")
-    w.preset_box.activated.connect(lambda i: w.choose_preset(w.preset_box.itemData(i)))
-    manage = QPushButton("Manage presets…")
-    manage.clicked.connect(w.show_presets)
-    choice = QHBoxLayout()
-    choice.addWidget(QLabel("&Answer from:", buddy=w.answer_from))
-    choice.addWidget(w.answer_from)
-    choice.addSpacing(12)
-    choice.addWidget(QLabel("&Preset:", buddy=w.preset_box))
-    choice.addWidget(w.preset_box)
-    choice.addWidget(manage)
-    choice.addStretch(1)
-    w.input = InputBox()
-    w.input.submitted.connect(w.send)
-    w.send_button = QPushButton("Send")
-    w.send_button.setToolTip("Send (Enter)")
-    w.send_button.clicked.connect(w.send)
-    w.stop_button = QPushButton("Stop")
-    w.stop_button.setToolTip("Stop the answer (Esc)")
-    w.stop_button.clicked.connect(w.stop)
-    w.regenerate_button = QToolButton()
-    w.regenerate_button.setText("Regenerate")
-    w.regenerate_button.setAccessibleName("Regenerate the last answer")
-    w.regenerate_button.setPopupMode(QToolButton.ToolButtonPopupMode.MenuButtonPopup)
-    w.regenerate_button.clicked.connect(lambda: w.regenerate(higher=False))
-    menu = QMenu(w.regenerate_button)
-    w.higher_action = menu.addAction("Answer at higher precision")
-    w.higher_action.triggered.connect(lambda: w.regenerate(higher=True))
-    w.regenerate_button.setMenu(menu)
-    actions = QVBoxLayout()
-    for b in (w.send_button, w.stop_button, w.regenerate_button):
-        b.setMinimumWidth(110)
-        actions.addWidget(b)
-    actions.addStretch(1)
-    row = QHBoxLayout()
-    row.addWidget(w.input, 1)
-    row.addLayout(actions)
-    bottom = QVBoxLayout()
-    bottom.addLayout(choice)
-    bottom.addLayout(row)
-    return bottom
+def _act(menu: QMenu, text: str, slot: Callable[..., Any], keys: Any = None) -> QAction:
+    a = menu.addAction(text)
+    a.triggered.connect(slot)
+    if keys is not None:
+        a.setShortcuts(keys if isinstance(keys, list) else [QKeySequence(keys)])
+    return a
 
-
-def status_bar(w: MainWindow) -> None:
-    """The status bar's answer facts and speed chart; the labels also by name, for the tests and the self-test."""
-    w.stats = StatsBar(w.statusBar())
-    w.badge, w.precision, w.speed = w.stats.badge, w.stats.precision, w.stats.speed
-    w.acceptance, w.placement = w.stats.acceptance, w.stats.placement
-    w.speedup, w.speed_chart = w.stats.speedup, w.stats.chart
-    w.model_label, w.api_label = w.stats.model_label, w.stats.api_label
-
-
-def menus(w: MainWindow) -> None:
-    """File, Chat and View with their shortcuts; Export and Import chat as `w.export_action` and
-    `w.import_action`, the View toggles as `w.highlight_toggle` and `w.chart_toggle`."""
-
-    def act(menu: QMenu, text: str, slot: Any, keys: Any = None) -> QAction:
-        a = menu.addAction(text)
-        a.triggered.connect(slot)
-        if keys is not None:
-            a.setShortcuts(keys if isinstance(keys, list) else [QKeySequence(keys)])
-        return a
-
-    file = w.menuBar().addMenu("&File")
-    act(file, "&New chat", w.new_conversation, QKeySequence.StandardKey.New)
-    w.export_action = act(file, "&Export chat…", w.export_conversation)
-    w.import_action = act(file, "&Import chat…", w.import_conversation)
-    file.addSeparator()
-    act(file, "&Models…", w.show_models)
-    act(file, "&Settings…", w.show_settings, "Ctrl+,")  # StandardKey.Preferences is empty on Linux
-    file.addSeparator()
-    act(file, "&Quit", w.close, QKeySequence.StandardKey.Quit)
-    chat = w.menuBar().addMenu("&Chat")
-    act(chat, "&Stop", w.stop, Qt.Key.Key_Escape)
-    act(chat, "&Regenerate", lambda: w.regenerate(higher=False), "Ctrl+R")
-    act(chat, "Regenerate at &higher precision", lambda: w.regenerate(higher=True), "Ctrl+Shift+R")
-    chat.addSeparator()
-    act(chat, "Manage &presets…", w.show_presets)
-    view = w.menuBar().addMenu("&View")
-    act(view, "Zoom &in", lambda: w.zoom(+1), [QKeySequence("Ctrl++"), QKeySequence("Ctrl+=")])
-    act(view, "Zoom &out", lambda: w.zoom(-1), QKeySequence("Ctrl+-"))
-    act(view, "&Reset zoom", lambda: w.zoom(0), QKeySequence("Ctrl+0"))
-    w.highlight_toggle = act(view, "&Highlight draft tokens", w._toggle_highlight)
-    w.highlight_toggle.setCheckable(True)
-    w.highlight_toggle.setChecked(w.settings.highlight_draft)
-    w.chart_toggle = act(view, "Speed &chart", w._toggle_chart)
-    w.chart_toggle.setCheckable(True)
-    w.chart_toggle.setChecked(w.settings.speed_chart)
-    w.speed_chart.setVisible(w.settings.speed_chart)

@@ -81,19 +81,19 @@ def test_send_streams_text_then_stats(qtbot, window: MainWindow) -> None:
     acceptance = window.acceptance.text()
     assert acceptance.startswith("acceptance ") if drafted else acceptance == "no draft", (drafted, acceptance)
     assert window.speed.text().endswith("tok/s")
-    assert window.placement.text().startswith("CPU") and window.model_label.text() == DEMO_NAME
+    assert window.placement.text().startswith("CPU") and window.stats.model_label.text() == DEMO_NAME
     stored = window.store.messages(window.conversation)
     assert [m.role for m in stored] == ["user", "assistant"] and stored[1].content.strip() == answer
     assert stored[1].meta["pair"] == "F16 ← Q4_K_M" and stored[1].meta["tokens"] > 0
     assert "Low · F16 ← Q4_K_M" in window.transcript.toPlainText()
-    assert window.input.toPlainText() == "" and window.send_button.isEnabled()
+    assert window.input.toPlainText() == "" and window.composer.send_button.isEnabled()
 
 
 @pytest.mark.slow
 def test_stop_mid_answer_then_send_again(qtbot, demo_cache: Path, tmp_path: Path) -> None:
     w = start_long_answer(qtbot, tmp_path)
     with qtbot.waitSignal(w.answer_finished, timeout=ANSWER_MS):  # a guard against a hang, not a speed test
-        qtbot.mouseClick(w.stop_button, Qt.MouseButton.LeftButton)
+        qtbot.mouseClick(w.composer.stop_button, Qt.MouseButton.LeftButton)
     stopped = w.store.messages(w.conversation)[-1]
     assert stopped.role == "assistant" and stopped.meta["stop_reason"] == "cancelled"
     assert 0 < stopped.meta["tokens"] < 400 and "stopped" in w.transcript.toPlainText()
@@ -124,13 +124,13 @@ def test_regenerate_at_higher_precision_replaces_the_answer(qtbot, window: MainW
     window.apply_settings(replace(window.settings, preset="paper", max_tokens=8))
     ask(qtbot, window, LOW)
     assert window.store.messages(window.conversation)[-1].meta["parent"] == "q8_0"
-    assert window.higher_action.isEnabled()
+    assert window.composer.higher_action.isEnabled()
     with qtbot.waitSignal(window.answer_finished, timeout=ANSWER_MS):
-        window.higher_action.trigger()
+        window.composer.higher_action.trigger()
     messages = window.store.messages(window.conversation)
     assert [m.role for m in messages] == ["user", "assistant"]
     assert messages[-1].meta["parent"] == "f16" and window.precision.text() == "F16 ← Q4_K_M"
-    assert not window.higher_action.isEnabled()  # F16 is the top
+    assert not window.composer.higher_action.isEnabled()  # F16 is the top
 
 
 @pytest.mark.slow
@@ -163,8 +163,8 @@ def test_conversation_persists_across_restart(qtbot, demo_cache: Path, tmp_path:
     first.close()
     second = open_window(tmp_path)
     qtbot.addWidget(second)
-    assert second.conversations.count() == 1
-    second.conversations.setCurrentRow(0)
+    assert second.chats.conversations.count() == 1
+    second.chats.conversations.setCurrentRow(0)
     text = second.transcript.toPlainText()
     assert "Name three primary colors." in text and answer.split()[0] in text and "tok/s" in text
     second.close()
@@ -177,16 +177,16 @@ def test_conversation_list_search_rename_delete(qtbot, tmp_path: Path, monkeypat
     store.add_message(b, "user", "How do I bake sourdough?")
     w = MainWindow(store, QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
     qtbot.addWidget(w)
-    assert w.conversations.count() == 2
-    qtbot.keyClicks(w.search, "sourdough")
-    assert [w.conversations.item(i).text() for i in range(w.conversations.count())] == ["Bread"]
-    w.search.clear()
+    assert w.chats.conversations.count() == 2
+    qtbot.keyClicks(w.chats.search, "sourdough")
+    assert [w.chats.conversations.item(i).text() for i in range(w.chats.conversations.count())] == ["Bread"]
+    w.chats.search.clear()
     w.open_conversation(a)
-    monkeypatch.setattr("app.window.QInputDialog.getText", lambda *a, **k: ("Primary colours", True))
-    w.rename_conversation()
+    monkeypatch.setattr("app.window_panels.QInputDialog.getText", lambda *a, **k: ("Primary colours", True))
+    w.chats.rename_button.click()
     assert store.title(a) == "Primary colours"
-    monkeypatch.setattr("app.window.QMessageBox.question", lambda *a, **k: QMessageBox.StandardButton.Yes)
-    w.delete_conversation()
+    monkeypatch.setattr("app.window_panels.QMessageBox.question", lambda *a, **k: QMessageBox.StandardButton.Yes)
+    w.chats.delete_button.click()
     assert [c.title for c in store.conversations()] == ["Bread"] and store.messages(a) == []
     w.close()
 
@@ -222,7 +222,7 @@ def test_conversion_shows_progress_and_cancel_leaves_no_partial(qtbot, isolated_
     assert not w.complete_models() and not w.welcome.isHidden()  # first run: the demo button is offered
     dialog = w.models
     with qtbot.waitSignal(dialog.progressed, timeout=30_000, check_params_cb=lambda p: p.done > 0):
-        qtbot.mouseClick(w.demo_button, Qt.MouseButton.LeftButton)
+        qtbot.mouseClick(w.welcome.demo_button, Qt.MouseButton.LeftButton)
     assert dialog.bar.value() > 0 and "F16" in dialog.stage.text()
     with qtbot.waitSignal(dialog.conversion_ended, timeout=30_000):
         qtbot.mouseClick(dialog.cancel_button, Qt.MouseButton.LeftButton)
@@ -300,9 +300,9 @@ def test_a_build_without_the_demo_offers_the_model_manager(
     monkeypatch.setattr("converters.sources.DEMO_PACKAGE", "specquant_no_such_demo_package")
     w = open_window(tmp_path)
     qtbot.addWidget(w)
-    assert w.welcome.isVisible() and w.demo_button.text() == "Add a model…"
+    assert w.welcome.isVisible() and w.welcome.demo_button.text() == "Add a model…"
     assert not w.models.demo_shipped
-    qtbot.mouseClick(w.demo_button, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(w.welcome.demo_button, Qt.MouseButton.LeftButton)
     assert w.models.isVisible() and w.models.demo_button.isHidden()
     w.close()
 
@@ -332,7 +332,7 @@ def test_model_manager_adds_uses_and_deletes_a_model(
     assert "micro-added is ready" in dialog.stage.text()
     names = [dialog.tree.topLevelItem(i).text(0) for i in range(dialog.tree.topLevelItemCount())]
     assert names == sorted([DEMO_NAME, "micro-added"])
-    assert w.model == "micro-added" and w.model_box.currentData() == "micro-added"  # the new model is used
+    assert w.model == "micro-added" and w.model_bar.model_box.currentData() == "micro-added"  # the new model is used
     item = dialog.tree.findItems("micro-added", Qt.MatchFlag.MatchExactly)[0]
     assert [item.child(i).text(0) for i in range(item.childCount())] == ["F16", "Q8_0", "Q4_K_M"]
     dialog.tree.setCurrentItem(item)
@@ -412,7 +412,7 @@ def test_the_local_api_server_answers_with_the_windows_engine(qtbot, demo_cache:
     port = _free_port()
     w = open_window(tmp_path, max_tokens=24, api_server=True, api_port=port)
     qtbot.addWidget(w)
-    assert w.api_label.isVisible() and w.api_label.text() == f"API: http://127.0.0.1:{port}"
+    assert w.stats.api_label.isVisible() and w.stats.api_label.text() == f"API: http://127.0.0.1:{port}"
     assert ask(qtbot, w, LOW)
     engine = w.runner.engine
 
@@ -438,7 +438,7 @@ def test_the_local_api_server_answers_with_the_windows_engine(qtbot, demo_cache:
     assert w.runner.engine is engine  # not a second copy of the model
 
     w.apply_settings(replace(w.settings, api_server=False))
-    assert not w.api_label.isVisible() and w.api is None
+    assert not w.stats.api_label.isVisible() and w.api.server is None
     with pytest.raises(openai.APIConnectionError):
         client.models.list()
     w.close()
@@ -453,6 +453,6 @@ def test_a_taken_api_port_is_said_in_the_banner(qtbot, demo_cache: Path, tmp_pat
         port = taken.getsockname()[1]
         w = open_window(tmp_path, api_server=True, api_port=port)
         qtbot.addWidget(w)
-        assert w.api is None and not w.api_label.isVisible()
+        assert w.api.server is None and not w.stats.api_label.isVisible()
         assert f"cannot listen on 127.0.0.1:{port}" in w.banner.message
         w.close()

@@ -64,11 +64,11 @@ def pick(box, text: str) -> None:
 
 
 def save_dialog(monkeypatch: pytest.MonkeyPatch, path: Path, chosen: str) -> None:
-    monkeypatch.setattr("app.window.QFileDialog.getSaveFileName", lambda *a, **k: (str(path), chosen))
+    monkeypatch.setattr("app.chat_files.QFileDialog.getSaveFileName", lambda *a, **k: (str(path), chosen))
 
 
 def open_dialog(monkeypatch: pytest.MonkeyPatch, path: Path) -> None:
-    monkeypatch.setattr("app.window.QFileDialog.getOpenFileName", lambda *a, **k: (str(path), ""))
+    monkeypatch.setattr("app.chat_files.QFileDialog.getOpenFileName", lambda *a, **k: (str(path), ""))
 
 
 def test_a_chats_preset_reaches_the_engine_not_the_history_and_survives_reopening(
@@ -77,10 +77,10 @@ def test_a_chats_preset_reaches_the_engine_not_the_history_and_survives_reopenin
     w = window(qtbot, data, max_tokens=8)
     plain = answered(qtbot, w, QUESTION)  # a chat without preset, to compare with
     plain_chat = w.conversation
-    assert w.preset_box.currentData() is None
+    assert w.composer.preset_box.currentData() is None
 
     w.new_conversation()
-    pick(w.preset_box, "Concise")  # before the first message: kept with it
+    pick(w.composer.preset_box, "Concise")  # before the first message: kept with it
     concise = find_preset("Concise")
     live = answered(qtbot, w, QUESTION)
     chat = w.conversation
@@ -97,11 +97,11 @@ def test_a_chats_preset_reaches_the_engine_not_the_history_and_survives_reopenin
     assert w.store.model(chat) == DEMO_NAME  # the model it answered with
 
     w.open_conversation(plain_chat)
-    assert w.preset_box.currentData() is None
+    assert w.composer.preset_box.currentData() is None
     w.close()
     again = window(qtbot, data)
     again.open_conversation(chat)
-    assert again.preset_box.currentText() == "Concise"
+    assert again.composer.preset_box.currentText() == "Concise"
     again.close()
 
 
@@ -120,7 +120,7 @@ def test_an_unreadable_presets_file_is_one_status_line_and_the_shipped_presets_s
     w = window(qtbot, data)
     line = w.statusBar().currentMessage()
     assert "presets.json" in line and "temperature" in line and "\n" not in line
-    offered = [w.preset_box.itemText(i) for i in range(w.preset_box.count())]
+    offered = [w.composer.preset_box.itemText(i) for i in range(w.composer.preset_box.count())]
     assert offered == ["No preset", "Assistant", "Concise", "Coder", "Teacher", "Writer"]
     w.close()
 
@@ -144,17 +144,18 @@ def test_the_presets_manager_adds_edits_and_deletes_the_users_presets(qtbot, dat
     dialog.temperature.setText("0.7")
     dialog.save_button.click()
     assert dialog.error.text() == ""
-    assert "Pirate" in [w.preset_box.itemText(i) for i in range(w.preset_box.count())]  # the window reloaded
+    box = w.composer.preset_box
+    assert "Pirate" in [box.itemText(i) for i in range(box.count())]  # the window reloaded
     assert find_preset("Pirate").sampling == (("temperature", 0.7),)
 
-    pick(w.preset_box, "Pirate")  # a new chat's choice, then the preset renamed and deleted under it
+    pick(w.composer.preset_box, "Pirate")  # a new chat's choice, then the preset renamed and deleted under it
     dialog.name.setText("Corsair")
     dialog.save_button.click()
     names = [dialog.list.item(i).text() for i in range(dialog.list.count())]
     assert "Corsair" in names and "Pirate" not in names
     dialog.delete_button.click()
     assert [p["name"] for p in json.loads((tmp_path / "config" / "presets.json").read_text())["presets"]] == []
-    assert w.preset_box.currentText() == "Pirate (gone)"  # the chat's choice is still shown, marked
+    assert w.composer.preset_box.currentText() == "Pirate (gone)"  # the chat's choice is still shown, marked
     dialog.new_button.click()
     dialog.name.setText("x" * 100)  # a bad name from the runtime's own check: one line, no traceback
     dialog.save_button.click()
@@ -173,10 +174,10 @@ def test_a_chat_switches_back_to_its_model(qtbot, demo_cache: Path, data: Path) 
     store.close()
     w = window(qtbot, data)
     w.open_conversation(second)
-    assert w.model == "twin" and w.model_box.currentData() == "twin"
+    assert w.model == "twin" and w.model_bar.model_box.currentData() == "twin"
     w.open_conversation(first)
     assert w.model == DEMO_NAME
-    pick(w.model_box, "twin")  # picked for this chat: it is remembered with it
+    pick(w.model_bar.model_box, "twin")  # picked for this chat: it is remembered with it
     assert w.store.model(first) == "twin"
     w.open_conversation(gone)
     assert w.model == "twin" and "deleted-model" in w.statusBar().currentMessage()
@@ -193,23 +194,23 @@ def test_export_then_import_gives_the_same_chat(qtbot, data: Path, tmp_path: Pat
     w.open_conversation(chat)
 
     save_dialog(monkeypatch, tmp_path / "chat.json", "JSON (*.json)")
-    w.export_action.trigger()
+    w.menus.export_action.trigger()
     assert w.statusBar().currentMessage() == f"Exported to {tmp_path / 'chat.json'}"
     save_dialog(monkeypatch, tmp_path / "chat", "Markdown (*.md)")  # no suffix: the chosen filter's
-    w.export_action.trigger()
+    w.menus.export_action.trigger()
     markdown = (tmp_path / "chat.md").read_text()
     assert markdown.startswith("# How to install Frobnicator\n") and "## Assistant" in markdown
     assert "> Q8_0 + Q4_K_M · 41.5 tok/s" in markdown and "1. /docs/install.md" in markdown
 
     open_dialog(monkeypatch, tmp_path / "chat.json")
-    w.import_action.trigger()
+    w.menus.import_action.trigger()
     new = w.conversation
     assert new not in (None, chat) and w.statusBar().currentMessage() == "Imported “How to install Frobnicator”"
     assert w.store.title(new) == "How to install Frobnicator" and w.store.documents(new) == "frob"
     before = [(m.role, m.content, m.meta) for m in w.store.messages(chat)]
     assert [(m.role, m.content, m.meta) for m in w.store.messages(new)] == before
     assert "pip install frobnicator" in w.transcript.toPlainText() and "Sources" in w.transcript.toPlainText()
-    assert w.answer_from.currentData() == "frob"
+    assert w.composer.answer_from.currentData() == "frob"
     w.close()
 
 
@@ -230,15 +231,15 @@ def test_a_bad_import_is_one_status_line_and_no_new_chat(qtbot, data: Path, tmp_
     for name, text in bad.items():
         (tmp_path / name).write_text(text)
         open_dialog(monkeypatch, tmp_path / name)
-        w.import_action.trigger()
+        w.menus.import_action.trigger()
         line = w.statusBar().currentMessage()
         assert line and "\n" not in line, name
         assert w.store.conversations() == [] and w.conversation is None
     assert "'tool'" in line
     open_dialog(monkeypatch, tmp_path / "missing.json")
-    w.import_action.trigger()
+    w.menus.import_action.trigger()
     assert "cannot read it" in w.statusBar().currentMessage() and w.store.conversations() == []
-    w.export_action.trigger()  # no chat open
+    w.menus.export_action.trigger()  # no chat open
     assert w.statusBar().currentMessage() == "Open a chat to export it."
     w.close()
 
@@ -276,8 +277,8 @@ def test_an_old_history_loads_and_keeps_its_chats(qtbot, data: Path, version: in
     w.open_conversation(1)
     assert [c.title for c in w.store.conversations()] == ["Colours"]
     assert "Red, yellow and blue." in w.transcript.toPlainText()
-    assert w.preset_box.currentData() is None and w.store.model(1) is None and w.store.documents(1) is None
-    pick(w.preset_box, "Teacher")
+    assert w.composer.preset_box.currentData() is None and w.store.model(1) is None and w.store.documents(1) is None
+    pick(w.composer.preset_box, "Teacher")
     w.close()
     store = Store(db)
     assert store.preset(1) == "Teacher" and len(store.messages(1)) == 2

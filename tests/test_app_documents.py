@@ -105,7 +105,7 @@ def test_a_folder_added_in_the_panel_is_indexed_and_a_bad_file_shows_its_error(
     qtbot.waitUntil(lambda: panel.jobs == 0, timeout=INDEX_MS)
     assert panel.status.text() == "Added to frob: 2 files indexed (2 chunks), 1 could not be indexed."
     assert (data / "documents.sqlite3").is_file()  # beside the history, in the data directory
-    assert [w.answer_from.itemText(i) for i in range(w.answer_from.count())] == [
+    assert [w.composer.answer_from.itemText(i) for i in range(w.composer.answer_from.count())] == [
         "No documents", "All documents", "frob"
     ]
 
@@ -148,14 +148,14 @@ def test_an_answer_from_a_collection_lists_its_sources_and_they_survive_reopenin
     check_sources(w)
     conversation = w.conversation
     w.new_conversation()  # a new chat starts without documents
-    assert w.answer_from.currentData() is None and not sources(w)
+    assert w.composer.answer_from.currentData() is None and not sources(w)
     w.close()
 
     again = open_window(data)
     qtbot.addWidget(again)
     again.open_conversation(conversation)
     check_sources(again)  # from the stored facts
-    assert again.answer_from.currentText() == "frob"
+    assert again.composer.answer_from.currentText() == "frob"
     again.close()
 
 

@@ -125,12 +125,12 @@ def test_status_bar_and_meta_line_show_the_speedup_and_the_chart_one_point_per_c
 
     stored = w.store.messages(w.conversation)[-1].meta
     if s.speedup_note is not None:  # the machine's speed changed under the answer (tests/test_plain_estimate.py)
-        assert w.speedup.text() == "" and s.speedup_note in w.speedup.toolTip()
+        assert w.stats.speedup.text() == "" and s.speedup_note in w.stats.speedup.toolTip()
         assert "×" not in w.transcript.toPlainText() and stored["speedup"] is None
     else:
-        check_speedup_text(w.speedup.text(), s, "f16")
-        assert w.speedup.text() == speedup_text(answer_facts(last))
-        assert f"{s.elapsed_s:.2f} s" in w.speedup.toolTip()
+        check_speedup_text(w.stats.speedup.text(), s, "f16")
+        assert w.stats.speedup.text() == speedup_text(answer_facts(last))
+        assert f"{s.elapsed_s:.2f} s" in w.stats.speedup.toolTip()
         check_speedup_text(w.transcript.toPlainText(), s, "f16")  # the meta line under the answer
         assert stored["speedup"] == pytest.approx(s.speedup, abs=1e-3)
 
@@ -144,8 +144,8 @@ def test_without_drafting_the_tooltip_says_why_and_nothing_is_claimed(qtbot, dem
     w = open_window(tmp_path, max_tokens=8, speculation=False)
     qtbot.addWidget(w)
     assert ask(qtbot, w, PROMPT)
-    assert w.speedup.text() == "plain F16"
-    assert w.speedup.toolTip().startswith("Nothing was drafted: no draft for this pair")
+    assert w.stats.speedup.text() == "plain F16"
+    assert w.stats.speedup.toolTip().startswith("Nothing was drafted: no draft for this pair")
     assert "×" not in w.transcript.toPlainText()
     w.close()
 
@@ -153,14 +153,14 @@ def test_without_drafting_the_tooltip_says_why_and_nothing_is_claimed(qtbot, dem
 def test_view_menu_hides_the_chart_and_remembers(qtbot, demo_cache: Path, tmp_path: Path) -> None:
     w = open_window(tmp_path)
     qtbot.addWidget(w)
-    assert w.chart_toggle.isChecked() and w.speed_chart.isVisible()
-    w.chart_toggle.trigger()
+    assert w.menus.chart_toggle.isChecked() and w.speed_chart.isVisible()
+    w.menus.chart_toggle.trigger()
     assert not w.speed_chart.isVisible()
     w.close()
     assert load_settings(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)).speed_chart is False
     w = open_window(tmp_path)
     qtbot.addWidget(w)
-    assert not w.chart_toggle.isChecked() and not w.speed_chart.isVisible()
+    assert not w.menus.chart_toggle.isChecked() and not w.speed_chart.isVisible()
     w.close()
 
 

@@ -63,10 +63,10 @@ def send(w: MainWindow, text: str) -> None:
 
 def question(qtbot, w: MainWindow) -> ApprovalDialog:
     """The approval dialog, once the turn opens it (a turn that ends without asking fails at once)."""
-    qtbot.waitUntil(lambda: w.live is None or (w.approval_dialog is not None and w.approval_dialog.isVisible()),
+    qtbot.waitUntil(lambda: w.live is None or (w.approval.dialog is not None and w.approval.dialog.isVisible()),
                     timeout=TURN_MS)
-    assert w.approval_dialog is not None, "the turn ended without asking"
-    return w.approval_dialog
+    assert w.approval.dialog is not None, "the turn ended without asking"
+    return w.approval.dialog
 
 
 def server_rows(panel) -> list[tuple[str, str]]:
@@ -85,7 +85,7 @@ def test_a_call_allowed_once_shows_its_block_and_result_and_the_chat_goes_on(
 ) -> None:
     servers(config, calc="add")
     w = window(qtbot, config)
-    assert w.tool_host is None  # nothing starts before a chat with tools answers
+    assert w.tools.host is None  # nothing starts before a chat with tools answers
     w.tools_panel.chat_tools.setChecked(True)  # a new chat's choice, kept with its first message
     streamed: list[str] = []
     w.chat.chunks_taken.connect(lambda chunks: streamed.extend(c.text for c in chunks))
@@ -135,7 +135,7 @@ def test_deny_never_reaches_the_server_and_always_is_remembered_then_revoked(
 ) -> None:
     servers(config, calc="add")
     w = window(qtbot, config)
-    host = w.ensure_tool_host()
+    host = w.tools.ensure()
     ran: list[str] = []
     real_call = host.call
     monkeypatch.setattr(host, "call", lambda name, *a, **k: ran.append(name) or real_call(name, *a, **k))
@@ -194,8 +194,8 @@ def test_a_tool_switched_off_in_the_tools_tab_is_neither_offered_nor_run_by_the_
     panel.start_button.click()
     qtbot.waitUntil(lambda: panel.tree.topLevelItem(0).childCount() == 1, timeout=ANSWER_MS)
     panel.tree.topLevelItem(0).child(0).setCheckState(0, Qt.CheckState.Unchecked)  # as the user unticks it
-    assert not w.tool_switches.is_on("calc", "add")
-    host = w.ensure_tool_host()
+    assert not w.tools.switches.is_on("calc", "add")
+    host = w.tools.ensure()
     ran: list[str] = []
     real_call = host.call
     monkeypatch.setattr(host, "call", lambda name, *a, **k: ran.append(name) or real_call(name, *a, **k))
@@ -226,7 +226,7 @@ def test_stop_during_a_call_that_hangs_ends_the_turn_at_once(qtbot, demo_cache: 
                                                          for c in r["calls"]), timeout=TURN_MS)
     started = time.monotonic()
     with qtbot.waitSignal(w.answer_finished, timeout=5000):
-        qtbot.mouseClick(w.stop_button, Qt.MouseButton.LeftButton)
+        qtbot.mouseClick(w.composer.stop_button, Qt.MouseButton.LeftButton)
     assert time.monotonic() - started < 5
     [call] = calls(w, w.conversation)
     assert call["outcome"] == "stopped" and "slow › hang — stopped" in w.transcript.toPlainText()
@@ -278,11 +278,11 @@ def test_the_panel_adds_starts_switches_and_removes_servers(
     tool = panel.tree.topLevelItem(0).child(0)
     assert tool.text(0) == "add" and tool.checkState(0) == Qt.CheckState.Checked
     tool.setCheckState(0, Qt.CheckState.Unchecked)
-    assert not w.tool_switches.is_on("calc", "add")
+    assert not w.tools.switches.is_on("calc", "add")
     from runtime.chat.toolbox import McpToolbox
     from runtime.mcp import ApprovalPolicy
 
-    offered = McpToolbox(w.tool_host, ApprovalPolicy("all"), switches=w.tool_switches, owns_host=False)
+    offered = McpToolbox(w.tools.host, ApprovalPolicy("all"), switches=w.tools.switches, owns_host=False)
     assert [t.name for t in offered.tools()] == ["echo__echo"]  # calc__add is off
     refused = offered.call("calc__add", {"a": 1, "b": 2}, threading.Event())  # and a call to it does not run
     assert refused.is_error and refused.text == SWITCHED_OFF
@@ -293,7 +293,7 @@ def test_the_panel_adds_starts_switches_and_removes_servers(
     monkeypatch.setattr("app.tools_panel.QMessageBox.question", lambda *a, **k: QMessageBox.StandardButton.Yes)
     panel.remove_button.click()
     assert list(json.loads((config / "mcp.json").read_text())["mcpServers"]) == ["echo"]
-    assert Approvals().allowed() == {} and w.tool_switches.off() == {} and w.tool_host is None
+    assert Approvals().allowed() == {} and w.tools.switches.off() == {} and w.tools.host is None
     assert [name for name, _ in server_rows(panel)] == ["echo"]
 
     # A bad entry written by hand: one line under the list, the other servers listed.
