@@ -2,7 +2,7 @@
 
 Supported: llama (SmolLM/SmolLM2, Llama 3.x), Mistral (as llama.cpp reads it: llama), qwen2/qwen2.5, qwen3,
 SmolLM3 (llama with every fourth layer unrotated) and Granite 3.x (llama with four scales), all with byte-level
-BPE tokenizers.
+BPE tokenizers; and Phi-3/Phi-4-mini (`phi3`: fused QKV and gate-up projections, partial rotary, LongRoPE).
 """
 
 from __future__ import annotations
@@ -37,7 +37,9 @@ ARCHITECTURES = {
     "MistralForCausalLM": ArchSpec(gguf.MODEL_ARCH.LLAMA, permute_qk=True),  # llama.cpp's convert does the same
     "SmolLM3ForCausalLM": ArchSpec(gguf.MODEL_ARCH.SMOLLM3, permute_qk=True),
     "GraniteForCausalLM": ArchSpec(gguf.MODEL_ARCH.GRANITE, permute_qk=True),
+    "Phi3ForCausalLM": ArchSpec(gguf.MODEL_ARCH.PHI3, permute_qk=False),  # NEOX RoPE, as HF's rotate-half
 }
+_FUSED_QKV = "self_attn.qkv_proj.weight"  # Phi-3: q, k and v rows in one tensor
 # Granite's multipliers (config.json) and the GGUF keys llama.cpp reads them from.
 _GRANITE_SCALES = {
     "embedding_multiplier": "add_embedding_scale",
@@ -113,6 +115,25 @@ def llama3_rope_factors(config: dict[str, Any], head_dim: int) -> np.ndarray | N
     return np.asarray(factors, dtype=np.float32)
 
 
+def rotary_dims(config: dict[str, Any], head_dim: int) -> int:
+    """How many of a head's dimensions are rotated (Phi-4-mini rotates 3/4 of them)."""
+    return int(head_dim * float(config.get("partial_rotary_factor", 1.0)))
+
+
+def longrope(config: dict[str, Any], head_dim: int) -> tuple[np.ndarray, np.ndarray, float] | None:
+    """Phi's LongRoPE as llama.cpp reads it: per-dimension factors for short and long contexts, and the
+    attention factor sqrt(1 + ln(scale) / ln(original context)); None without it."""
+    scaling = config.get("rope_scaling") or {}
+    if scaling.get("rope_type", scaling.get("type")) != "longrope":
+        return None
+    orig = int(config.get("original_max_position_embeddings") or scaling.get("original_max_position_embeddings"))
+    scale = int(config.get("max_position_embeddings", orig)) / orig
+    attn = 1.0 if scale <= 1.0 else math.sqrt(1 + math.log(scale) / math.log(orig))
+    long = np.asarray(scaling["long_factor"], dtype=np.float32)
+    short = np.asarray(scaling["short_factor"], dtype=np.float32)
+    return long, short, float(scaling.get("attention_factor") or attn)
+
+
 def _add_hparams(w: gguf.GGUFWriter, config: dict[str, Any], head_dim: int, name: str) -> None:
     n_head = int(config["num_attention_heads"])
     w.add_name(name)
@@ -125,7 +146,7 @@ def _add_hparams(w: gguf.GGUFWriter, config: dict[str, Any], head_dim: int, name
     w.add_head_count_kv(int(config.get("num_key_value_heads") or n_head))
     w.add_layer_norm_rms_eps(float(config.get("rms_norm_eps", 1e-6)))
     w.add_rope_freq_base(float(config.get("rope_theta", 10000.0)))
-    w.add_rope_dimension_count(head_dim)
+    w.add_rope_dimension_count(rotary_dims(config, head_dim))
     w.add_vocab_size(int(config["vocab_size"]))
     if "head_dim" in config:
         w.add_key_length(head_dim)
@@ -137,6 +158,12 @@ def _add_hparams(w: gguf.GGUFWriter, config: dict[str, Any], head_dim: int, name
         w.add_rope_scaling_factor(float(scaling["factor"]))
         if kind == "yarn" and "original_max_position_embeddings" in scaling:
             w.add_rope_scaling_orig_ctx_len(int(scaling["original_max_position_embeddings"]))
+    elif kind == "longrope":
+        factors = longrope(config, head_dim)
+        assert factors is not None
+        w.add_rope_scaling_attn_factors(factors[2])
+        w.add_rope_scaling_orig_ctx_len(int(config.get("original_max_position_embeddings")
+                                            or scaling["original_max_position_embeddings"]))
     elif kind not in (None, "default", "llama3"):
         raise UserError(f"config.json: rope_scaling type {kind!r} is not supported")
     for key, method in _GRANITE_SCALES.items():
@@ -154,6 +181,9 @@ def check_family(config: dict[str, Any], path: Path) -> None:
         if layers != want:
             raise UserError(f"{path}: 'no_rope_layers' {layers} is not every {SMOLLM3_NO_ROPE_STEP}th layer, "
                             "the only pattern llama.cpp's smollm3 runs")
+    factor = config.get("partial_rotary_factor", 1.0)
+    if not _positive_real(factor) or factor > 1:
+        raise UserError(f"{path}: 'partial_rotary_factor' is {factor!r}; it must be a number above 0, at most 1")
     if "GraniteForCausalLM" in archs:
         for key in _GRANITE_SCALES:
             if key in config and not _positive_real(config[key]):
@@ -231,8 +261,11 @@ def check_config(config: dict[str, Any], path: Path) -> None:
     if not isinstance(scaling, dict):
         raise UserError(f"{path}: 'rope_scaling' must be an object, not {scaling!r}")
     kind = scaling.get("rope_type", scaling.get("type"))
-    if kind not in (None, "default", "linear", "yarn", "llama3"):
+    if kind not in (None, "default", "linear", "yarn", "llama3", "longrope"):
         raise UserError(f"{path}: rope_scaling type {kind!r} is not supported")
+    if kind == "longrope":
+        _check_longrope(config, scaling, path)
+        return
     if kind in ("linear", "yarn", "llama3") and not _positive_real(scaling.get("factor")):
         raise UserError(f"{path}: 'rope_scaling.factor' is {scaling.get('factor')!r}; it must be a positive number")
     for key in ("low_freq_factor", "high_freq_factor"):
@@ -243,6 +276,18 @@ def check_config(config: dict[str, Any], path: Path) -> None:
         raise UserError(f"{path}: 'rope_scaling.original_max_position_embeddings' is {orig!r}")
     if kind == "llama3" and scaling.get("low_freq_factor", 1.0) >= scaling.get("high_freq_factor", 4.0):
         raise UserError(f"{path}: 'rope_scaling.low_freq_factor' must be below 'high_freq_factor'")
+
+
+def _check_longrope(config: dict[str, Any], scaling: dict[str, Any], path: Path) -> None:
+    n_head = config["num_attention_heads"]
+    half = rotary_dims(config, config.get("head_dim") or config["hidden_size"] // n_head) // 2
+    for key in ("long_factor", "short_factor"):
+        factors = scaling.get(key)
+        if not isinstance(factors, list) or len(factors) != half or not all(map(_positive_real, factors)):
+            raise UserError(f"{path}: 'rope_scaling.{key}' must be {half} positive numbers")
+    orig = config.get("original_max_position_embeddings") or scaling.get("original_max_position_embeddings")
+    if not isinstance(orig, int) or isinstance(orig, bool) or not 2 <= orig <= _MAX_SIZE:
+        raise UserError(f"{path}: LongRoPE needs 'original_max_position_embeddings', not {orig!r}")
 
 
 def _positive_real(value: object) -> bool:
@@ -294,8 +339,13 @@ def check_against_tensors(config: dict[str, Any], source: dict[str, SafeTensor],
         )
     n_head = config["num_attention_heads"]
     head_dim = config.get("head_dim") or hidden // n_head
+    n_kv = config.get("num_key_value_heads") or n_head
     for i in range(n_layer):
-        for proj, heads in (("q_proj", n_head), ("k_proj", config.get("num_key_value_heads") or n_head)):
+        fused = source.get(f"model.layers.{i}.{_FUSED_QKV}")
+        if fused is not None:  # Phi-3: q, then k, then v rows
+            _check_heads(fused, fused.name, n_head + 2 * n_kv, head_dim, config_path)
+            continue
+        for proj, heads in (("q_proj", n_head), ("k_proj", n_kv)):
             hf_name = f"model.layers.{i}.self_attn.{proj}.weight"
             t = source.get(hf_name)
             if t is None:
@@ -357,6 +407,10 @@ def plan_hf(directory: Path, name: str) -> F16Plan:
     rope = llama3_rope_factors(config, head_dim)
     if rope is not None:
         planned.append(PlannedTensor("rope_freqs.weight", rope.shape, np.dtype(np.float32), lambda r=rope: [r]))
+    phi = longrope(config, head_dim)
+    if phi is not None:
+        for tensor, factors in (("rope_factors_long.weight", phi[0]), ("rope_factors_short.weight", phi[1])):
+            planned.append(PlannedTensor(tensor, factors.shape, np.dtype(np.float32), lambda f=factors: [f]))
     for hf_name, t in source.items():
         if hf_name.endswith(_IGNORED_SUFFIXES) or (tied and hf_name == _LM_HEAD):
             continue

@@ -276,7 +276,32 @@ def llama_to_family(src: Path, out: Path, arch: str) -> Path:
                 "no_rope_layer_interval": 4}
     elif arch == "GraniteForCausalLM":
         cfg |= {"model_type": "granite", **GRANITE_SCALES}
+    elif arch == "Phi3ForCausalLM":
+        _to_phi3(out, cfg)
     else:
         raise ValueError(arch)
     (out / "config.json").write_text(json.dumps(cfg))
     return out
+
+
+def _to_phi3(out: Path, cfg: dict) -> None:
+    """Phi-4-mini's layout: q, k and v fused, gate and up fused, 3/4 of each head rotated, LongRoPE."""
+    from safetensors.numpy import load_file
+
+    files = sorted(out.glob("*.safetensors"))
+    tensors = {k: v for f in files for k, v in load_file(f).items()}
+    for f in files:
+        f.unlink()
+    (out / "model.safetensors.index.json").unlink(missing_ok=True)
+    for i in range(cfg["num_hidden_layers"]):
+        a, m = f"model.layers.{i}.self_attn.", f"model.layers.{i}.mlp."
+        tensors[a + "qkv_proj.weight"] = np.concatenate([tensors.pop(a + f"{x}_proj.weight") for x in "qkv"])
+        tensors[m + "gate_up_proj.weight"] = np.concatenate([tensors.pop(m + "gate_proj.weight"),
+                                                             tensors.pop(m + "up_proj.weight")])
+    half = int(cfg["hidden_size"] // cfg["num_attention_heads"] * 0.75) // 2
+    rng = np.random.default_rng(5)
+    cfg |= {"model_type": "phi3", "partial_rotary_factor": 0.75, "max_position_embeddings": 131072,
+            "original_max_position_embeddings": 4096,
+            "rope_scaling": {"type": "longrope", "long_factor": (1 + 3 * rng.random(half)).tolist(),
+                             "short_factor": (1 + 2 * rng.random(half)).tolist()}}
+    save_file(tensors, str(out / "model.safetensors"))

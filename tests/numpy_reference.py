@@ -1,7 +1,8 @@
 """Independent numpy forward passes with Hugging Face semantics, for checking llama.cpp.
 
 - `hf_llama_logits`, llama/mistral/qwen2/qwen3/smollm3/granite: RMSNorm, rotate-half RoPE (none on SmolLM3's
-  `no_rope_layers`), grouped-query attention with a causal mask, SwiGLU MLP, and Granite's four multipliers.
+  `no_rope_layers`), grouped-query attention with a causal mask, SwiGLU MLP, and Granite's four multipliers;
+  phi3 too (fused qkv and gate-up projections, partial rotary, LongRoPE's short factors and attention factor).
   It reads the exported safetensors through the `safetensors` package, not through our
   converter's reader.
 - `bert_sentence_embedding`, BERT as sentence-transformers runs it (all-MiniLM-L6-v2): word, position and
@@ -39,10 +40,17 @@ def hf_llama_logits(model_dir: Path, ids: list[int]) -> np.ndarray:
     eps = cfg["rms_norm_eps"]
     t = len(ids)
 
-    inv_freq = 1.0 / (cfg["rope_theta"] ** (np.arange(0, d, 2, dtype=np.float64) / d))
+    rot = int(d * cfg.get("partial_rotary_factor", 1.0))  # Phi-4-mini rotates the first 3/4 of each head
+    inv_freq = 1.0 / (cfg["rope_theta"] ** (np.arange(0, rot, 2, dtype=np.float64) / rot))
+    scaling, mscale = cfg.get("rope_scaling") or {}, 1.0
+    if scaling.get("rope_type", scaling.get("type")) == "longrope":  # a short prompt: the short factors
+        orig = cfg["original_max_position_embeddings"]
+        inv_freq = inv_freq / np.asarray(scaling["short_factor"], dtype=np.float64)
+        mscale = math.sqrt(1 + math.log(cfg["max_position_embeddings"] / orig) / math.log(orig))
     angles = np.outer(np.arange(t), inv_freq)
     emb = np.concatenate([angles, angles], axis=-1)
-    cos, sin = np.cos(emb).astype(np.float32)[:, None, :], np.sin(emb).astype(np.float32)[:, None, :]
+    cos = (np.cos(emb) * mscale).astype(np.float32)[:, None, :]
+    sin = (np.sin(emb) * mscale).astype(np.float32)[:, None, :]
     mask = np.triu(np.full((t, t), -np.inf, dtype=np.float32), k=1)
 
     # Granite scales the embeddings, the attention scores, each residual branch and the logits.
@@ -54,6 +62,10 @@ def hf_llama_logits(model_dir: Path, ids: list[int]) -> np.ndarray:
         p = f"model.layers.{i}."
         h = _rms(x, w[p + "input_layernorm.weight"], eps)
         # qwen2 adds q/k/v biases; qwen3 normalises each head of q and k before RoPE.
+        if p + "self_attn.qkv_proj.weight" in w:  # phi3: q, k and v in one projection
+            qkv = w[p + "self_attn.qkv_proj.weight"]
+            for name, part in zip(("q", "k", "v"), np.split(qkv, [n_head * d, (n_head + n_kv) * d]), strict=True):
+                w[p + f"self_attn.{name}_proj.weight"] = part
         q = (h @ w[p + "self_attn.q_proj.weight"].T + w.get(p + "self_attn.q_proj.bias", zero)).reshape(t, n_head, d)
         k = (h @ w[p + "self_attn.k_proj.weight"].T + w.get(p + "self_attn.k_proj.bias", zero)).reshape(t, n_kv, d)
         v = (h @ w[p + "self_attn.v_proj.weight"].T + w.get(p + "self_attn.v_proj.bias", zero)).reshape(t, n_kv, d)
@@ -61,8 +73,8 @@ def hf_llama_logits(model_dir: Path, ids: list[int]) -> np.ndarray:
             q = _rms(q, w[p + "self_attn.q_norm.weight"], eps)
             k = _rms(k, w[p + "self_attn.k_norm.weight"], eps)
         if rotated[i]:
-            q = q * cos + _rotate_half(q) * sin
-            k = k * cos + _rotate_half(k) * sin
+            q = np.concatenate([q[..., :rot] * cos + _rotate_half(q[..., :rot]) * sin, q[..., rot:]], axis=-1)
+            k = np.concatenate([k[..., :rot] * cos + _rotate_half(k[..., :rot]) * sin, k[..., rot:]], axis=-1)
         k = np.repeat(k, n_head // n_kv, axis=1)
         v = np.repeat(v, n_head // n_kv, axis=1)
         scores = np.einsum("thd,shd->hts", q, k) * np.float32(scale) + mask
@@ -71,6 +83,8 @@ def hf_llama_logits(model_dir: Path, ids: list[int]) -> np.ndarray:
         attn = np.einsum("hts,shd->thd", scores, v).reshape(t, n_head * d)
         x = x + (attn @ w[p + "self_attn.o_proj.weight"].T) * residual
         h = _rms(x, w[p + "post_attention_layernorm.weight"], eps)
+        if p + "mlp.gate_up_proj.weight" in w:  # phi3: the gate's rows, then the up projection's
+            w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"] = np.split(w[p + "mlp.gate_up_proj.weight"], 2)
         gate = h @ w[p + "mlp.gate_proj.weight"].T
         up = h @ w[p + "mlp.up_proj.weight"].T
         x = x + ((gate / (1.0 + np.exp(-gate)) * up) @ w[p + "mlp.down_proj.weight"].T) * residual

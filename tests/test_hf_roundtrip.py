@@ -158,14 +158,19 @@ def test_qwen_architectures_match_numpy_forward(arch: str, micro_gguf: Path, tmp
 
 
 @pytest.mark.parametrize(("arch", "gguf_arch"), [
-    ("MistralForCausalLM", "llama"), ("SmolLM3ForCausalLM", "smollm3"), ("GraniteForCausalLM", "granite")])
+    ("MistralForCausalLM", "llama"), ("SmolLM3ForCausalLM", "smollm3"), ("GraniteForCausalLM", "granite"),
+    ("Phi3ForCausalLM", "phi3")])
 def test_llama_like_families_match_numpy_forward(arch: str, gguf_arch: str, demo_gguf: Path, tmp_path: Path) -> None:
-    """Mistral (llama, as llama.cpp reads it), SmolLM3 (layer 3 of 4 without RoPE) and Granite (its four
-    scales) on a 4-layer micro checkpoint, against the numpy forward pass of the same safetensors."""
-    micro = write_micro_gguf(tmp_path / "micro4.gguf", demo_gguf, MicroSpec(n_layer=4, seed=21))
+    """Mistral (llama, as llama.cpp reads it), SmolLM3 (layer 3 of 4 without RoPE), Granite (its four scales)
+    and Phi-3 as Phi-4-mini is (fused projections, 3/4 of each head rotated, LongRoPE) on a 4-layer micro
+    checkpoint, against the numpy forward pass of the same safetensors."""
+    # llama.cpp's phi3 looks its end-of-turn token up by name: Phi's vocabularies all have `<|end|>`.
+    texts = {49151: "<|end|>"} if arch == "Phi3ForCausalLM" else {}
+    types = dict.fromkeys(texts, gguf.TokenType.CONTROL)
+    micro = write_micro_gguf(tmp_path / "micro4.gguf", demo_gguf, MicroSpec(n_layer=4, seed=21), texts, types)
     src = llama_to_family(export_to_hf(micro, tmp_path / "micro-llama"), tmp_path / f"micro-{arch.lower()}", arch)
     path = tmp_path / "family-f16.gguf"
-    plan_hf(src, arch).write(path)  # the F16 alone: quantized tiers are the same code for every family
+    plan_hf(src, "micro").write(path)  # the F16 alone: quantized tiers are the same code for every family
     assert gguf.GGUFReader(path).fields["general.architecture"].contents() == gguf_arch
     with LlamaBackend(path, LoadOptions(n_ctx=64)) as b:
         ids = b.tokenize(PROMPTS[0] + " Paris, and the capital of Italy is")

@@ -42,7 +42,7 @@ CATALOG_SCHEMA = 1
 # config.json's `architectures` names the converter reads (converters/hf_to_gguf.py ARCHITECTURES).
 SUPPORTED_ARCHITECTURES = (
     "LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM", "SmolLM3ForCausalLM",
-    "GraniteForCausalLM",
+    "GraniteForCausalLM", "Phi3ForCausalLM",
 )
 BYTES_PER_PARAM_F16 = 2
 BITS_PER_WEIGHT = {"f16": 16.0, "q8_0": 8.5, "q4_k_m": 4.9}  # converters.quantize.QUANT_TYPES
