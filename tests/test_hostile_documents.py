@@ -362,3 +362,30 @@ def test_a_file_over_the_time_budget_gets_a_reason_and_the_folder_goes_on(tmp_pa
         (folder / "short.txt").write_text("a note about cormorants, changed\n")
         lib.sync()
         assert _states(lib)["short.txt"] == ("indexed", None)
+
+
+@needs_posix
+def test_a_file_left_pending_is_read_only_inside_its_added_folder(tmp_path: Path) -> None:
+    """A file left pending (a cancel, a kill) is finished by the next add of any collection, which did not walk
+    it: its folder swapped for a link out of the added folder meanwhile, it is not read."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "plan.txt").write_text("the vault opens with marmalade\n")
+    folder = tmp_path / "notes"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "sub" / "plan.txt").write_text("a harmless plan about gardening\n")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "c.txt").write_text("a note about grebes\n")
+    cancel = threading.Event()
+    with Library(tmp_path / "index.sqlite3") as lib:
+        assert lib.add([folder], "notes", progress=lambda p: cancel.set(), cancel=cancel).cancelled
+        assert _states(lib)["plan.txt"][0] == "pending"
+    (folder / "sub" / "plan.txt").unlink()
+    (folder / "sub").rmdir()
+    (folder / "sub").symlink_to(outside)
+    with Library(tmp_path / "index.sqlite3") as lib:
+        lib.add([other], "other")
+        assert _states(lib)["plan.txt"] == ("error", "it now leads outside the added folders: not read")
+        assert _states(lib)["c.txt"] == ("indexed", None)
+        assert all("marmalade" not in hit.text for hit in lib.search("grebes marmalade"))
