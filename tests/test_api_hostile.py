@@ -251,3 +251,89 @@ def test_a_reader_that_stops_reading_does_not_hold_the_engine(
         conn.request("POST", "/v1/chat/completions", json.dumps(greedy("hi", 4)), {"Content-Type": "application/json"})
         assert conn.getresponse().status == 200
         conn.close()
+
+
+# --- the other dialects (issue #54): Anthropic's /v1/messages and OpenAI's /v1/responses ------------------------
+HI = [{"role": "user", "content": "hi"}]
+HUGE = b'{"messages": [{"role": "user", "content": "' + b"x" * (3 << 19) + b'"}], "max_tokens": 4}'  # 1.5 MiB
+MESSAGES_BREAKERS = [
+    (b'{"messages": [', 400, "not valid JSON"),
+    (b"[]", 400, "must be a JSON object"),
+    (b'{"messages": "hi", "max_tokens": 4}', 400, "messages: must be a non-empty array"),
+    (json.dumps({"messages": HI}).encode(), 400, "max_tokens: Field required"),
+    (json.dumps({"messages": HI, "max_tokens": True}).encode(), 400, "max_tokens must be an integer"),
+    (json.dumps({"messages": HI, "max_tokens": 0}).encode(), 400, "max_tokens: must be at least 1"),
+    (json.dumps({"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}], "max_tokens": 4}).encode(),
+     400, "messages.0.content.0.text: must be a string"),
+    (b'{"messages": [{"role": "user", "content": "a\\ud800b"}], "max_tokens": 4}', 400, "lone surrogate"),
+    (b'{"messages": ' + b"[" * DEEP + b"]" * DEEP + b"}", 400, "nested too deeply"),
+    (json.dumps({"messages": HI * (MAX_MESSAGES + 1), "max_tokens": 4}).encode(), 400, f"at most {MAX_MESSAGES}"),
+    (json.dumps({"messages": HI, "max_tokens": 4, "tools": [{"name": "f", "input_schema": {
+        "type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(6000)}}}]}).encode(), 400,
+     "tools.0.input_schema"),
+    (HUGE, 413, "over 1024 KiB"),
+]
+
+
+def anthropic_error(body: Any, kind: str) -> str:
+    """The message of an error in Anthropic's shape, after checking the shape."""
+    assert isinstance(body, dict) and body["type"] == "error" and set(body["error"]) == {"type", "message"}, body
+    assert body["error"]["type"] == kind and "Traceback" not in json.dumps(body), body
+    return body["error"]["message"]
+
+
+@pytest.mark.parametrize("path", ["/v1/messages", "/v1/messages/count_tokens"])
+def test_anthropic_endpoints_refuse_hostile_input_in_anthropic_shape(server: Served, path: str) -> None:
+    json_post = {"Host": "127.0.0.1", "Content-Type": "application/json"}
+    for payload, status, words in MESSAGES_BREAKERS:
+        if path.endswith("count_tokens"):  # it has no max_tokens
+            if "max_tokens" in words:
+                continue
+            payload = payload.replace(b', "max_tokens": 4', b"")
+        got, _, body = raw(server.base, "POST", path, payload, json_post)
+        kind = "request_too_large" if status == 413 else "invalid_request_error"
+        assert got == status and words in anthropic_error(body, kind), (payload[:80], body)
+    # The guard's refusals take the same shape.
+    port = server.base.rsplit(":", 1)[1]
+    hi = json.dumps({"messages": HI, "max_tokens": 4}).encode()
+    got, _, body = raw(server.base, "POST", path, hi, json_post | {"Host": f"{EVIL}:{port}"})
+    assert got == 421 and "loopback" in anthropic_error(body, "invalid_request_error")
+    got, _, body = raw(server.base, "POST", path, hi, json_post | {"Origin": f"http://{EVIL}"})
+    assert got == 403 and "--cors-origin" in anthropic_error(body, "permission_error")
+    got, _, body = raw(server.base, "POST", path, hi, {"Host": "127.0.0.1", "Content-Type": "text/plain"})
+    assert got == 415 and "application/json" in anthropic_error(body, "invalid_request_error")
+    assert server.health()["model"] == DEMO
+    still_answers(server)
+
+
+def test_the_responses_endpoint_refuses_hostile_input_in_openai_shape(server: Served) -> None:
+    json_post = {"Host": "127.0.0.1", "Content-Type": "application/json"}
+    for payload, status, param, words in [
+        (b'{"input": [', 400, None, "not valid JSON"),
+        (b'{"input": 5}', 400, "input", "must be a string or a non-empty array"),
+        (b'{"input": "hi", "max_output_tokens": "4"}', 400, "max_output_tokens", "must be an integer"),
+        (b'{"input": "a\\ud800b"}', 400, "input", "lone surrogate"),
+        (b'{"input": [{"type": "function_call_output", "output": "x"}]}', 400, "input[0].call_id", "must name"),
+        (b'{"input": "hi", "previous_response_id": "resp_1"}', 400, "previous_response_id", "stores no responses"),
+        (json.dumps({"input": HI * (MAX_MESSAGES + 1)}).encode(), 400, "input", f"at most {MAX_MESSAGES}"),
+        (HUGE.replace(b'"messages"', b'"input"'), 413, None, "over 1024 KiB"),
+    ]:
+        got, _, body = raw(server.base, "POST", "/v1/responses", payload, json_post)
+        assert got == status, (payload[:80], body)
+        assert_error(body)
+        assert body["error"]["param"] == param and words in body["error"]["message"], body
+    still_answers(server)
+
+
+def test_anthropic_clients_may_send_the_key_as_x_api_key(hostile_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with in_process(hostile_cache, monkeypatch, api_key="sesame") as url:
+        empty = json.dumps({"messages": []}).encode()  # a 400 once the key is right: no answer is needed
+        for headers, status in [({}, 401), ({"x-api-key": "wrong"}, 401), ({"x-api-key": "sesame"}, 400),
+                                ({"Authorization": "Bearer sesame"}, 400)]:
+            headers |= {"Host": "127.0.0.1", "Content-Type": "application/json"}
+            got, _, body = raw(url, "POST", "/v1/messages", empty, headers)
+            kind = "authentication_error" if status == 401 else "invalid_request_error"
+            assert got == status and anthropic_error(body, kind), (headers, body)
+        headers = {"Host": "127.0.0.1", "x-api-key": "sesame", "Content-Type": "application/json"}
+        got, _, body = raw(url, "POST", "/v1/responses", json.dumps({"input": []}).encode(), headers)
+        assert got == 400 and body["error"]["param"] == "input", body  # the key counts on every endpoint

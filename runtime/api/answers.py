@@ -4,14 +4,13 @@ error it means, and the answer whole or as server-sent events in its dialect's s
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
-from runtime.api.dialects import Dialect
+from runtime.api.dialects import Dialect, Event
 from runtime.api.requests import ChatCall
-from runtime.api.responses import ApiError, usage_chunk
+from runtime.api.responses import ApiError
 from runtime.engine.answer import Chunk
 from runtime.engine.reader import Failure, JobReader
 from runtime.errors import readable
@@ -59,42 +58,28 @@ async def whole(reader: JobReader, first: Chunk, dialect: Dialect, model: str, c
     return dialect.whole(model, call, chunks)
 
 
-async def pieces(
-    reader: JobReader, first: Chunk, dialect: Dialect, model: str, call: ChatCall
-) -> AsyncIterator[tuple[dict[str, Any], Chunk]]:
-    """The pieces of a streamed answer, each with the Chunk it came from."""
+async def events(reader: JobReader, first: Chunk, dialect: Dialect, model: str, call: ChatCall) -> AsyncIterator[Event]:
+    """The answer as server-sent events in its dialect's shape, from `first` to its end; an error mid-stream
+    becomes the stream's last events. The reader is closed when the stream ends or is left."""
     shape = dialect.stream(model, call)
-    head = shape.start()
-    if head is not None:
-        yield head, first
-    chunk = first
-    while True:
-        piece = shape.piece(chunk)
-        if piece is not None:
-            yield piece, chunk
-        if chunk.done:
-            break
-        chunk = await next_chunk(reader, dialect.prompt)
-    check_complete(chunk)
-    yield shape.end(chunk), chunk
-
-
-async def events(
-    stream: AsyncIterator[tuple[dict[str, Any], Chunk]], include_usage: bool, finish: Callable[[], None]
-) -> AsyncIterator[dict[str, str]]:
-    """Server-sent events of `stream`'s pieces, then usage (when asked) and [DONE]; an error mid-stream becomes
-    its last event. `finish` runs when the stream ends or is left."""
     try:
-        last: tuple[dict[str, Any], Chunk] | None = None
-        async for last in stream:
-            yield {"data": json.dumps(last[0])}
-        if include_usage and last is not None:  # one more chunk: no choices, the usage
-            yield {"data": json.dumps(usage_chunk(last[0], last[1]))}
+        for event in shape.start(first):
+            yield event
+        chunk = first
+        while True:
+            for event in shape.piece(chunk):
+                yield event
+            if chunk.done:
+                break
+            chunk = await next_chunk(reader, dialect.prompt)
+        check_complete(chunk)
+        tail = shape.end(chunk)
     except ApiError as e:  # the status line has gone already: the error is the stream's last event
-        yield {"data": json.dumps(e.body())}
+        tail = shape.failure(e)
     except Exception as e:
         log.debug("stream failed", exc_info=True)
-        yield {"data": json.dumps(ApiError(500, readable(e), kind="server_error").body())}
+        tail = shape.failure(ApiError(500, readable(e), kind="server_error"))
     finally:
-        finish()
-    yield {"data": "[DONE]"}
+        reader.close()
+    for event in tail:
+        yield event

@@ -1,5 +1,5 @@
 """The API key: with `--api-key KEY` every request but a loopback server's `/health` must send
-`Authorization: Bearer KEY`."""
+`Authorization: Bearer KEY` (OpenAI's clients) or `x-api-key: KEY` (Anthropic's)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,11 @@ def authorize(request: Request, key: str | None) -> None:
         return
     given = request.headers.get("authorization", "")
     scheme, _, token = given.partition(" ")
+    sent = token.strip() if scheme.lower() == "bearer" else None
+    if sent is None and "x-api-key" in request.headers:  # Anthropic's clients send it so (Claude Code too)
+        sent = given = request.headers["x-api-key"].strip()
     # compare_digest: the time taken does not tell how much of a wrong key was right.
-    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key.encode()):
+    if sent is None or not hmac.compare_digest(sent.encode(), key.encode()):
         what = "missing" if not given else "wrong"
-        words = f"{what} API key: send 'Authorization: Bearer KEY'"
+        words = f"{what} API key: send 'Authorization: Bearer KEY' (or 'x-api-key: KEY')"
         raise ApiError(401, words, kind="authentication_error", code="invalid_api_key")

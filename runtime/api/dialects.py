@@ -1,32 +1,53 @@
-"""The API's two dialects, chat completions and text completions: each parses its request, shapes a whole
-answer, and shapes a stream (its opening piece, a piece per Chunk, its end). The server answers both the same
-way (runtime.api.answers); only these objects know which endpoint they are.
+"""The API's dialects: each parses its request into one `ChatCall`, shapes a whole answer from the Engine's
+Chunks, and shapes a stream as server-sent events (its opening events, events per Chunk, its end, and an error
+that ends it early). The server answers every dialect the same way (runtime.api.answers); only these objects
+know which endpoint they are. Chat and text completions are here; Anthropic's messages are in
+runtime.api.anthropic_messages, OpenAI's responses in runtime.api.openai_responses.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any, Protocol
 
 from runtime.api import completions, responses
 from runtime.api.requests import ChatCall, parse_chat
+from runtime.api.responses import ApiError, usage_chunk
 from runtime.engine.answer import Chunk
 from runtime.engine.options import ChatOptions
 
+Event = dict[str, str]  # one server-sent event: "data" (JSON text) and, where the dialect names events, "event"
+DONE: Event = {"data": "[DONE]"}  # how OpenAI's chat and text streams end
+
+
+def data(piece: dict[str, Any]) -> Event:
+    """An unnamed event (OpenAI's chat and text completions)."""
+    return {"data": json.dumps(piece)}
+
+
+def named(piece: dict[str, Any]) -> Event:
+    """An event named by its piece's `type` (Anthropic's messages, OpenAI's responses)."""
+    return {"event": piece["type"], "data": json.dumps(piece)}
+
 
 class StreamShape(Protocol):
-    """One stream's pieces (each a JSON object for one server-sent event); it keeps the stream's id."""
+    """One stream's events; it keeps the stream's id and whatever it must remember between Chunks."""
 
-    def start(self) -> dict[str, Any] | None:
-        """The piece before the first Chunk's, if the dialect has one."""
+    def start(self, first: Chunk) -> list[Event]:
+        """The events before the first Chunk's."""
         ...
 
-    def piece(self, chunk: Chunk) -> dict[str, Any] | None:
-        """The piece for `chunk`; None when it carries nothing to send."""
+    def piece(self, chunk: Chunk) -> list[Event]:
+        """The events for `chunk` (none when it carries nothing to send)."""
         ...
 
-    def end(self, last: Chunk) -> dict[str, Any]:
-        """The finishing piece, with the answer's facts."""
+    def end(self, last: Chunk) -> list[Event]:
+        """The finishing events, with the answer's facts."""
+        ...
+
+    def failure(self, error: ApiError) -> list[Event]:
+        """The events that end a stream an error cut short (the status line has gone already)."""
         ...
 
 
@@ -69,12 +90,13 @@ class ChatStream:
     def __init__(self, model: str, call: ChatCall) -> None:
         self.id, self.created, self.model = responses.new_id(), int(time.time()), model
         self.logprobs = call.options.logprobs is not None
+        self.include_usage = call.include_usage
         self.called = False  # a call was made: the answer finishes with "tool_calls"
 
-    def start(self) -> dict[str, Any]:
-        return responses.stream_chunk(self.id, self.model, self.created, {"role": "assistant", "content": ""})
+    def start(self, first: Chunk) -> list[Event]:
+        return [data(responses.stream_chunk(self.id, self.model, self.created, {"role": "assistant", "content": ""}))]
 
-    def piece(self, chunk: Chunk) -> dict[str, Any] | None:
+    def piece(self, chunk: Chunk) -> list[Event]:
         delta: dict[str, Any] = {}
         if chunk.text:
             delta["content"] = chunk.text
@@ -83,11 +105,16 @@ class ChatStream:
             self.called = True
         lps = chunk.logprobs if self.logprobs and chunk.logprobs else None
         if not delta and not lps:
-            return None
-        return responses.stream_chunk(self.id, self.model, self.created, delta, None, lps)
+            return []
+        return [data(responses.stream_chunk(self.id, self.model, self.created, delta, None, lps))]
 
-    def end(self, last: Chunk) -> dict[str, Any]:
-        return responses.stream_chunk(self.id, self.model, self.created, {}, last, None, self.called)
+    def end(self, last: Chunk) -> list[Event]:
+        finish = responses.stream_chunk(self.id, self.model, self.created, {}, last, None, self.called)
+        usage = [data(usage_chunk(finish, last))] if self.include_usage else []  # one more chunk: no choices
+        return [data(finish), *usage, DONE]
+
+    def failure(self, error: ApiError) -> list[Event]:
+        return [data(error.body()), DONE]
 
 
 class Text:
@@ -115,22 +142,28 @@ class TextStream:
     def __init__(self, model: str, call: ChatCall) -> None:
         self.id, self.created, self.model = completions.new_id(), int(time.time()), model
         self.logprobs = call.options.logprobs is not None
+        self.include_usage = call.include_usage
         self.offset = len(call.messages[0]["content"])
 
-    def start(self) -> None:
-        return None
+    def start(self, first: Chunk) -> list[Event]:
+        return []
 
-    def piece(self, chunk: Chunk) -> dict[str, Any] | None:
+    def piece(self, chunk: Chunk) -> list[Event]:
         lps = None
         if self.logprobs and chunk.logprobs:
             lps = completions.text_logprobs(chunk.logprobs, self.offset)
             self.offset += sum(len(c.text) for c in chunk.logprobs)
         if not chunk.text and not lps:
-            return None
-        return completions.text_completion(self.id, self.model, self.created, chunk.text, None, lps)
+            return []
+        return [data(completions.text_completion(self.id, self.model, self.created, chunk.text, None, lps))]
 
-    def end(self, last: Chunk) -> dict[str, Any]:
-        return completions.text_completion(self.id, self.model, self.created, "", last, streamed=True)
+    def end(self, last: Chunk) -> list[Event]:
+        finish = completions.text_completion(self.id, self.model, self.created, "", last, streamed=True)
+        usage = [data(usage_chunk(finish, last))] if self.include_usage else []
+        return [data(finish), *usage, DONE]
+
+    def failure(self, error: ApiError) -> list[Event]:
+        return [data(error.body()), DONE]
 
 
 CHAT: Dialect = Chat()

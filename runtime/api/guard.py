@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from starlette.datastructures import Headers
-from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from runtime.api.error_shapes import error_response
 from runtime.api.responses import ApiError
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]"})
@@ -55,7 +55,7 @@ def refusal(method: str, headers: Headers, loopback: bool, origins: Iterable[str
 
 
 class BrowserGuard:
-    """ASGI middleware refusing, in OpenAI's error shape, the requests `refusal` names."""
+    """ASGI middleware refusing, in the API's error shape (runtime.api.error_shapes), the requests `refusal` names."""
 
     def __init__(self, app: ASGIApp, loopback: bool, origins: Iterable[str] = ()) -> None:
         self.app, self.loopback, self.origins = app, loopback, frozenset(origins)
@@ -64,6 +64,6 @@ class BrowserGuard:
         if scope["type"] == "http":
             error = refusal(scope["method"], Headers(scope=scope), self.loopback, self.origins)
             if error is not None:
-                await JSONResponse(error.body(), status_code=error.status)(scope, receive, send)
+                await error_response(scope["path"], error)(scope, receive, send)
                 return
         await self.app(scope, receive, send)

@@ -40,12 +40,15 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from runtime.api import DEFAULT_PORT, answers
+from runtime.api.anthropic_messages import COUNT_TOKENS, MESSAGES
 from runtime.api.auth import authorize
 from runtime.api.dialects import CHAT, TEXT, Dialect
 from runtime.api.embeddings import Embeddings
+from runtime.api.error_shapes import error_response
 from runtime.api.guard import BrowserGuard
 from runtime.api.models import complete_models, is_cached, model_entry, unknown_model
 from runtime.api.offload import ParseThreads, TooSlow
+from runtime.api.openai_responses import RESPONSES
 from runtime.api.responses import ApiError
 from runtime.engine.options import ChatOptions, EngineSettings
 from runtime.engine.reader import JobReader
@@ -197,8 +200,7 @@ class Service:
             first = await answers.next_chunk(reader, dialect.prompt)
             if call.stream:
                 streaming = True  # the stream's own end closes the reader
-                stream = answers.events(answers.pieces(reader, first, dialect, model, call), call.include_usage,
-                                        reader.close)
+                stream = answers.events(reader, first, dialect, model, call)
                 # On Ctrl-C our cancel ends the answer within one cycle; the grace period lets the stream
                 # send its last event ("cancelled") and [DONE] before sse-starlette would cut it off.
                 return EventSourceResponse(
@@ -315,12 +317,12 @@ def _guarded(endpoint: Callable[[Request], Awaitable[Response]]) -> Callable[[Re
 def create_app(service: Service) -> Starlette:
     async def api_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)
-        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+        return error_response(request.url.path, exc)  # Anthropic's shape under /v1/messages
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         error = ApiError(exc.status_code, f"{exc.detail}: {request.method} {request.url.path}")
-        return JSONResponse(error.body(), status_code=exc.status_code)
+        return error_response(request.url.path, error)
 
     config = service.config
     middleware = [
@@ -337,6 +339,9 @@ def create_app(service: Service) -> Starlette:
         Route("/v1/chat/completions", _guarded(service.chat_completions), methods=["POST"]),
         Route("/v1/completions", _guarded(service.completions), methods=["POST"]),
         Route("/v1/embeddings", _guarded(service.embeddings.create), methods=["POST"]),
+        *(Route(path, _guarded(functools.partial(service._answer, dialect=dialect)), methods=["POST"])
+          for path, dialect in (("/v1/messages", MESSAGES), ("/v1/messages/count_tokens", COUNT_TOKENS),
+                                ("/v1/responses", RESPONSES))),
     ]
     handlers = {ApiError: api_error, HTTPException: http_error}
     return Starlette(routes=routes, middleware=middleware, exception_handlers=handlers)  # type: ignore[arg-type]
