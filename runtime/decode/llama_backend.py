@@ -171,6 +171,31 @@ class LlamaBackend:
                 raise SpecQuantError(f"llama.cpp could not roll the KV cache back to {n} tokens")
             del self.tokens[n:]
 
+    # --- prompt states (runtime.engine.prompt_cache keeps them) -------------------------------------
+    def save_prefix_state(self) -> tuple[tuple[int, ...], bytes]:
+        """The KV cache of sequence 0 as llama.cpp serialises it (llama_state_seq_get_data), with the tokens it
+        holds: a copy that `restore_prefix_state` can put back into this tier's context later."""
+        llama_cpp = self._llama_cpp
+        size = llama_cpp.llama_state_seq_get_size(self._ctx.ctx, 0)
+        buf = (ctypes.c_uint8 * size)()
+        written = llama_cpp.llama_state_seq_get_data(self._ctx.ctx, buf, size, 0)
+        if written == 0:
+            raise SpecQuantError("llama.cpp could not copy the KV cache's state")
+        return tuple(self.tokens), bytes(memoryview(buf)[:written])
+
+    def restore_prefix_state(self, tokens: Sequence[int], state: bytes, keep: int) -> bool:
+        """Replace the KV cache with a saved state holding `tokens`, then keep its first `keep` tokens. False
+        (and an empty KV cache) when llama.cpp refuses the state: the caller reads the prompt instead."""
+        llama_cpp = self._llama_cpp
+        self.truncate(0)
+        buf = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        if llama_cpp.llama_state_seq_set_data(self._ctx.ctx, buf, len(state), 0) == 0:
+            self._ctx.kv_cache_seq_rm(0, 0, -1)  # whatever a failed read left behind
+            return False
+        self.tokens = [int(t) for t in tokens]
+        self.truncate(min(keep, len(self.tokens)))
+        return True
+
     # --- cancellation -----------------------------------------------------------------------------
     @contextlib.contextmanager
     def abort_on(self, event: threading.Event | None) -> Iterator[None]:

@@ -67,7 +67,7 @@ class ModelState(Protocol):
         self, parent: LlamaBackend, request: tools.ToolRequest, syntax: tools.CallSyntax
     ) -> Grammar | None: ...
 
-    def claim_caches(self, cache_key: str) -> None: ...
+    def reuse_prompt(self, tier: str, parent: LlamaBackend, prompt: Sequence[int], cache_key: str) -> int: ...
 
     def library(self, index: str | None) -> Library: ...
 
@@ -127,8 +127,7 @@ def prepare(
             grammar, calls = tool_grammar, tools.CallParser(syntax, options.tools.choice != "auto")
     else:
         prompt, dropped = prompts.fit_context(model.render, parent, list(messages), reserve, cancel, trim=options.trim)
-    model.claim_caches(options.cache_key)
-    reused = min(parent.common_prefix(prompt), len(prompt) - 1)
+    reused = model.reuse_prompt(choice.parent, parent, prompt, options.cache_key)  # the live or a saved prefix
     spec = model.settings.spec
     spec = replace(spec, ngram=spec.ngram and choice.ngram)
     if choice.k is not None:  # a fixed draft length (pinned by the user or calibrated)

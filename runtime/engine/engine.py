@@ -27,6 +27,7 @@ from runtime.engine.interface import Answers
 from runtime.engine.measurements import Measurements
 from runtime.engine.options import ChatOptions, EngineSettings, Message
 from runtime.engine.prompt import ChatTemplates
+from runtime.engine.prompt_cache import Identity, PromptCache
 from runtime.engine.tools import ToolRequest
 from runtime.errors import ModelError, UserError
 from runtime.machine import rpc
@@ -92,6 +93,8 @@ class Engine(Answers):
             self.model.path, self.machine_key, lambda tier: self._backends.get(tier) or self.backend(tier)
         )
         self._cache_key = ""  # ChatOptions.cache_key of the answer whose prompt the KV caches hold
+        # KV states of earlier prompts, in RAM across turns, chats and requests (runtime.engine.prompt_cache)
+        self.prompt_cache = PromptCache(self.settings.prompt_cache_bytes)
         self._libraries: dict[str | None, Library] = {}  # documents indexes grounded answers read, by path
         router.warm_up()
 
@@ -199,9 +202,10 @@ class Engine(Answers):
         return parent, draft
 
     def reset_caches(self) -> None:
-        """Forget every KV cache (benchmarks: each run pays the same prefill)."""
+        """Forget every KV cache, saved prompts too (benchmarks: each run pays the same prefill)."""
         for b in self._backends.values():
             b.truncate(0)
+        self.prompt_cache.clear()
 
     def llama_seconds(self) -> float:
         """Time spent inside llama_decode across the loaded tiers."""
@@ -246,10 +250,28 @@ class Engine(Answers):
 
     def claim_caches(self, cache_key: str) -> None:
         """The KV caches are about to hold the prompt of an answer for `cache_key`: another party's prefix must
-        not speed this answer up (how fast it starts would tell one party what another asked)."""
+        not speed this answer up (how fast it starts would tell one party what another asked). Saved prompts
+        stay: each is kept for its own party (runtime.engine.prompt_cache.Identity)."""
         if cache_key != self._cache_key:
-            self.reset_caches()
+            for b in self._backends.values():
+                b.truncate(0)
             self._cache_key = cache_key
+
+    def reuse_prompt(self, tier: str, parent: LlamaBackend, prompt: Sequence[int], cache_key: str) -> int:
+        """Set `parent`'s KV cache up for `prompt`: claimed for `cache_key`, the live state kept in the prompt
+        cache before the prompt overwrites it, the longest saved prefix restored where it beats the live one.
+        How many prompt tokens need not be read again."""
+        # The parent's alone: a draft catches up on its own, and cheaply.
+        if cache_key != self._cache_key:
+            self.prompt_cache.keep_live(self._identity(tier, parent, self._cache_key), parent, ())
+        self.claim_caches(cache_key)
+        identity = self._identity(tier, parent, cache_key)
+        self.prompt_cache.keep_live(identity, parent, prompt)
+        return min(self.prompt_cache.restore(identity, parent, prompt), len(prompt) - 1)
+
+    def _identity(self, tier: str, backend: LlamaBackend, party: str) -> Identity:
+        sha = self.manifest["tiers"].get(tier, {}).get("sha256", "")
+        return Identity.of(self.model.name, tier, backend.path, sha, backend.n_ctx, party)
 
     def tool_grammar(self, parent: LlamaBackend, request: ToolRequest, syntax: tools.CallSyntax) -> Grammar | None:
         """The grammar of an answer that may call `request`'s tools (the model's own `<tool_call>` token where

@@ -78,3 +78,5 @@ class EngineSettings:
     router: RouterSettings = field(default_factory=RouterSettings)
     spec: SpecConfig = field(default_factory=SpecConfig)
     rpc: tuple[str, ...] = ()  # workers' HOST:PORT (runtime.machine.rpc): their devices may run the parent's layers
+    # RAM for earlier prompts' KV states (runtime.engine.prompt_cache); None: min(1 GiB, 10% of available), 0: off
+    prompt_cache_bytes: int | None = None
