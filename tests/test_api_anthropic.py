@@ -11,6 +11,8 @@ import anthropic
 import jsonschema
 import pytest
 
+from runtime.api.anthropic_request import parse_count, parse_messages
+from runtime.engine.options import ChatOptions
 from tests.test_server import DEMO, Served
 from tests.test_tools_api import WEATHER
 
@@ -174,3 +176,37 @@ def test_other_errors_have_anthropic_status_codes_and_types(server: Served) -> N
     # Chat completions keeps OpenAI's shape on the same server.
     status, _, body = server.post({"messages": PARIS, "max_tokens": "4"})
     assert status == 400 and set(body["error"]) == {"message", "type", "param", "code"}
+
+
+def test_blocks_become_the_chat_they_mean() -> None:
+    """The conversion alone, with plain values: what the engine is asked for a Messages request."""
+    body = {
+        "max_tokens": 32000, "system": [{"type": "text", "text": "Be brief."}], "stop_sequences": ["a", "b"],
+        "tools": [TOOL], "tool_choice": {"type": "any", "disable_parallel_tool_use": True},
+        "messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": [  # as a client sends back what it parsed: nulls included
+                {"type": "thinking", "thinking": "…", "signature": "x"},
+                {"type": "text", "text": "Let me look.", "citations": None, "parsed_output": None},
+                {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "down", "is_error": True},
+                {"type": "text", "text": "Try again."}]},
+        ],
+    }  # fmt: skip
+    call = parse_messages(body, ChatOptions(), 4096)
+    assert call.messages == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "Let me look.", "tool_calls": [
+            {"id": "toolu_1", "type": "function",
+             "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "toolu_1", "content": "Error: down"},
+        {"role": "user", "content": "Try again."},
+    ]  # fmt: skip
+    options = call.options
+    assert (options.max_tokens, options.stop, options.tools.choice, options.tools.parallel) == (
+        4096, ("a", "b"), "required", False)
+    counted = parse_count({k: v for k, v in body.items() if k not in ("max_tokens", "stop_sequences")},
+                          ChatOptions(), 4096)
+    assert counted.messages == call.messages and counted.options.max_tokens == 1 and not counted.stream

@@ -12,6 +12,8 @@ import jsonschema
 import openai
 import pytest
 
+from runtime.api.responses_request import parse_responses
+from runtime.engine.options import ChatOptions
 from tests.test_server import DEMO, Served
 from tests.test_tools_api import WEATHER
 
@@ -126,3 +128,31 @@ def test_an_unknown_model_is_a_404(server: Served) -> None:
     with pytest.raises(openai.NotFoundError) as e:
         server.client().responses.create(model="no-such-model", input=ASK, max_output_tokens=4)
     assert e.value.code == "model_not_found"
+
+
+def test_items_become_the_chat_they_mean() -> None:
+    """The conversion alone, with plain values: what the engine is asked for a Responses request."""
+    body = {
+        "instructions": "Be brief.", "truncation": "auto", "tools": [TOOL], "parallel_tool_calls": False,
+        "text": {"format": {"type": "json_object"}, "verbosity": "medium"}, "tool_choice": "none", "store": True,
+        "input": [
+            {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "Use Celsius."}]},
+            {"role": "user", "content": "Weather in Paris?"},
+            {"type": "reasoning", "id": "rs_1", "summary": []},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Looking."}]},
+            {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "Paris"}'},
+            {"type": "function_call_output", "call_id": "call_1", "output": [{"type": "input_text", "text": "21"}]},
+        ],
+    }  # fmt: skip
+    call = parse_responses(body, ChatOptions(), 4096)
+    assert call.messages == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "system", "content": "Use Celsius."},
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "Looking.", "tool_calls": [
+            {"id": "call_1", "type": "function",
+             "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "21"},
+    ]  # fmt: skip
+    assert call.options.trim and call.options.grammar is not None and call.options.tools.choice == "none"
+    assert call.echo["store"] is False and call.echo["parallel_tool_calls"] is False

@@ -144,7 +144,7 @@ def _messages(value: Any) -> list[dict[str, Any]]:
         where = f"messages.{i}"
         if not isinstance(m, dict):
             raise ApiError(400, f"{where}: must be an object with a role and content", where)
-        extra = sorted(set(m) - {"role", "content"})
+        extra = sorted(k for k, v in m.items() if v is not None and k not in ("role", "content"))
         if extra:
             raise ApiError(400, f"{where}.{extra[0]}: Extra inputs are not permitted", f"{where}.{extra[0]}")
         role = m.get("role")
@@ -176,7 +176,8 @@ def _text(block: dict[str, Any], where: str) -> str:
 
 
 def _fields(block: dict[str, Any], allowed: set[str], where: str) -> None:
-    extra = sorted(set(block) - allowed)
+    """Only `allowed` fields (a null one counts as absent: clients send back blocks they parsed, nulls and all)."""
+    extra = sorted(k for k, v in block.items() if v is not None and k not in allowed)
     if extra:
         raise ApiError(400, f"{where}.{extra[0]}: Extra inputs are not permitted", f"{where}.{extra[0]}")
 
