@@ -23,18 +23,18 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from runtime.mcp import CallRequest, Decision
+from runtime.mcp import ApprovalAnswer, CallRequest
 
 
 class ApprovalDialog(QDialog):
     """Window-modal, opened with `open()` (no nested event loop): `decided` carries the answer once."""
 
-    decided = Signal(object)  # runtime.mcp.Decision
+    decided = Signal(object)  # runtime.mcp.ApprovalAnswer
 
     def __init__(self, request: CallRequest, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.request = request
-        self.decision = Decision.DENY  # until a button says otherwise: Esc and the close box deny
+        self.decision = ApprovalAnswer.DENY  # until a button says otherwise: Esc and the close box deny
         self.setWindowTitle("Allow this tool call?")
         self.setModal(True)
         grid = QGridLayout()
@@ -54,9 +54,9 @@ class ApprovalDialog(QDialog):
         self.allow_once_button = QPushButton("Allow &once")
         self.always_button = QPushButton("&Always allow this tool")
         self.deny_button = QPushButton("&Deny")
-        self.allow_once_button.clicked.connect(lambda: self._answer(Decision.ALLOW_ONCE))
-        self.always_button.clicked.connect(lambda: self._answer(Decision.ALWAYS))
-        self.deny_button.clicked.connect(lambda: self._answer(Decision.DENY))
+        self.allow_once_button.clicked.connect(lambda: self._answer(ApprovalAnswer.ALLOW_ONCE))
+        self.always_button.clicked.connect(lambda: self._answer(ApprovalAnswer.ALWAYS))
+        self.deny_button.clicked.connect(lambda: self._answer(ApprovalAnswer.DENY))
         # Enter on a dialog the user did not read must not run anything: Deny is the default and has the focus.
         for b in (self.allow_once_button, self.always_button):
             b.setAutoDefault(False)
@@ -81,16 +81,16 @@ class ApprovalDialog(QDialog):
             self._told = True
             self.decided.emit(self.decision)
 
-    def _answer(self, decision: Decision) -> None:
+    def _answer(self, decision: ApprovalAnswer) -> None:
         self.decision = decision
-        self.accept() if decision is not Decision.DENY else self.reject()
+        self.accept() if decision is not ApprovalAnswer.DENY else self.reject()
 
 
 class ApprovalPrompt:
     """A window's one open question: `ask` opens it (closing, so denying, any earlier one), the user's
-    Decision goes to `answer`, and `close` denies what is still open (Stop, the turn's end, the window's)."""
+    ApprovalAnswer goes to `answer`, and `close` denies what is still open (Stop, the turn's end, the window's)."""
 
-    def __init__(self, parent: QWidget, answer: Callable[[Decision], None]) -> None:
+    def __init__(self, parent: QWidget, answer: Callable[[ApprovalAnswer], None]) -> None:
         self.parent, self.answer = parent, answer
         self.dialog: ApprovalDialog | None = None  # the question open now
 
@@ -104,7 +104,7 @@ class ApprovalPrompt:
         if self.dialog is not None:
             self.dialog.reject()  # Deny
 
-    def _decided(self, dialog: ApprovalDialog, decision: Decision) -> None:
+    def _decided(self, dialog: ApprovalDialog, decision: ApprovalAnswer) -> None:
         if self.dialog is dialog:
             self.dialog = None
         self.answer(decision)

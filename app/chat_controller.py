@@ -1,13 +1,14 @@
-"""The chat flow without widgets: a new turn (the conversation and the user's message), regenerate and answer
-at higher precision, the answer in flight, its turn on the engine thread, and what is stored when it ends.
-The window shows what this reports (as gpt4all-chat keeps its `Chat` apart from the view).
+"""The chat flow without widgets: what a chat answers with (documents, preset, tools; a new chat's until its
+first message), a new turn (the conversation and the user's message), regenerate and answer at higher
+precision, the answer in flight, its turn on the engine thread, and what is stored when it ends. app.chat_pane
+shows what this reports (as gpt4all-chat keeps its `Chat` apart from the view).
 
 One answer at a time, and one path for all: `answer` makes a `runtime.chat.turn.TurnSpec` (the conversation,
 options and preset; the turn layer applies the preset and hides earlier calls' tools) and an
-app.turn_runner.TurnRunner runs it, with tools or without. A message is stored before anything can fail; the
-answer when it completes (a regenerated one replaces the old only then); a stopped answer keeps the part
-written so far. A turn's rounds of calls are stored with its answer (app.store's `tool_turn`), stopped or
-not, as soon as a call has run: what a tool did is never forgotten.
+app.turn_runner.TurnRunner runs it, with tools or without (the MCP host of app.tool_host_control). A message
+is stored before anything can fail; the answer when it completes (a regenerated one replaces the old only
+then); a stopped answer keeps the part written so far. A turn's rounds of calls are stored with its answer
+(app.store's `tool_turn`), stopped or not, as soon as a call has run: what a tool did is never forgotten.
 """
 
 from __future__ import annotations
@@ -99,10 +100,12 @@ class ChatController(QObject):
     calls_changed = Signal()  # a turn with tools: a call was proposed, decided or finished
     approval_needed = Signal(object)  # a runtime.mcp.CallRequest for the user; reply with `answer_approval`
 
-    def __init__(self, store: Store, engine: EngineThread) -> None:
+    def __init__(
+        self, store: Store, engine: EngineThread, presets: PresetControl, tools: ToolHostControl, documents_index: Path
+    ) -> None:
         super().__init__()
-        self.store = store
-        self.engine = engine
+        self.store, self.engine, self.presets, self.tools = store, engine, presets, tools
+        self.documents_index = documents_index  # the documents' index, beside the history
         self.pace = Pace()  # one for every turn: what drawing costs this window is learned once
         self.live: Live | None = None
         self.unsent = Choices()  # a new chat's, until its first message stores them with it
@@ -158,26 +161,17 @@ class ChatController(QObject):
             return False, False
         return True, more_precise(last.meta.get("parent", "f16")) is not None
 
-    def answer(
-        self,
-        turn: Turn,
-        model: str,
-        settings: AppSettings,
-        presets: PresetControl,
-        tools: ToolHostControl,
-        documents_index: Path,
-        search: bool = False,
-    ) -> str:
-        """Start answering `turn` with the chat's choices and the current settings: its documents from
-        `documents_index`, its preset (the name of one since deleted is returned: this answer has none), its
-        tools (the documents search among them when `search`). UserError when the history or mcp.json refuses."""
-        c, choices = turn.conversation, self.choices(turn.conversation)
+    def answer(self, turn: Turn, model: str, settings: AppSettings, search: bool = False) -> str:
+        """Start answering `turn` with the chat's choices and the current settings: its documents, its preset
+        (the name of one since deleted is returned: this answer has none), its tools (the documents search among
+        them when `search`). UserError when the history or mcp.json refuses."""
+        c, choices, index = turn.conversation, self.choices(turn.conversation), self.documents_index
         options = settings.chat_options(parent=turn.parent)
         if choices.documents is not None:
-            options = replace(options, documents=Grounding(choices.documents or None, index=str(documents_index)))
-        preset, missing = presets.for_answer(choices.preset, settings)
+            options = replace(options, documents=Grounding(choices.documents or None, index=str(index)))
+        preset, missing = self.presets.for_answer(choices.preset, settings)
         self.store.set_model(c, model)
-        setup = tools.setup(settings, documents_index if search else None) if choices.tools else None
+        setup = self.tools.setup(settings, index if search else None) if choices.tools else None
         spec = TurnSpec(chat_history(turn.messages), options, preset)
         request = TurnRequest(next(self._ids), model, settings.engine_settings(), spec, setup)
         self.start(c, request, turn.replaces)
@@ -200,7 +194,7 @@ class ChatController(QObject):
         return self.live
 
     def answer_approval(self, decision: Any) -> None:
-        """The user's answer (a runtime.mcp.Decision) to the turn's open question."""
+        """The user's answer (a runtime.mcp.ApprovalAnswer) to the turn's open question."""
         if self.live is not None and self.live.runner is not None:
             self.live.runner.answer(decision)
 
@@ -211,10 +205,10 @@ class ChatController(QObject):
         self.live.request.cancel.set()
         return True
 
-    def tool_host_in_use(self) -> Any:
-        """The MCP host the turn in flight calls (None: none)."""
-        tools = self.live.request.tools if self.live is not None else None
-        return tools.host if tools is not None else None
+    def retire_tool_host(self) -> None:
+        """mcp.json changed: a new host next time; the turn in flight keeps its own until it ends."""
+        setup = self.live.request.tools if self.live is not None else None
+        self.tools.retire(setup.host if setup is not None else None)
 
     def finish_now(self, timeout: float) -> None:
         """At close, after a Stop: wait for the turn's thread, take what it last reported (the stopped answer is
@@ -276,7 +270,7 @@ class ChatController(QObject):
         if live is None:
             return
         live.last = chunk  # its text came with the stream already (the turn yields every Chunk)
-        self.live = None
+        self._ended(live)
         text = self._store(live)
         self.finished.emit(live, text)
 
@@ -284,7 +278,7 @@ class ChatController(QObject):
         live = self._live(runner)
         if live is None:
             return
-        self.live = None
+        self._ended(live)
         if live.round_open:  # stopped after a call: no words of a next answer yet
             live.text, live.flags = "", []
         if kind == "cancelled" and live.last is not None:  # the answer shows how it ended, as any stopped one
@@ -295,6 +289,11 @@ class ChatController(QObject):
             self.finished.emit(live, text)
         else:
             self.failed.emit(live, message, kind)
+
+    def _ended(self, live: Live) -> None:
+        self.live = None
+        if live.request.tools is not None:
+            self.tools.turn_ended()  # a host replaced while this turn used it closes now
 
     def _store(self, live: Live, keep_words: bool = True) -> str:
         """Store the turn's answer with its calls: once a call ran, whatever ended the turn (what a tool did is

@@ -44,7 +44,7 @@ from runtime.mcp.switches import ToolSwitches
 if TYPE_CHECKING:
     from runtime.chat.toolbox import McpToolbox
     from runtime.engine.thread import EngineThread
-    from runtime.mcp import CallRequest, Decision, McpHost
+    from runtime.mcp import ApprovalAnswer, CallRequest, McpHost
 
 log = logging.getLogger("specquant.app")
 
@@ -126,7 +126,7 @@ class TurnRunner(QObject):
         self._woken = False
         self._round_began = True  # the next Chunk is its round's first: shown at once
         self._answered = threading.Event()
-        self._decision: Decision | None = None
+        self._decision: ApprovalAnswer | None = None
         self._box: McpToolbox | None = None
         self._records: dict[str, dict[str, Any]] = {}  # call id → its record (the turn's thread only)
         self._finished: set[str] = set()  # the calls whose result the loop reported
@@ -140,7 +140,7 @@ class TurnRunner(QObject):
         self.thread = threading.Thread(target=self._run, name="specquant-turn", daemon=True)
         self.thread.start()
 
-    def answer(self, decision: Decision) -> None:
+    def answer(self, decision: ApprovalAnswer) -> None:
         """The user's answer to the question last asked (any thread)."""
         self._decision = decision
         self._answered.set()
@@ -293,14 +293,14 @@ class TurnRunner(QObject):
                 record.update(outcome="denied", result=DENIED)
             self._post_record(call_id)
 
-    def _ask(self, request: CallRequest) -> Decision:
+    def _ask(self, request: CallRequest) -> ApprovalAnswer:
         """The policy's question, put to the GUI; Deny when the turn is stopped meanwhile."""
-        from runtime.mcp import Decision
+        from runtime.mcp import ApprovalAnswer
 
         self._answered.clear()
         self._decision = None
         self._post(_Ask(request))
         while not self._answered.wait(_POLL_S):
             if self.cancel.is_set():
-                return Decision.DENY
-        return self._decision or Decision.DENY
+                return ApprovalAnswer.DENY
+        return self._decision or ApprovalAnswer.DENY

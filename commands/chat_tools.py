@@ -13,7 +13,7 @@ from runtime.errors import UserError
 
 if TYPE_CHECKING:
     from runtime.chat.toolbox import McpToolbox
-    from runtime.mcp import CallRequest, Decision, SkippedTool
+    from runtime.mcp import ApprovalAnswer, CallRequest, SkippedTool
 
 APPROVE_MODES = ("ask", "all", "none")
 
@@ -81,11 +81,11 @@ def open_toolbox(args: argparse.Namespace) -> McpToolbox | None:
     return box
 
 
-def ask_on_terminal(request: CallRequest) -> Decision:
+def ask_on_terminal(request: CallRequest) -> ApprovalAnswer:
     """Allow once, always, or deny: asked on the terminal. Anything but y or a denies. The names and arguments
     come from a server and the model: their control characters are shown as escapes, so an escape sequence
     cannot redraw the prompt or disguise which tool asks."""
-    from runtime.mcp import Decision
+    from runtime.mcp import ApprovalAnswer
     from runtime.terminal_text import visible, visible_lines
 
     print(f"\nspecquant: {visible(request.server)} wants to run {visible(request.tool)} with", file=sys.stderr)
@@ -93,8 +93,9 @@ def ask_on_terminal(request: CallRequest) -> Decision:
     try:
         answer = input("Allow? [y] once, [a] always for this tool, [n] deny: ").strip().lower()
     except EOFError:
-        return Decision.DENY
-    return {"y": Decision.ALLOW_ONCE, "yes": Decision.ALLOW_ONCE, "a": Decision.ALWAYS}.get(answer, Decision.DENY)
+        return ApprovalAnswer.DENY
+    once, always = ApprovalAnswer.ALLOW_ONCE, ApprovalAnswer.ALWAYS
+    return {"y": once, "yes": once, "a": always}.get(answer, ApprovalAnswer.DENY)
 
 
 def event_line(event: Any) -> str | None:

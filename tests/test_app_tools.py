@@ -21,7 +21,7 @@ from app.chat_controller import Live
 from app.store import Store
 from app.tools_panel import AddServerDialog
 from app.window import MainWindow
-from runtime.mcp import Approvals, CallRequest, Decision
+from runtime.mcp import ApprovalAnswer, Approvals, CallRequest
 from runtime.mcp.approval import DENIED
 from runtime.mcp.switches import SWITCHED_OFF
 from tests.test_app import ANSWER_MS, open_window
@@ -310,21 +310,21 @@ def test_the_approval_dialog_shows_plain_text_and_esc_denies(qtbot) -> None:
     request = CallRequest("<b>srv</b>", "read", '{"path": "/tmp/<i>x</i>"}')
     dialog = ApprovalDialog(request)
     qtbot.addWidget(dialog)
-    decided: list[Decision] = []
+    decided: list[ApprovalAnswer] = []
     dialog.decided.connect(decided.append)
     dialog.open()
     assert dialog.server_label.text() == "<b>srv</b>" and dialog.server_label.textFormat() == Qt.TextFormat.PlainText
     assert json.loads(dialog.arguments.toPlainText()) == {"path": "/tmp/<i>x</i>"}
     qtbot.keyClick(dialog, Qt.Key.Key_Escape)
-    assert decided == [Decision.DENY]
+    assert decided == [ApprovalAnswer.DENY]
     dialog.reject()  # a late Stop answers nothing more
-    assert decided == [Decision.DENY]
+    assert decided == [ApprovalAnswer.DENY]
     unread = ApprovalDialog(request)  # Enter on a dialog nobody read denies too
     qtbot.addWidget(unread)
     unread.decided.connect(decided.append)
     unread.open()
     qtbot.keyClick(unread.focusWidget() or unread, Qt.Key.Key_Return)
-    assert decided == [Decision.DENY, Decision.DENY]
+    assert decided == [ApprovalAnswer.DENY, ApprovalAnswer.DENY]
 
 
 def test_a_history_without_the_tools_column_gains_it_and_stays_schema_3(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from mcp import types
 from commands.chat_tools import ask_on_terminal, event_line, print_skipped
 from runtime.decode.schema_limits import SchemaBudget
 from runtime.errors import UserError
-from runtime.mcp import CallRequest, Decision, McpHost, ServerConfig, check_snippet, load_config
+from runtime.mcp import ApprovalAnswer, CallRequest, McpHost, ServerConfig, check_snippet, load_config
 from runtime.mcp.listing import Names, build_listing
 from tests.test_mcp_host import SERVER, assert_none_left, our_servers, stdio
 
@@ -194,7 +194,7 @@ def test_the_approval_prompt_shows_escape_sequences_as_text(
 ) -> None:
     monkeypatch.setattr("builtins.input", lambda prompt: "n")
     request = CallRequest(f"files{CLEAR}", f"read_file\r{TITLE}delete_all", {"path": f"a\u202e{CLEAR}"})
-    assert ask_on_terminal(request) is Decision.DENY
+    assert ask_on_terminal(request) is ApprovalAnswer.DENY
     shown = capsys.readouterr().err
     assert "\x1b" not in shown and "\r" not in shown and "\u202e" not in shown
     assert "read_file\\r\\e]0;pwned\\x07delete_all" in shown and "files\\e[2J" in shown

@@ -17,7 +17,7 @@ from runtime.engine.engine import Engine, EngineSettings
 from runtime.engine.options import ChatOptions
 from runtime.engine.tool_loop import CallFinished, LoopFinished, run_tool_loop
 from runtime.errors import Cancelled
-from runtime.mcp import ApprovalPolicy, Decision, McpHost, ServerConfig
+from runtime.mcp import ApprovalAnswer, ApprovalPolicy, McpHost, ServerConfig
 from runtime.mcp.approval import DENIED, TURNED_OFF
 from runtime.mcp.switches import FILE_NAME, ToolSwitches
 from runtime.models.cache import DEMO_NAME, ModelDir
@@ -105,13 +105,13 @@ def toolbox(only: str, ask, tmp_path: Path, timeout: float = 60) -> McpToolbox:
 
 def test_a_denied_call_never_reaches_the_server_and_always_is_remembered(engine: Engine, tmp_path: Path) -> None:
     asked: list[str] = []
-    box = toolbox("add", lambda request: asked.append(request.tool) or Decision.DENY, tmp_path)
+    box = toolbox("add", lambda request: asked.append(request.tool) or ApprovalAnswer.DENY, tmp_path)
     try:
         end = list(run_tool_loop(engine.stream_chat, [{"role": "user", "content": ASK}], GREEDY, box, box.approve,
                                  first_choice="required", max_rounds=2))[-1]
         assert isinstance(end, LoopFinished) and asked == ["add"]
         assert end.calls[0][1] is False and end.messages[2]["content"] == DENIED
-        box.policy.ask = lambda request: Decision.ALWAYS
+        box.policy.ask = lambda request: ApprovalAnswer.ALWAYS
         list(run_tool_loop(engine.stream_chat, [{"role": "user", "content": ASK}], GREEDY, box, box.approve,
                            first_choice="required", max_rounds=2))
         box.policy.ask = None  # nobody to ask now: only the remembered "always" lets it run
@@ -126,10 +126,10 @@ def test_stop_cancels_a_running_tool_call(engine: Engine, tmp_path: Path) -> Non
     cancel = threading.Event()
     allowed: list[float] = []
 
-    def allow_then_stop(request: object) -> Decision:  # the Stop comes 1 s into the call
+    def allow_then_stop(request: object) -> ApprovalAnswer:  # the Stop comes 1 s into the call
         allowed.append(time.monotonic())
         threading.Timer(1.0, cancel.set).start()
-        return Decision.ALLOW_ONCE
+        return ApprovalAnswer.ALLOW_ONCE
 
     box = toolbox("hang", allow_then_stop, tmp_path)
     try:

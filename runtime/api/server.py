@@ -50,6 +50,7 @@ from runtime.api.models import complete_models, is_cached, model_entry, unknown_
 from runtime.api.offload import ParseThreads, TooSlow
 from runtime.api.openai_responses import RESPONSES
 from runtime.api.responses import ApiError
+from runtime.chat.turn import TurnSpec, assemble
 from runtime.engine.options import ChatOptions, EngineSettings
 from runtime.engine.reader import JobReader
 from runtime.engine.thread import EngineThread, QueueFull
@@ -185,9 +186,11 @@ class Service:
         if not is_cached(model):
             raise unknown_model(model)
 
+        # One round, assembled as every front end's turn is (runtime.chat); the client runs its own tools.
+        messages, options = assemble(TurnSpec(call.messages, call.options))
         reader = JobReader(self.runner, loop=asyncio.get_running_loop(), backlog=BACKLOG, on_close=self.readers.discard)
         try:
-            reader.post(model, d.settings, call.messages, call.options)
+            reader.post(model, d.settings, messages, options)
         except QueueFull as e:
             retry = {"Retry-After": str(e.retry_after_s)}
             raise ApiError(429, str(e), kind="rate_limit_error", code="queue_full", headers=retry) from None

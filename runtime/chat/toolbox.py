@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from runtime.engine.tool_loop import Toolbox, ToolCall, ToolResult
 from runtime.engine.tools import Tool
-from runtime.mcp.approval import ApprovalPolicy, CallRequest, Decision
+from runtime.mcp.approval import ApprovalAnswer, ApprovalPolicy, CallRequest
 from runtime.mcp.switches import SWITCHED_OFF, ToolSwitches
 
 if TYPE_CHECKING:
@@ -99,8 +99,7 @@ class McpToolbox:
             return box.call(name, arguments, cancel)
         if self.host is None or site.server == "unknown":
             return ToolResult(f"There is no tool named {name!r}.", True)
-        r = self.host.call(name, arguments, self.timeout, cancel)
-        return ToolResult(r.text, r.is_error, r.elapsed_s, r.server)
+        return self.host.call(name, arguments, self.timeout, cancel)
 
     def approve(self, call: ToolCall, source: str) -> bool | str:
         """The policy's verdict on `call` (built-in tools are asked about too: they read the user's files)."""
@@ -119,7 +118,7 @@ class McpToolbox:
 def open_toolbox(
     host: McpHost | None,
     mode: str,
-    ask: Callable[[CallRequest], Decision] | None = None,
+    ask: Callable[[CallRequest], ApprovalAnswer] | None = None,
     documents: Library | Path | None = None,
     timeout: float = CALL_TIMEOUT_S,
     switches: ToolSwitches | None = None,

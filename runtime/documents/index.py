@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import platformdirs
 
 from runtime.documents.chunk import Passage
 from runtime.errors import UserError
+from runtime.paths import data_dir
 
 
 @dataclass(frozen=True)
@@ -110,12 +110,6 @@ def _under(path: bytes) -> tuple[bytes, bytes]:
     """The byte-string range [under, past) that holds every path below `path`: index-friendly comparisons."""
     under = path.rstrip(os.fsencode(os.sep)) + os.fsencode(os.sep)
     return under, under[:-1] + bytes([under[-1] + 1])
-
-
-def data_dir() -> Path:
-    """SpecQuant's own data: $SPECQUANT_DATA_DIR, else the per-user data directory (as app/store.py)."""
-    env = os.environ.get("SPECQUANT_DATA_DIR")
-    return Path(env).expanduser() if env else Path(platformdirs.user_data_dir("specquant", appauthor=False))
 
 
 def default_path() -> Path:

@@ -28,6 +28,7 @@ from runtime.engine.options import ChatOptions, Message
 from runtime.engine.tools import Tool, ToolRequest, assemble
 from runtime.errors import Cancelled, UserError
 from runtime.mcp.approval import DENIED  # what the model reads for a refused call, whoever refused it
+from runtime.mcp.results import ToolResult  # one result type, built-in tools' and MCP servers' alike
 
 DEFAULT_ROUNDS = 8
 
@@ -46,16 +47,6 @@ class ToolCall:
         if not isinstance(value, dict):
             raise UserError(f"the call to {self.name} has arguments that are not an object")
         return value
-
-
-@dataclass(frozen=True)
-class ToolResult:
-    """What a tool said. `text` goes back to the model as the tool message, whatever it holds."""
-
-    text: str
-    is_error: bool = False
-    elapsed_s: float = 0.0
-    source: str = ""  # where the tool lives, for the user (an MCP server's name; "" for a built-in)
 
 
 class Toolbox(Protocol):

@@ -35,7 +35,7 @@ TURNED_OFF = "Tool calls are turned off in the settings, so this call did not ru
 FILE_NAME = "mcp-approvals.json"
 
 
-class Decision(str, Enum):
+class ApprovalAnswer(str, Enum):
     """The user's answer to one call."""
 
     ALLOW_ONCE = "allow_once"
@@ -69,11 +69,11 @@ class Verdict:
 
     allowed: bool
     message: str | None = None
-    decision: Decision | None = None  # the user's answer; None where nobody was asked
+    answer: ApprovalAnswer | None = None  # the user's answer; None where nobody was asked
     remembered: bool = False  # allowed by an earlier Always allow
 
 
-Ask = Callable[[CallRequest], Decision]
+Ask = Callable[[CallRequest], ApprovalAnswer]
 
 
 class Approvals:
@@ -128,13 +128,13 @@ class ApprovalPolicy:
         if self.ask is None:  # no one to ask: a call nobody approved does not run
             return Verdict(False, DENIED)
         try:
-            decision = Decision(self.ask(request))
+            answer = ApprovalAnswer(self.ask(request))
         except Exception:  # a broken dialog must fail closed, not open
             log.exception("asking about %s/%s failed", request.server, request.tool)
             return Verdict(False, DENIED)
-        if decision is Decision.DENY:
-            return Verdict(False, DENIED, decision)
-        if decision is Decision.ALWAYS:
+        if answer is ApprovalAnswer.DENY:
+            return Verdict(False, DENIED, answer)
+        if answer is ApprovalAnswer.ALWAYS:
             with contextlib.suppress(UserError):  # not remembered, but allowed this once as answered
                 self.approvals.allow(request.server, request.tool)
-        return Verdict(True, None, decision)
+        return Verdict(True, None, answer)

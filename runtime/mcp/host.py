@@ -181,9 +181,9 @@ class McpHost:
         """
         began = time.monotonic()
 
-        def done(text: str, is_error: bool = True, server: str = "", tool: str = "") -> ToolResult:
+        def done(text: str, is_error: bool = True, server: str = "") -> ToolResult:
             text, cut = cut_text(text, self.result_limit)
-            return ToolResult(name, text, is_error, time.monotonic() - began, cut, server, tool)
+            return ToolResult(text, is_error, time.monotonic() - began, server, cut)
 
         route = self.route(name)
         if route is None and any(s.status.state == "stopped" for s in self._pick(None)):
@@ -194,9 +194,9 @@ class McpHost:
         server_name, tool = route
         args, problem = _arguments(arguments)
         if problem:
-            return done(problem, server=server_name, tool=tool)
+            return done(problem, server=server_name)
         if self._closed:
-            return done("The tools have been shut down.", server=server_name, tool=tool)
+            return done("The tools have been shut down.", server=server_name)
         server = self._servers[server_name]
         future = asyncio.run_coroutine_threadsafe(self._call(server, tool, args, timeout), self._loop)
         # The loop enforces the time-out; this is the backstop if the loop itself is stuck.
@@ -207,18 +207,18 @@ class McpHost:
                 break
             if cancel is not None and cancel.is_set():
                 future.cancel()  # cancels the task on the loop; the SDK tells the server
-                return done("The call was cancelled by the user.", server=server_name, tool=tool)
+                return done("The call was cancelled by the user.", server=server_name)
             if time.monotonic() > deadline:
                 future.cancel()
-                return done(f"The call timed out after {timeout:g} s.", server=server_name, tool=tool)
+                return done(f"The call timed out after {timeout:g} s.", server=server_name)
         try:
             text, is_error = future.result()
         except concurrent.futures.CancelledError:
-            return done("The call was cancelled.", server=server_name, tool=tool)
+            return done("The call was cancelled.", server=server_name)
         except Exception as e:  # a bug in the host: still a result, with a traceback in the log
             log.exception("MCP call %s failed", name)
-            return done(f"The call failed: {type(e).__name__}: {e}", server=server_name, tool=tool)
-        return done(text, is_error, server_name, tool)
+            return done(f"The call failed: {type(e).__name__}: {e}", server=server_name)
+        return done(text, is_error, server_name)
 
     def restart(self, name: str) -> ServerStatus:
         """Stop the server if it runs, and start it again (a failed one too); its new status."""

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from mcp import types
+if TYPE_CHECKING:  # the SDK's types load with the host, which reads results; a result alone needs none
+    from mcp import types
 
 RESULT_LIMIT = 16_000  # characters a result keeps; a model's context is the scarce thing
 BLOB_NOTE = 200  # characters of a binary part's description at most
@@ -17,16 +19,16 @@ BLOB_NOTE = 200  # characters of a binary part's description at most
 
 @dataclass(frozen=True)
 class ToolResult:
-    """One call's outcome. `text` is what the model sees (already cut to the limit, with the note saying how
-    much was cut); `cut` is how many characters were removed (0: whole)."""
+    """One call's outcome, from an MCP server or a built-in tool alike (the tool loop's one result type).
+    `text` is what the model sees, whatever it holds (a server's already cut to the limit, with the note
+    saying how much was cut); `cut` is how many characters were removed (0: whole); `source` is where the
+    tool lives, for the user (an MCP server's name, or "built-in")."""
 
-    name: str  # the tool as the model named it (`server__tool`)
     text: str
     is_error: bool = False
     elapsed_s: float = 0.0
+    source: str = ""
     cut: int = 0
-    server: str = ""
-    tool: str = ""
 
     @property
     def truncated(self) -> bool:
@@ -53,6 +55,7 @@ def cut_text(text: str, limit: int = RESULT_LIMIT) -> tuple[str, int]:
 
 
 def _part_text(block: types.ContentBlock) -> str:
+    from mcp import types
     if isinstance(block, types.TextContent):
         return block.text
     if isinstance(block, types.ImageContent | types.AudioContent):
