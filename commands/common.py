@@ -191,26 +191,12 @@ def setup_logging(verbose: bool) -> None:
 
 def embedding_model(note: Callable[[str], None] | None = None) -> Embedder | None:
     """The embedding model (all-MiniLM-L6-v2), converted from its package into the model cache when it is first
-    needed (so a command that fails its checks converts nothing); None, said in one line on stderr, when the
-    package is not installed: words alone (BM25) still index and search."""
+    needed; None, said in one line on stderr, when the package is not installed: words alone (BM25) still
+    index and search (runtime.engine.embedder)."""
     from converters.embedding import ensure_embedding_model, package_zip
-    from runtime.documents.embed import Embedder, model_path
-    from runtime.machine.hardware import ensure_backends, physical_cores
-    from runtime.models.cache import cache_root
+    from runtime.engine.embedder import open_embedder
 
-    path = model_path(cache_root())
-    if not path.is_file():
-        try:
-            package_zip()
-        except UserError as e:
-            (note or _note_on_stderr)(f"{e}; searching by words alone")
-            return None
-
-    def prepare() -> None:
-        ensure_embedding_model(path)
-        ensure_backends()
-
-    return Embedder(path, physical_cores(), prepare=prepare)
+    return open_embedder(None, ensure_embedding_model, package_zip, note or _note_on_stderr)
 
 
 def _note_on_stderr(text: str) -> None:

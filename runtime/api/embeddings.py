@@ -35,10 +35,9 @@ from starlette.responses import JSONResponse, Response
 
 from runtime.api.auth import authorize
 from runtime.api.responses import ApiError
-from runtime.documents.embed import GROUP, Embedder, model_path
+from runtime.documents.embed import GROUP, Embedder
+from runtime.engine.embedder import embedding_path, open_embedder
 from runtime.errors import Cancelled, UserError
-from runtime.machine.hardware import ensure_backends, physical_cores
-from runtime.models.cache import cache_root
 
 log = logging.getLogger("specquant.server")
 
@@ -149,19 +148,18 @@ class Embeddings:
         return max(0, self.in_flight - 1)
 
     def _cached_model(self) -> Embedder:
-        path = model_path(cache_root())
         prepare = self._prepare
-        if prepare is not None and not path.is_file():
+        if prepare is not None and not embedding_path().is_file():
             try:
                 prepare()
             except UserError as e:  # the package is missing or damaged: the 503 below says what to do
                 log.info("no embedding model: %s", e)
-        if not path.is_file():
+        embedder = open_embedder(self._threads())
+        if embedder is None:
             words = ("the embedding model is not set up on this computer yet: run `specquant docs add PATH` once "
                      "(it converts all-MiniLM-L6-v2), then ask again")
             raise ApiError(503, words, kind="server_error", code="embedding_model_missing")
-        threads = self._threads() or physical_cores()
-        return Embedder(path, threads, prepare=ensure_backends)
+        return embedder
 
     async def create(self, request: Request) -> Response:
         authorize(request, self._api_key)

@@ -232,12 +232,9 @@ class Engine(Answers):
         and the window's Documents panel convert it), search is hybrid; else BM25 alone."""
         lib = self._libraries.get(index)
         if lib is None:
-            from runtime.documents.embed import Embedder, model_path
-            from runtime.machine.hardware import ensure_backends
+            from runtime.engine.embedder import open_embedder
 
-            path = model_path(cache_root())
-            threads = self.settings.n_threads or self.hardware.physical_cores
-            embedder = Embedder(path, threads, prepare=ensure_backends) if path.is_file() else None
+            embedder = open_embedder(self.settings.n_threads or self.hardware.physical_cores)
             lib = self._libraries[index] = Library(index, embedder=embedder)
         return lib
 
