@@ -131,11 +131,11 @@ class Text:
         lp = None if logprobs is None else completions.text_logprobs(logprobs, len(call.messages[0]["content"]))
         return completions.text_completion(completions.new_id(), model, None, text, chunks[-1], lp)
 
-    def stream(self, model: str, call: ChatCall) -> TextStream:
-        return TextStream(model, call)
+    def stream(self, model: str, call: ChatCall) -> CompletionStream:
+        return CompletionStream(model, call)
 
 
-class TextStream:
+class CompletionStream:
     """A streamed text completion: each Chunk's text and logprobs (their offsets counted from the prompt's
     start, as OpenAI does)."""
 
