@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 
 from runtime.decode.llama_backend import LlamaBackend, LoadOptions
+from runtime.documents.grounding import Citation, Grounding, grounded_messages
 from runtime.engine.engine import Engine, EngineSettings
 from runtime.engine.options import ChatOptions
 from runtime.engine.prompt_cache import MIN_TOKENS, Identity, PromptCache
-from runtime.models.cache import ModelDir
+from runtime.models.cache import DEMO_NAME, ModelDir
 from tests.micro_model import MicroSpec, write_micro_gguf
 
 GREEDY = ChatOptions(max_tokens=10, sampling_overrides=(("temperature", 0.0),))
@@ -173,3 +174,57 @@ def test_an_entry_is_never_used_for_another_model(micro_gguf: Path, demo_gguf: P
         assert cache.restore(theirs, b, [*prompt, 5]) == 0 and b.tokens == []
         assert cache.restore(replace(mine, build="another build"), b, [*prompt, 5]) == 0
         assert cache.restore(mine, a, [*prompt, 5]) == len(prompt)  # its own: used
+
+
+def test_whole_documents_go_before_the_conversation_and_passages_into_the_question() -> None:
+    whole = (Citation(1, "/a/install.md", "m", "Run pip install frob.", 1.0, whole=True),
+             Citation(2, "/a/pancakes.md", "m", "Mix flour.", 1.0, whole=True))
+    chat = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"},
+            {"role": "user", "content": "How?"}]
+    grounded = grounded_messages(chat, whole)
+    assert grounded[0]["role"] == "system" and grounded[1:] == chat  # the turns stay as typed: a fixed prefix
+    assert "[1] install.md\nRun pip install frob." in grounded[0]["content"]
+    assert "[2] pancakes.md" in grounded[0]["content"] and "[1]" in grounded[0]["content"].split("Sources")[0]
+    own = grounded_messages([{"role": "system", "content": "Be brief."}, *chat], whole)
+    assert own[0]["content"].startswith("Be brief.\n\n") and len(own) == 4
+    no_system = grounded_messages(chat, whole, system=False)  # a template without the role
+    assert no_system[:2] == chat[:2] and "[1] install.md" in no_system[2]["content"]
+    passage = replace(whole[0], whole=False)
+    asked = grounded_messages(chat, [passage])
+    assert asked[:2] == chat[:2] and asked[2]["content"].endswith("Question: How?")
+
+
+@pytest.mark.slow
+def test_a_follow_up_on_whole_documents_reads_only_the_new_turn_on_the_demo(
+    demo_model: ModelDir, tmp_path: Path
+) -> None:
+    from tests.conftest import copy_of_demo
+    from tests.test_grounding import QUESTION, make_library
+
+    index = make_library(tmp_path)
+    root = copy_of_demo(demo_model, tmp_path / "cache")
+    options = replace(GREEDY, max_tokens=16, documents=Grounding("manuals", index=str(index)))
+    engine = Engine(DEMO_NAME, EngineSettings(n_threads=2), root=root)
+
+    def chat(messages: list[dict[str, str]], opts: ChatOptions, fresh: bool):
+        if fresh:  # without the cache: every prompt read whole
+            engine.reset_caches()
+        return engine.chat(messages, opts)
+
+    runs = []
+    try:
+        for fresh in (False, True):
+            first = [{"role": "user", "content": QUESTION}]
+            one = chat(first, options, fresh)
+            follow = [*first, {"role": "assistant", "content": one.text}, {"role": "user", "content": "And then?"}]
+            chat([{"role": "user", "content": "Tell me about pancakes."}], replace(GREEDY, max_tokens=8), fresh)
+            two = chat(follow, options, fresh)  # the other chat evicted its live KV: the cache brings it back
+            new = chat([{"role": "user", "content": "How much disk space?"}], options, fresh)
+            runs.append(([one.token_ids, two.token_ids, new.token_ids],
+                         [a.last.stats.reused_tokens for a in (one, two, new)],
+                         one.last.stats.prompt_tokens))
+    finally:
+        engine.close()
+    (cached, reused, first_prompt), (plain, plain_reused, _) = runs
+    assert cached == plain and plain_reused == [0, 0, 0]
+    assert reused[1] >= first_prompt and reused[2] > 0.8 * first_prompt  # the documents were read once

@@ -1,9 +1,13 @@
 """Grounded answers: the passages of the user's documents that best match a question, numbered, and the
 question rewritten to answer from them and cite them.
 
-The sources go into the last user message, not a system message: earlier turns keep the text the user typed
-(so the conversation's KV cache stays valid turn to turn), and a passage the answer quotes is in the prompt,
-where n-gram lookup drafts it (runtime.decode.ngram) for the price of one verify.
+Where the sources go decides what the KV cache can keep (runtime.engine.prompt_cache). Whole documents are
+the same for every question, so they go into the system message, before the conversation: a prefix that
+stays put, read once for a chat's every turn and for every new chat on the same documents, and the questions
+stay as the user typed them. Passages are chosen per question, so they go into the last user message, where
+earlier turns keep the text the user typed. Either way a passage the answer quotes is in the prompt, where
+n-gram lookup drafts it (runtime.decode.ngram) for the price of one verify. A template without a system
+role gets the whole documents in the last user message too (runtime.engine.answer_plan).
 """
 
 from __future__ import annotations
@@ -26,6 +30,10 @@ WHOLE_CHARS_PER_TOKEN = 3
 INSTRUCTION = (
     "Answer the question from the numbered sources below. Cite each source you use by its number in square "
     "brackets, like [1]. If the sources do not answer the question, say so."
+)
+SYSTEM_INSTRUCTION = (
+    "Answer the user's questions from the numbered sources below. Cite each source you use by its number in "
+    "square brackets, like [1]. If the sources do not answer a question, say so."
 )
 NOTHING_FOUND = (
     "No passage of the user's documents matched the question. Say that the documents do not cover it, then "
@@ -132,9 +140,26 @@ def cited_numbers(answer: str) -> set[int]:
     return {int(n) for group in _CITE.findall(answer) for n in group.split(",")}
 
 
-def grounded_messages(messages: Sequence[dict[str, Any]], citations: Sequence[Citation]) -> list[dict[str, Any]]:
-    """`messages` with the last user message grounded (the others as they are)."""
+def grounded_system(system: str | None, citations: Sequence[Citation]) -> str:
+    """A system message holding whole documents: the chat's own system prompt first, then the sources."""
+    sources = f"{SYSTEM_INSTRUCTION}\n\nSources:\n\n{source_block(citations)}"
+    return f"{system}\n\n{sources}" if system else sources
+
+
+def grounded_messages(
+    messages: Sequence[dict[str, Any]], citations: Sequence[Citation], system: bool = True
+) -> list[dict[str, Any]]:
+    """`messages` grounded: whole documents in the system message (where `system` allows it: the template
+    has that role), passages, or nothing found, in the last user message (the other turns as they are)."""
+    if not any(m["role"] == "user" for m in messages):
+        raise UserError("a grounded answer needs a user message to answer")
     out = [dict(m) for m in messages]
+    if system and citations and all(c.whole for c in citations):
+        if out and out[0]["role"] == "system":
+            out[0]["content"] = grounded_system(out[0]["content"], citations)
+        else:
+            out.insert(0, {"role": "system", "content": grounded_system(None, citations)})
+        return out
     for m in reversed(out):
         if m["role"] == "user":
             m["content"] = grounded_question(m["content"], citations)

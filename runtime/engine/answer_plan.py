@@ -112,7 +112,9 @@ def prepare(
         # "summarise this report" needs all of it, not its best passages.
         budget = (parent.n_ctx - reserve) // 2 * WHOLE_CHARS_PER_TOKEN
         citations = retrieve(model.library(options.documents.index), question, options.documents, budget)
-        messages = grounded_messages(messages, citations)
+        # Whole documents in the system message: a prefix the KV cache keeps across turns and chats.
+        in_system = not options.raw_prompt and has_system_role(model, parent)
+        messages = grounded_messages(messages, citations, system=in_system)
     grammar, calls = options.grammar, None
     if options.raw_prompt:
         prompt, dropped = prompts.raw_prompt(parent, messages[-1]["content"], reserve), 0
@@ -148,6 +150,16 @@ def prepare(
         model, options, decision, parent, draft, prompt, dropped, reused, grammar, calls, spec, params, controller,
         plain, ratio, citations,
     )
+
+
+def has_system_role(model: ModelState, parent: LlamaBackend) -> bool:
+    """Whether the parent's chat template renders a system message (some refuse one, some drop it)."""
+    mark = "SpecQuant system role check"
+    try:
+        tokens = model.render(parent, [{"role": "system", "content": mark}, {"role": "user", "content": "?"}])
+    except UserError:
+        return False
+    return mark in parent.detokenize(tokens)
 
 
 def sampling(parent: LlamaBackend, options: ChatOptions) -> SamplingParams:
