@@ -1,0 +1,204 @@
+"""The open chat: its transcript and input row, and the answer in flight as app.chat_controller reports it
+(streamed, stopped, stored or failed), with the approval questions of its tools. It knows which conversation
+is open; the chat controller decides what is stored and answered, and the window gives the pane the status
+bar, the banner, the conversation list, the Tools tab and the settings to answer with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QStatusBar, QVBoxLayout, QWidget
+
+from app.approval_dialog import ApprovalPrompt
+from app.chat_controller import AtHighestPrecision, ChatController, Choices, Live, Turn
+from app.settings import AppSettings
+from app.stats_bar import StatsBar
+from app.tools_panel import ToolsPanel
+from app.transcript import TranscriptView
+from app.widgets import ErrorBanner
+from app.window_panels import ChatList, Composer
+from runtime.engine.answer import Chunk
+from runtime.errors import UserError
+
+
+class ChatPane(QWidget):
+    """The open conversation (`conversation`; None: a new chat) and its answer in flight."""
+
+    answer_finished = Signal(str)  # the answer's text ("" when it failed); tests and the self-test wait on it
+    chunk_shown = Signal(object)  # the latest streamed Chunk, once it is shown (on the GUI thread)
+    model_wanted = Signal(str)  # a chat opened anew answered with this model: the window switches back to it
+
+    def __init__(
+        self,
+        chat: ChatController,
+        stats: StatsBar,
+        status: QStatusBar,
+        banner: ErrorBanner,
+        chats: ChatList,
+        tools_panel: ToolsPanel,
+        settings: Callable[[], AppSettings],
+    ) -> None:
+        super().__init__()
+        self.chat, self.store, self.stats, self.status, self.banner = chat, chat.store, stats, status, banner
+        self.chats, self.tools_panel, self.settings = chats, tools_panel, settings
+        self.conversation: int | None = None
+        self.transcript, self.composer = TranscriptView(), Composer()
+        self.approval = ApprovalPrompt(self, chat.answer_approval)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.transcript, 1)
+        layout.addWidget(self.composer)
+        p = self.composer
+        for signal, slot in (
+            (self.transcript.copied, lambda _: status.showMessage("Code copied", 2000)),
+            (self.transcript.open_failed, lambda path: status.showMessage(f"No application opens {path}", 6000)),
+            (p.documents_chosen, self.choose_documents),
+            (p.preset_chosen, lambda name: self.store_call(chat.choose, self.conversation, "preset", name)),
+            (tools_panel.chat_tools_changed, lambda on: self.store_call(chat.choose, self.conversation, "tools", on)),
+            (p.input.submitted, self.send), (p.send_button.clicked, self.send),
+            (p.stop_button.clicked, self.stop), (p.regenerate, self.regenerate),
+            (chats.selected, self.open_conversation), (chats.new_button.clicked, self.new_conversation),
+            (chats.delete, self.delete_conversation),
+            (chat.status, lambda text: status.showMessage(text) if text else status.clearMessage()),
+            (chat.chunks_taken, self._on_chunks), (chat.calls_changed, self._render_live),
+            (chat.finished, lambda live, text: self._ended(live, text, "", "")),
+            (chat.failed, lambda live, message, kind: self._ended(live, "", message, kind)),
+            (chat.approval_needed, self.approval.ask),
+        ):
+            signal.connect(slot)
+
+    @property
+    def model(self) -> str:
+        return self.settings().model
+
+    # --- which chat is open, and what it answers with -----------------------------------------------------
+    def open_conversation(self, conversation_id: int | None) -> None:
+        c = conversation_id
+        # Only a chat opened anew brings its model back: a redraw of this one (zoom, an answer's end) keeps the
+        # model the user has just picked.
+        if c is not None and c != self.conversation and (wanted := self.store.model(c)) and wanted != self.model:
+            self.model_wanted.emit(wanted)
+        self.conversation, choices = c, self.chat.choices(c)
+        self.transcript.show_messages(self.store.messages(c) if c is not None else [])
+        self.composer.show_documents(choices.documents)
+        self.composer.show_preset(choices.preset)
+        self.tools_panel.show_chat_tools(choices.tools)
+        live = self.chat.live
+        if live is not None and live.conversation == c:
+            self.transcript.begin_live()
+            self._render_live()
+        self.chats.refresh(c)
+        self.show_busy()
+
+    def new_conversation(self) -> None:
+        self.chat.unsent = Choices()  # a new chat starts without documents, preset or tools
+        self.open_conversation(None)
+        self.composer.input.setFocus()
+
+    def delete_conversation(self, conversation: int) -> None:
+        live = self.chat.live
+        if live is not None and live.conversation == conversation:
+            self.banner.show_error("Stop the answer in this conversation before deleting it.")
+        elif self.chats.confirm_delete(conversation):
+            self.store.delete(conversation)
+            self.open_conversation(None)
+
+    def choose_documents(self, documents: str | None) -> None:
+        """What this chat answers from, as the Answer-from box says: None no documents, "" all, else one."""
+        self.composer.show_documents(documents)
+        self.store_call(self.chat.choose, self.conversation, "documents", documents)
+
+    def store_call(self, change: Any, *args: Any) -> None:
+        """A change to the history; one it refuses (locked, full, read-only) is said in the banner."""
+        try:
+            change(*args)
+        except UserError as e:
+            self.banner.show_error(str(e))
+
+    # --- the answer ------------------------------------------------------------------------------------
+    def send(self) -> None:
+        text = self.composer.input.toPlainText().strip()
+        if not text or self.chat.live is not None:
+            return
+        if not self.model:
+            self.banner.show_error("There is no model yet: set up the demo model or add one.", "Set up demo model")
+            return
+        turn = self.chat.new_turn(self.conversation, text, self.model)  # stored before anything can fail
+        self.conversation = turn.conversation
+        self.composer.input.clear()
+        self._start(turn)
+
+    def regenerate(self, higher: bool) -> None:
+        """Answer the last user message again; the old answer is replaced only when the new one is done."""
+        if self.chat.live is not None or self.conversation is None:
+            return
+        try:
+            turn = self.chat.regenerate_turn(self.conversation, higher)
+        except AtHighestPrecision as e:
+            self.status.showMessage(str(e), 4000)
+            return
+        if turn is not None:
+            self._start(turn)
+
+    def _start(self, turn: Turn) -> None:
+        """Show the turn's messages and answer them with the current settings."""
+        self.transcript.show_messages(turn.messages)
+        self.chats.refresh(turn.conversation)
+        search = self.tools_panel.has_documents and self.chat.documents_index.exists()
+        try:
+            missing = self.chat.answer(turn, self.model, self.settings(), search)
+        except UserError as e:
+            self.banner.show_error(str(e))
+            self.show_busy()
+            return
+        self.banner.hide()
+        if missing:
+            self.banner.show_error(f"The preset {missing} is gone: this answer has none. Pick another under Preset.")
+        self.transcript.begin_live()
+        self._render_live()
+        self.show_busy()
+
+    def stop(self) -> None:
+        self.approval.close()  # denies: the turn ends (its cancel is set just below)
+        if self.chat.stop():
+            self.composer.stop_button.setEnabled(False)
+            self.status.showMessage("Stopping…", 2000)
+
+    def _on_chunks(self, chunks: list[Chunk]) -> None:
+        """A batch of the answer (app.turn_runner paces them by what the GUI thread spends): one redraw for all."""
+        for chunk in chunks:
+            self.stats.chart.add_chunk(chunk)  # a point per cycle; the chart repaints on its own timer
+        if chunks[-1].done:
+            self.stats.show_answer(chunks[-1], self.model)
+            return
+        self._render_live()  # the text and the status bar's words
+        self.chunk_shown.emit(chunks[-1])
+
+    def _ended(self, live: Live, text: str, message: str, kind: str) -> None:
+        """The answer was stored (`text`), or failed (`message`, its `kind`; "" when stopped)."""
+        if live.request.tools is not None:
+            self.approval.close()
+            if self.tools_panel.loaded:
+                self.tools_panel.refresh()  # a new "always", a server's new state
+        if self.conversation == live.conversation:
+            self.open_conversation(live.conversation)  # a failed answer is gone; the user's message stays
+        self.status.clearMessage()
+        if message:
+            self.banner.show_error(message, "Open Models" if kind == "model" else "")
+        self.show_busy()
+        self.answer_finished.emit(text)
+
+    def _render_live(self) -> None:
+        live = self.chat.live
+        if live is not None and live.conversation == self.conversation:
+            self.transcript.update_live(live.text or "…", live.meta())
+            if live.last is not None:
+                self.stats.show_answer(live.last, self.model)
+
+    def show_busy(self) -> None:
+        busy = self.chat.live is not None
+        choices = self.chat.regenerate_choices(None if busy else self.conversation)
+        self.composer.show_busy(busy, bool(self.model), *choices)
