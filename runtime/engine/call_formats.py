@@ -12,8 +12,8 @@
 A call's opener may be a control token (`[TOOL_CALLS]`, Phi's `<|tool_call|>`), which the answer's text does not
 show; such formats are `anchored`: the call is the answer's start or there is none, so its visible JSON alone
 marks it. Hermes's opener is text (`<tool_call>` is not a control token in Qwen's vocabulary), so its calls
-may follow the model's own text; its bare form (Qwen2.5-Coder answers so) is recognised at the start only,
-as llama.cpp's trigger pattern does.
+may follow the model's own text; its bare form (Qwen2.5-Coder answers so, pretty-printed and often in a
+```json fence) is recognised at the start only, as llama.cpp's trigger pattern for Hermes does.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ class CallFormat:
     call_id: bool = False  # each call ends with `"id": "<9 letters or digits>"`
     anchored: bool = False  # calls are the answer's start or there are none
     bare: bool = False  # the call's JSON without the wrapper, as the whole answer, is a call too
+    loose: bool = False  # (a bare call) any whitespace in its JSON, and a ```json fence around it
     tools_in_system: bool = False  # the tools go into the system message's `tools` field (Phi-4-mini)
     calls_as_text: bool = False  # the template shows no `tool_calls`: past calls are written into the content
 
@@ -67,7 +68,7 @@ class CallFormat:
     def bare_format(self) -> CallFormat:
         """The unwrapped call at the answer's start, as a format of its own."""
         return CallFormat(own=self.own, opener="", closer="", key=self.key, several=False, name=self.name,
-                          pad="", anchored=True)
+                          pad="", anchored=True, loose=True)
 
     def describe(self) -> str:
         """One line for `specquant info`."""

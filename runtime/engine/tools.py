@@ -223,7 +223,13 @@ def call_lark(request: ToolRequest, syntax: CallSyntax, opener: str = "", closer
     # After the last call, a line break may come before the end: models trained on "\n<tool_call>" between
     # calls often write one, and it must not force another call.
     more = f'("\\n" {opener} body)* "\\n"?' if many else '"\\n"?'
-    bare = ' | call "\\n"?' if syntax.bare else ""  # Qwen2.5-Coder's call, untagged, as the whole answer
+    bare = ""
+    if syntax.bare:  # Qwen2.5-Coder's call, untagged, as the whole answer: any layout, maybe in a ```json fence
+        for i, tool in enumerate(tools):
+            lines.append(f"BARE_{i}: /{_LOOSE_LEAD}{_LOOSE_NAME.format(name=_regex(tool.name), key=syntax.key)}/")
+            lines.append(f"bare_{i}: BARE_{i} args_{i} BARE_END")
+        lines.append(r"BARE_END: /[ \t\n]{0,20}\}(\n```)?\n?/")
+        bare = " | " + " | ".join(f"bare_{i}" for i in range(len(tools)))
     if request.choice != "auto":
         lines.append(f"start: {opener} body {more}")
     elif opener.startswith('"'):  # lazy: the text ends at the first opener, which starts the call
@@ -232,8 +238,14 @@ def call_lark(request: ToolRequest, syntax: CallSyntax, opener: str = "", closer
     else:
         lines.append(f"start: TEXT | TEXT {opener} body {more}{bare}")
     text = r"TEXT: /(.|\n)*/"
-    lines.append(text + (f" & ~/{_regex(NAME_START[:7])}(.|\\n)*/" if syntax.bare else ""))
+    lines.append(text + (f" & ~/{_LOOSE_LEAD}(.|\\n)*/" if syntax.bare else ""))
     return "\n".join(lines)
+
+
+# A bare call's start as the model lays it out (llama.cpp's Hermes trigger), in Lark's and in Python's regex.
+_LOOSE_LEAD = r'(```(json)?\n)?[ \t\n]{0,20}\{[ \t\n]{0,20}"name"'
+_LOOSE_NAME = r'[ \t]{{0,4}}:[ \t]{{0,4}}"{name}"[ \t\n]{{0,20}},[ \t\n]{{0,20}}"{key}"[ \t]{{0,4}}:[ \t]{{0,4}}'
+_LOOSE_TAIL = re.compile(r"[ \t\n]{0,20}\}")
 
 
 def _regex(text: str) -> str:
@@ -292,9 +304,9 @@ class CallParser:
         if self.syntax.anchored or not self.syntax.bare or self.calls_only:
             self.started = True
             return True
-        if self.buffer.startswith(NAME_START):
+        if re.match(_LOOSE_LEAD, self.buffer):
             self.shape, self.head = self.syntax.bare_format, _head(self.syntax.bare_format)
-        elif NAME_START.startswith(self.buffer) and not final:
+        elif _may_lead(self.buffer) and not final:
             return False  # may still become a call
         self.started = True
         return True
@@ -381,6 +393,8 @@ class CallParser:
                         return None if not self.buffer else False
                     return True
             return None
+        if shape.loose:  # Hermes's bare call: `_start` found its lead
+            return True
         rest = self.buffer
         if shape.opener and rest.startswith(shape.opener):
             rest = rest[len(shape.opener) :]
@@ -408,7 +422,12 @@ class CallParser:
             m = self.head.match(self.buffer)
             if m is None:
                 return None
-            self.name, self.buffer = m.group(1), self.buffer[m.end() :]
+            rest = self.buffer[m.end() :]
+            if self.shape is not None and self.shape.loose:  # the head's last spaces may still grow
+                if not rest.lstrip(" \t\n"):
+                    return None
+                rest = rest.lstrip(" \t\n")
+            self.name, self.buffer = m.group("name"), rest
         found = self._end_of_call(self.buffer, final)
         if found is None:
             return None
@@ -428,8 +447,13 @@ class CallParser:
             return None
         if end == len(args) and args[-1:].isdigit() and not final:
             return None  # a number may go on ("12" of "123")
-        tail = _visible(self.shape or self.syntax)
         rest = args[end:]
+        if self.shape is not None and self.shape.loose:
+            m = _LOOSE_TAIL.match(rest)
+            if m is not None:
+                return end, end + m.end()
+            return (end, len(args)) if final and not rest.strip() else None
+        tail = _visible(self.shape or self.syntax)
         n = _tail_match(rest, tail)
         if n is not None:
             return end, end + n
@@ -443,8 +467,30 @@ _DECODER = json.JSONDecoder()
 
 def _head(syntax: CallSyntax) -> re.Pattern[str]:
     """A call's text up to its arguments, with the name as group 1."""
+    if syntax.loose:
+        return re.compile(_LOOSE_LEAD + _LOOSE_NAME.format(name="(?P<name>[A-Za-z0-9_-]{1,64})", key=syntax.key))
     start = syntax.start if not syntax.array else NAME_START
-    return re.compile(re.escape(start) + r'([A-Za-z0-9_-]{1,64})", "' + re.escape(syntax.key) + '": ')
+    return re.compile(re.escape(start) + r'(?P<name>[A-Za-z0-9_-]{1,64})", "' + re.escape(syntax.key) + '": ')
+
+
+def _may_lead(text: str) -> bool:
+    """Whether `text` may still grow into a bare call's start (`_LOOSE_LEAD`)."""
+    for fence in ("```json\n", "```\n"):
+        if text.startswith(fence):
+            text = text[len(fence) :]
+            break
+        if fence.startswith(text):
+            return True
+    else:
+        if text.startswith("`"):
+            return False
+    text = text.lstrip(" \t\n")
+    if not text:
+        return True
+    if not text.startswith("{"):
+        return False
+    text = text[1:].lstrip(" \t\n")
+    return '"name"'.startswith(text)
 
 
 def _visible(syntax: CallSyntax) -> str:
