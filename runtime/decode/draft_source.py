@@ -36,7 +36,7 @@ class Kind:
     verified: bool = True
     k_max: int = 0  # the longest proposal the controller considers
     prior: float = 0.0  # acceptance before any is measured
-    key_priors: Mapping[str, float] = field(default_factory=dict)  # per estimates key, where the key says more
+    key_priors: Mapping[str, float] = field(default_factory=dict, hash=False)  # per estimates key, if it says more
     # True: proposals are a model's decode steps (priced by the probe's draft cost c, after a catch-up on what
     # the model has not seen; the probe's agreement is its prior). False: a lookup, timed as it runs.
     decodes: bool = False
