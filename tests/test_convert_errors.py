@@ -47,11 +47,12 @@ def test_directory_without_config(tmp_path: Path, isolated_cache: Path) -> None:
 
 
 def test_unsupported_architecture(micro_hf: Path, tmp_path: Path, isolated_cache: Path) -> None:
-    d = hf_copy(micro_hf, tmp_path / "mistral")
+    d = hf_copy(micro_hf, tmp_path / "gemma3")
     cfg = json.loads((d / "config.json").read_text())
-    cfg["architectures"] = ["MistralForCausalLM"]
+    cfg["architectures"] = ["Gemma3ForCausalLM"]
     (d / "config.json").write_text(json.dumps(cfg))
-    assert_one_line_error(run_cli("convert", str(d)), "unsupported architecture MistralForCausalLM")
+    assert_one_line_error(run_cli("convert", str(d)), "unsupported architecture Gemma3ForCausalLM",
+                          "supported: LlamaForCausalLM, Qwen2ForCausalLM", "Phi3ForCausalLM")
     assert cache_is_empty(isolated_cache)
 
 
