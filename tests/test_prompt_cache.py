@@ -83,6 +83,9 @@ def test_least_recently_used_out_within_the_budget_and_prefixes_kept_once() -> N
     off = PromptCache(0)
     off.keep_live(identity(), FakeBackend(range(100)), ())
     assert len(off) == 0
+    follow_up = PromptCache(10_000)  # a follow-up loses only the tail of the last answer: not worth a copy
+    follow_up.keep_live(identity(), FakeBackend(range(200)), [*range(190), 5])
+    assert len(follow_up) == 0
 
 
 def test_a_restored_state_is_the_live_cache_it_was_saved_from(micro_gguf: Path) -> None:

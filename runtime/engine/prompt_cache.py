@@ -19,6 +19,9 @@ from typing import Protocol
 
 DEFAULT_MAX_BYTES = 1 << 30  # 1 GiB, or 10% of the RAM available at start, whichever is smaller
 MIN_TOKENS = 16  # a shorter prefix costs less to read again than to keep
+# The live state is copied whole: losing a shorter tail (a follow-up re-renders the last answer's end) is
+# cheaper to read again than the copy is to make, each turn.
+MIN_LOST = 64
 
 
 def default_budget() -> int:
@@ -131,8 +134,8 @@ class PromptCache:
         """Save the live KV cache before `prompt` overwrites part of it (it keeps only their shared prefix)."""
         if self.max_bytes == 0 or len(backend.tokens) < MIN_TOKENS:
             return
-        if backend.common_prefix(prompt) >= len(backend.tokens):
-            return  # nothing of it is lost
+        if len(backend.tokens) - backend.common_prefix(prompt) < MIN_LOST:
+            return  # little or nothing of it is lost
         tokens, state = backend.save_prefix_state()
         self.put(identity, tokens, state)
 
