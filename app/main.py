@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import logging
 import os
+import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -53,11 +54,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.self_test:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     elif not has_display():
-        from commands.main import main as cli_main
-
         print("specquant-app: no display found; chatting in the terminal instead", file=sys.stderr)
-        return cli_main(["chat", *(["--prompt", args.prompt] if args.prompt else [])])
+        return terminal_chat(args.prompt)
     return run_window(args)
+
+
+def terminal_chat(prompt: str | None) -> int:
+    """`specquant chat` (with `prompt`, if given) as its own program on this terminal, its exit status ours:
+    the window hands over to the command line and never imports it (one turn layer, two front ends). In a
+    bundle the command line is the `specquant` program beside this one."""
+    argv = ["chat", *(["--prompt", prompt] if prompt else [])]
+    if getattr(sys, "frozen", False):
+        program = Path(sys.executable)
+        command = [str(program.with_name("specquant" + program.suffix)), *argv]
+    else:
+        command = [sys.executable, "-m", "commands", *argv]
+    try:
+        return subprocess.call(command)
+    except KeyboardInterrupt:  # the child had the Ctrl-C too, and ends on its own
+        return 130
 
 
 def run_window(args: argparse.Namespace) -> int:

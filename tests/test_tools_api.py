@@ -118,7 +118,11 @@ def test_logprobs_whole_and_streamed_agree(server: Served) -> None:
         assert sum(math.exp(x.logprob) for x in t.top_logprobs) <= 1.0 + 1e-6
     streamed = [t for c in client.chat.completions.create(**kwargs, stream=True)
                 if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.content]
-    assert [(t.token, round(t.logprob, 4)) for t in streamed] == [(t.token, round(t.logprob, 4)) for t in content]
+    assert [t.token for t in streamed] == [t.token for t in content]
+    # The second request reads its prompt from the reused KV cache and verifies drafts in batches of other
+    # shapes: on some CPUs (an Intel Xeon, 2026-12-06) the same log-probability then differs by up to 2e-3
+    # (the tokens stay the same), so they are compared to 1e-2.
+    assert [t.logprob for t in streamed] == pytest.approx([t.logprob for t in content], abs=1e-2)
 
 
 def test_the_legacy_completions_endpoint_continues_a_raw_prompt(server: Served) -> None:
