@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
@@ -49,6 +50,17 @@ def isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("SPECQUANT_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("SPECQUANT_CONFIG_DIR", str(tmp_path / "config"))
     return root
+
+
+@pytest.fixture(autouse=True)
+def isolated_logging() -> Iterator[None]:
+    """A test that runs a command in-process (commands.main.main) points the root logger at the stderr that
+    pytest captured for it; later tests must not log into that closed stream, nor read its lines as theirs."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="session")
