@@ -7,7 +7,6 @@ cancelled within a cycle and the model stays loaded for the next turn."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from commands.chat_tools import add_tool_flags, calls_json, check_tool_flags, event_line, open_toolbox
 from commands.common import add_answer_flags, add_engine_flags, chat_options, engine_settings, model_name, read_prompt
 from runtime.errors import UserError
+from runtime.terminal_text import terminal_json, visible_lines
 
 if TYPE_CHECKING:
     from runtime.chat.toolbox import McpToolbox
@@ -100,7 +100,7 @@ def main(args: argparse.Namespace) -> int:
             if session.toolbox is not None:
                 out["rounds"] = outcome.rounds
                 out["calls"] = calls_json(outcome.calls, session.toolbox)
-            print(json.dumps(out, indent=2, ensure_ascii=False))
+            print(terminal_json(out))  # a tool result's control characters escaped, as JSON
         else:
             last = session.answer(messages, stream=sys.stdout).last
             print(file=sys.stdout)
@@ -162,7 +162,9 @@ class Session:
             if line is not None:
                 print(line, file=sys.stderr)
             elif isinstance(event, Chunk) and stream is not None and event.text:
-                stream.write(event.text)
+                # On a terminal, escape sequences the model copied from a tool result or a document are shown,
+                # not obeyed; piped, the text is as the model wrote it.
+                stream.write(visible_lines(event.text) if stream.isatty() else event.text)
                 stream.flush()
         raise AssertionError("a turn ends with LoopFinished")  # pragma: no cover
 

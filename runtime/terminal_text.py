@@ -7,7 +7,10 @@ line of its own. `visible` replaces each one with a readable escape, so what is 
 
 from __future__ import annotations
 
+import json
+import re
 import unicodedata
+from typing import Any
 
 # C0 controls, DEL, the C1 controls (0x80-0x9f: 0x9b is a one-byte CSI on many terminals), and the
 # bidirectional overrides and isolates that can make a name read as another (Trojan Source).
@@ -42,3 +45,15 @@ def visible_lines(text: str) -> str:
     """Multi-line text (a tool's result, a passage) with its line breaks and tabs kept, everything else
     that a terminal would act on made visible."""
     return visible(text, keep="\n\t")
+
+
+# What json.dumps(ensure_ascii=False) leaves raw and a terminal acts on: the C1 controls and the bidirectional
+# overrides (C0 controls and DEL it escapes itself).
+_JSON_RAW = re.compile("[\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def terminal_json(value: Any) -> str:
+    """`value` as indented JSON for a terminal: non-ASCII text kept readable, every control character escaped
+    (\\uNNNN, so the JSON reads back the same)."""
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    return _JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
