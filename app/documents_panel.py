@@ -176,10 +176,13 @@ class DocumentsWorker(QObject):
 
     def _open(self, create: bool) -> Library | None:
         if self.library is None and (create or self.index.exists()):
-            # The embedding model, converted here on first use (on this thread): hybrid search, as the CLI's.
-            from app.embedding import embedding_model
+            # The embedding model, converted here on first use (on this thread): hybrid search, as the CLI's;
+            # without its package, words alone (logged).
+            from converters.embedding import ensure_embedding_model, package_zip
+            from runtime.engine.embedder import open_embedder
 
-            self.library = Library(self.index, embedder=embedding_model())
+            embedder = open_embedder(None, ensure_embedding_model, package_zip, log.info)
+            self.library = Library(self.index, embedder=embedder)
         return self.library
 
     def _run(self, job: DocumentsJob) -> AddResult | int:

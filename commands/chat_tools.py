@@ -75,10 +75,7 @@ def open_toolbox(args: argparse.Namespace) -> McpToolbox | None:
         host.start()
         print_skipped(host.skipped())
     ask = ask_on_terminal if terminal else None
-    box = open_toolbox(host, mode, ask, documents, args.tool_timeout or CALL_TIMEOUT_S)
-    if documents is not None:
-        box.closers.append(library.close)
-    return box
+    return open_toolbox(host, mode, ask, documents, args.tool_timeout or CALL_TIMEOUT_S)
 
 
 def ask_on_terminal(request: CallRequest) -> ApprovalAnswer:

@@ -49,7 +49,7 @@ def visible_lines(text: str) -> str:
 
 # What json.dumps(ensure_ascii=False) leaves raw and a terminal acts on: the C1 controls and the bidirectional
 # overrides (C0 controls and DEL it escapes itself).
-_JSON_RAW = re.compile("[\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_JSON_RAW = re.compile("[\x7f-\x9f" + "".join(map(chr, sorted(_BIDI))) + "]")
 
 
 def terminal_json(value: Any) -> str:

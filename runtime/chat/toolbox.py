@@ -126,18 +126,14 @@ def open_toolbox(
 ) -> McpToolbox:
     """The toolbox of a turn: `host`'s servers (None: none configured), the documents search when `documents`
     (a Library, or the index file to open) is given, approvals by `mode` (ask, all, none) asking `ask`, and
-    the switch store's tools left out. A Library opened here is closed with the toolbox, and so is `host` when
-    the toolbox `owns_host`."""
+    the switch store's tools left out. The documents' Library (given or opened here) is closed with the
+    toolbox, and so is `host` when the toolbox `owns_host`."""
     from runtime.documents.library import Library
     from runtime.engine.document_tool import DocumentSearch
 
-    builtin: list[Toolbox] = []
-    opened: Library | None = None
-    if isinstance(documents, Path):
-        documents = opened = Library(documents)
-    if documents is not None:
-        builtin.append(DocumentSearch(documents))
+    library = Library(documents) if isinstance(documents, Path) else documents
+    builtin: list[Toolbox] = [DocumentSearch(library)] if library is not None else []
     box = McpToolbox(host, ApprovalPolicy(mode, ask), builtin, timeout, switches, owns_host)
-    if opened is not None:
-        box.closers.append(opened.close)
+    if library is not None:
+        box.closers.append(library.close)
     return box
