@@ -13,7 +13,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from app.platform_libs import check_display, show_box, uses_xcb
+
 if TYPE_CHECKING:
+    from PySide6.QtCore import QtMsgType
+
     from app.window import MainWindow
 
 log = logging.getLogger("specquant.app")
@@ -39,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--self-test", action="store_true", help="headless: answer one prompt, check, exit 0 or 1")
     p.add_argument("--screenshot", type=Path, help="with --self-test: save a PNG of the window here")
+    p.add_argument("--check-display", action="store_true",
+                   help="check the system libraries the window needs on Linux (X11), say what is missing, exit 0 or 1")
     p.add_argument("-v", "--verbose", action="store_true", help="detailed logs on stderr")
     return p
 
@@ -51,12 +57,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.screenshot and not args.self_test:
         print("specquant-app: error: --screenshot needs --self-test", file=sys.stderr)
         return 2
+    if args.check_display:
+        return check_display_command()
     if args.self_test:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     elif not has_display():
         print("specquant-app: no display found; chatting in the terminal instead", file=sys.stderr)
         return terminal_chat(args.prompt)
+    elif problem := display_problem():
+        # Qt would abort on it with its reason on a debug channel: say it, and how to mend it, first.
+        print(problem, file=sys.stderr)
+        show_box(problem)
+        return 1
     return run_window(args)
+
+
+def display_problem() -> str:
+    """On Linux, when Qt will use its X11 plugin: the one line saying which of its libraries are missing."""
+    return check_display() if sys.platform.startswith("linux") and uses_xcb() else ""
+
+
+def check_display_command() -> int:
+    """`--check-display`, for the install script: the X11 plugin's libraries, whatever the session."""
+    if not sys.platform.startswith("linux"):
+        print("specquant-app: the window needs no extra system libraries here")
+        return 0
+    problem = check_display()
+    print(problem or "specquant-app: the window's system libraries are all present")
+    return 1 if problem else 0
 
 
 def terminal_chat(prompt: str | None) -> int:
@@ -146,6 +174,20 @@ def _install_excepthook(window: MainWindow) -> None:
     sys.excepthook = hook
 
 
-def _qt_message(mode: object, context: object, message: str) -> None:
-    """Qt's own chatter (e.g. the offscreen plugin's notices) goes to the log, not the user's terminal."""
-    logging.getLogger("qt").debug("%s", message)
+def _qt_message(mode: QtMsgType, context: object, message: str) -> None:
+    """Qt's messages at their level: a fatal one (Qt aborts right after) on stderr and in a native box, never
+    silent; critical and warnings to the log, shown on stderr by default; the rest, and the offscreen plugin's
+    notices about what it cannot do, only with -v."""
+    from PySide6.QtCore import QtMsgType
+
+    qt = logging.getLogger("qt")
+    if mode == QtMsgType.QtFatalMsg:
+        line = "specquant-app: Qt: " + " ".join(message.split())  # one line, however Qt wrapped it
+        print(line, file=sys.stderr, flush=True)
+        show_box(line)
+    elif mode == QtMsgType.QtCriticalMsg:
+        qt.error("%s", message)
+    elif mode == QtMsgType.QtWarningMsg and os.environ.get("QT_QPA_PLATFORM") != "offscreen":
+        qt.warning("%s", message)
+    else:
+        qt.debug("%s", message)

@@ -210,6 +210,21 @@ def test_install_to_menu_from_odd_paths_and_uninstall_keeps_the_models(tmp_path:
     assert not program.exists()
 
 
+def test_install_relays_the_programs_check_of_the_windows_libraries(tmp_path: Path) -> None:
+    """The install stands, and the user reads which libraries the window lacks (`specquant-app --check-display`
+    names them; test_app_startup checks that against the loader)."""
+    tarball = stand_in_tarball(tmp_path / "src")
+    top = unpacked(tarball, tmp_path / "unpacked")
+    lacking = "specquant-app: cannot open a window: this system lacks libxcb-cursor.so.0"
+    (top / "specquant" / "specquant-app").write_text(
+        f'#!/bin/sh\n[ "$1" = --check-display ] && {{ echo "{lacking}"; exit 1; }}\necho "started $0"\n')
+    home = tmp_path / "home"
+    home.mkdir()
+    installed = run_clean(["sh", str(top / "install.sh")], home, 60)
+    assert installed.returncode == 0, installed.stderr
+    assert installed.stderr.strip() == lacking and "installed in" in installed.stdout
+
+
 def test_install_refuses_a_relative_xdg_data_home_and_an_unquotable_folder(tmp_path: Path) -> None:
     top = unpacked(stand_in_tarball(tmp_path / "src"), tmp_path / "unpacked")
     home = tmp_path / "home"

@@ -43,6 +43,11 @@ command -v update-desktop-database >/dev/null 2>&1 && update-desktop-database -q
 command -v gtk-update-icon-cache >/dev/null 2>&1 && gtk-update-icon-cache -q -t "$data/icons/hicolor" 2>/dev/null || true
 
 echo "@NAME@ @VERSION@ is installed in $dest"
+# Qt's X11 plugin needs some of the desktop's own libraries (libxcb-cursor0 is often missing): the program names
+# those this system lacks and the command that installs them; the install itself stands either way.
+if ! missing=$("$dest/specquant-app" --check-display 2>&1); then
+  echo "$missing" >&2
+fi
 echo "Start it from your applications menu, or run: $bin/specquant-app"
 case ":$PATH:" in
   *":$bin:"*) ;;

@@ -27,6 +27,7 @@ from runtime.engine.interface import Answers
 from runtime.engine.measurements import Measurements
 from runtime.engine.options import ChatOptions, EngineSettings, Message
 from runtime.engine.prompt import ChatTemplates
+from runtime.decode.suffix_index import SuffixIndex
 from runtime.engine.prompt_cache import Identity, PromptCache
 from runtime.engine.tools import ToolRequest
 from runtime.errors import ModelError, UserError
@@ -95,6 +96,8 @@ class Engine(Answers):
         self._cache_key = ""  # ChatOptions.cache_key of the answer whose prompt the KV caches hold
         # KV states of earlier prompts, in RAM across turns, chats and requests (runtime.engine.prompt_cache)
         self.prompt_cache = PromptCache(self.settings.prompt_cache_bytes)
+        # Everything said before (prompts and answers, per party) for suffix lookup, within a token budget
+        self.said = SuffixIndex(self.settings.said_tokens) if self.settings.said_tokens > 0 else None
         self._libraries: dict[str | None, Library] = {}  # documents indexes grounded answers read, by path
         router.warm_up()
 

@@ -80,3 +80,5 @@ class EngineSettings:
     rpc: tuple[str, ...] = ()  # workers' HOST:PORT (runtime.machine.rpc): their devices may run the parent's layers
     # RAM for earlier prompts' KV states (runtime.engine.prompt_cache); None: min(1 GiB, 10% of available), 0: off
     prompt_cache_bytes: int | None = None
+    # Tokens of earlier prompts and answers that suffix lookup drafts from (runtime.decode.suffix_index); 0: off
+    said_tokens: int = 200_000
