@@ -37,6 +37,7 @@ from runtime.decode.drafts import SpecConfig, build
 from runtime.decode.grammar import Constraint
 from runtime.decode.llama_backend import LlamaBackend
 from runtime.decode.sampling import SamplingParams, pick, sample, verify_sampled, warp
+from runtime.decode.suffix_index import SuffixIndex
 
 
 @dataclass(frozen=True)
@@ -127,13 +128,16 @@ class Decoding:
         draft_name: str = "draft",
         *,
         controller: Controller | None = None,
+        said: SuffixIndex | None = None,
+        party: str = "",
         **fields: Any,
     ) -> Decoding:
-        """The sources `spec` switches on (`draft` as the tier draft, named `draft_name`), a controller with
-        its fixed k unless one is given, and `fields` as they are."""
+        """The sources `spec` switches on (`draft` as the tier draft, named `draft_name`; `said`, the model's
+        pool of earlier sequences, read and written for `party`), a controller with its fixed k unless one is
+        given, and `fields` as they are."""
         spec = spec or SpecConfig()
         controller = controller or Controller(fixed_k=spec.k)
-        return cls(sources=build(spec, draft, draft_name), controller=controller, **fields)
+        return cls(sources=build(spec, draft, draft_name, said, party), controller=controller, **fields)
 
 
 def generate_steps(

@@ -14,6 +14,7 @@ from runtime.decode.grammar import Grammar
 from runtime.decode.llama_backend import LlamaBackend
 from runtime.decode.sampling import SamplingParams, recommended
 from runtime.decode.speculative import SpecConfig
+from runtime.decode.suffix_index import SuffixIndex
 from runtime.documents.grounding import WHOLE_CHARS_PER_TOKEN, Citation, grounded_messages, retrieve
 from runtime.documents.library import Library
 from runtime.engine import prompt as prompts
@@ -54,6 +55,7 @@ class ModelState(Protocol):
     settings: EngineSettings
     manifest: dict[str, Any]
     measurements: Measurements
+    said: SuffixIndex | None  # earlier prompts and answers, for suffix lookup (None: off)
 
     def decide(self, text: str, options: ChatOptions) -> Decision: ...
 
@@ -92,6 +94,7 @@ class AnswerPlan:
     plain: PlainEstimate  # what plain decoding would cost: the honest speed-up
     draft_bytes_ratio: float  # the draft tier's size over the parent's (for why nothing was drafted)
     citations: tuple[Citation, ...] = ()  # a grounded answer's sources, numbered as in its prompt
+    said: SuffixIndex | None = None  # the pool suffix lookup reads and writes (None: off)
 
 
 def prepare(
@@ -131,7 +134,7 @@ def prepare(
         prompt, dropped = prompts.fit_context(model.render, parent, list(messages), reserve, cancel, trim=options.trim)
     reused = model.reuse_prompt(choice.parent, parent, prompt, options.cache_key)  # the live or a saved prefix
     spec = model.settings.spec
-    spec = replace(spec, ngram=spec.ngram and choice.ngram)
+    spec = replace(spec, ngram=spec.ngram and choice.ngram, suffix=spec.suffix and choice.ngram)
     if choice.k is not None:  # a fixed draft length (pinned by the user or calibrated)
         spec = replace(spec, k=choice.k)
     if options.draft_window is not None:
@@ -148,7 +151,7 @@ def prepare(
     ratio = tiers[choice.draft]["bytes"] / max(1, tiers[choice.parent]["bytes"]) if choice.draft in tiers else 0.0
     return AnswerPlan(
         model, options, decision, parent, draft, prompt, dropped, reused, grammar, calls, spec, params, controller,
-        plain, ratio, citations,
+        plain, ratio, citations, model.said if spec.suffix else None,
     )
 
 

@@ -37,6 +37,8 @@ def run(plan: AnswerPlan, cancel: threading.Event | None = None) -> Iterator[Chu
         plan.draft,
         choice.draft or "draft",
         controller=plan.controller,
+        said=plan.said,
+        party=options.cache_key,
         params=plan.sampling,
         answer_tokens=expected_answer_tokens(route),
         max_tokens=options.max_tokens,

@@ -77,7 +77,7 @@ class PlainEstimate:
         best = 1.0
         for source in self.sources:
             c = 0.0 if source == NGRAM else self.c.get(source, 0.0)
-            k_max = K_MAX[NGRAM] if source == NGRAM else K_MAX["tier"]
+            k_max = K_MAX.get(source, K_MAX["tier"])  # a lookup kind by its name, a tier draft by its tier's
             best = max(best, *((k + 1) / (k * c + v[k + 1]) for k in range(1, k_max + 1)))
         return best
 

@@ -8,14 +8,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from runtime.decode.draft_source import DraftSource, Kind
-from runtime.decode.drafts import forced, ngram, tier
+from runtime.decode.drafts import forced, ngram, suffix, tier
 
 if TYPE_CHECKING:
     from runtime.decode.llama_backend import LlamaBackend
+    from runtime.decode.suffix_index import SuffixIndex
 
 # Every kind, in the order the loop asks its sources each cycle: certain tokens first, then the offers (on
 # a tie the controller keeps the earlier offer).
-KINDS: dict[str, Kind] = {k.name: k for k in (forced.KIND, ngram.KIND, tier.KIND)}
+KINDS: dict[str, Kind] = {k.name: k for k in (forced.KIND, ngram.KIND, suffix.KIND, tier.KIND)}
 # The kinds whose proposals are verified: offered to the controller, with counters in the answer's Stats.
 OFFERED: tuple[Kind, ...] = tuple(k for k in KINDS.values() if k.verified)
 
@@ -26,6 +27,7 @@ class SpecConfig:
 
     k: int | None = None  # a fixed draft length, always used when a source can propose
     ngram: bool = True  # prompt lookup as a draft source (costs nothing, needs no memory)
+    suffix: bool = True  # lookup in everything said before (the model's pool of earlier prompts and answers)
     p_min: float = 0.0  # greedy drafting stops when the draft's top probability falls below this
     k_max: int = tier.KIND.k_max  # the longest tier draft the controller considers (and the benchmark times)
     # A draft that has fallen further behind than this catches up on the last `draft_window` tokens only
@@ -37,14 +39,23 @@ class SpecConfig:
     forced: bool = True
 
 
-def build(spec: SpecConfig, draft: LlamaBackend | None = None, draft_name: str = "draft") -> tuple[DraftSource, ...]:
-    """One answer's sources (fresh state), in `KINDS` order: what `spec` switches on, and `draft` as the tier
-    draft under the name the controller keeps its estimates by."""
+def build(
+    spec: SpecConfig,
+    draft: LlamaBackend | None = None,
+    draft_name: str = "draft",
+    said: SuffixIndex | None = None,
+    party: str = "",
+) -> tuple[DraftSource, ...]:
+    """One answer's sources (fresh state), in `KINDS` order: what `spec` switches on, `draft` as the tier
+    draft under the name the controller keeps its estimates by, and `said` (the model's pool of earlier
+    sequences, read and written for `party`) for suffix lookup."""
     sources: list[DraftSource] = []
     if spec.forced:
         sources.append(forced.ForcedTokens())
     if spec.ngram:
         sources.append(ngram.NgramDraft())
+    if spec.suffix and said is not None:
+        sources.append(suffix.SuffixDraft(said, party))
     if draft is not None:
         sources.append(tier.TierDraft(draft, draft_name, spec.k_max, spec.p_min, spec.draft_window))
     return tuple(sources)
