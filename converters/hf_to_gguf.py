@@ -2,7 +2,8 @@
 
 Supported: llama (SmolLM/SmolLM2, Llama 3.x), Mistral (as llama.cpp reads it: llama), qwen2/qwen2.5, qwen3,
 SmolLM3 (llama with every fourth layer unrotated) and Granite 3.x (llama with four scales), all with byte-level
-BPE tokenizers; and Phi-3/Phi-4-mini (`phi3`: fused QKV and gate-up projections, partial rotary, LongRoPE).
+BPE tokenizers; Phi-3/Phi-4-mini (`phi3`: fused QKV and gate-up projections, partial rotary, LongRoPE); and
+Gemma 3's text model (`gemma3`, see converters/gemma3.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import gguf
 import numpy as np
 
+from converters import gemma3
 from converters.gguf_stream import F16Plan, PlannedTensor, RangeStats, row_blocks, target_dtype
 from converters.hf_tokenizer import add_tokenizer, load_bpe_vocab
 from converters.safetensors_reader import SafeTensor, read_checkpoint
@@ -38,6 +40,7 @@ ARCHITECTURES = {
     "SmolLM3ForCausalLM": ArchSpec(gguf.MODEL_ARCH.SMOLLM3, permute_qk=True),
     "GraniteForCausalLM": ArchSpec(gguf.MODEL_ARCH.GRANITE, permute_qk=True),
     "Phi3ForCausalLM": ArchSpec(gguf.MODEL_ARCH.PHI3, permute_qk=False),  # NEOX RoPE, as HF's rotate-half
+    **dict.fromkeys(gemma3.ARCHS, ArchSpec(gguf.MODEL_ARCH.GEMMA3, permute_qk=False)),  # NEOX RoPE
 }
 _FUSED_QKV = "self_attn.qkv_proj.weight"  # Phi-3: q, k and v rows in one tensor
 # Granite's multipliers (config.json) and the GGUF keys llama.cpp reads them from.
@@ -169,6 +172,8 @@ def _add_hparams(w: gguf.GGUFWriter, config: dict[str, Any], head_dim: int, name
     for key, method in _GRANITE_SCALES.items():
         if key in config and "GraniteForCausalLM" in (config.get("architectures") or []):
             getattr(w, method)(float(config[key]))
+    if gemma3.is_gemma3(config):
+        gemma3.add_hparams(w, config)
 
 
 def check_family(config: dict[str, Any], path: Path) -> None:
@@ -192,6 +197,8 @@ def check_family(config: dict[str, Any], path: Path) -> None:
         window, ctx = config["sliding_window"], config.get("max_position_embeddings", 4096)
         if isinstance(window, int) and window < ctx:  # llama.cpp's llama attends to the whole context
             config["max_position_embeddings"] = window
+    if gemma3.is_gemma3(config):
+        gemma3.check(config, path)
 
 
 # generation_config.json field -> (GGUFWriter method, type): the model's recommended sampling, which the
@@ -390,6 +397,8 @@ def plan_hf(directory: Path, name: str) -> F16Plan:
     config = read_config(directory)
     spec = arch_spec(config, directory)
     config_path = directory / "config.json"
+    if gemma3.is_gemma3(config):
+        config = gemma3.text_config(config, config_path)
     check_config(config, config_path)
     check_family(config, config_path)
     n_head = config["num_attention_heads"]
@@ -399,6 +408,9 @@ def plan_hf(directory: Path, name: str) -> F16Plan:
     if spec.permute_qk and head_dim % 2:
         raise UserError(f"{config_path}: head size {head_dim} is odd; rotary embeddings need an even one")
     source = read_checkpoint(directory)  # headers only: shapes bound what config.json may claim
+    if gemma3.is_gemma3(config):  # the text model's tensors under their plain names; no vision tower
+        source = {new: t for old, t in source.items() if (new := gemma3.text_tensor_name(old)) is not None}
+    norm_shift = gemma3.NORM_SHIFT if gemma3.is_gemma3(config) else 0.0
     check_against_tensors(config, source, directory)
     name_map = gguf.TensorNameMap(spec.arch, 1)  # block 0 only: _gguf_name maps every layer through it
     tied = bool(config.get("tie_word_embeddings", False)) or _LM_HEAD not in source
@@ -426,7 +438,8 @@ def plan_hf(directory: Path, name: str) -> F16Plan:
             _check_heads(t, hf_name, n_head_kv, head_dim, config_path)
             heads = n_head_kv if spec.permute_qk else None
         dtype = target_dtype(gguf_name, t.shape)
-        planned.append(PlannedTensor(gguf_name, t.shape, dtype, _producer(t, heads, dtype, stats)))
+        shift = norm_shift if hf_name.endswith("norm.weight") else 0.0
+        planned.append(PlannedTensor(gguf_name, t.shape, dtype, _producer(t, heads, dtype, stats, shift)))
 
     vocab = load_bpe_vocab(directory, vocab_size)
 
@@ -441,14 +454,17 @@ def plan_hf(directory: Path, name: str) -> F16Plan:
 
 
 def _producer(
-    t: SafeTensor, heads: int | None, dtype: np.dtype, stats: RangeStats
+    t: SafeTensor, heads: int | None, dtype: np.dtype, stats: RangeStats, shift: float = 0.0
 ) -> Callable[[], Iterator[np.ndarray]]:
+    """Rows of `t` in `dtype`: Q/K rows permuted over `heads`, `shift` added (Gemma's norms are 1 + w)."""
     def produce() -> Iterator[np.ndarray]:
         # Q/K permutation mixes rows across a head, so those (small) tensors are converted whole.
         for rows in [slice(None)] if heads is not None or not t.shape else row_blocks(t.shape):
-            x = t.to_f32(rows) if t.dtype != "F16" else np.asarray(t.raw[rows])
+            x = t.to_f32(rows) if t.dtype != "F16" or shift else np.asarray(t.raw[rows])
             if heads is not None:
                 x = permute_rotary(x, heads)
+            if shift:
+                x = x + np.float32(shift)
             if dtype == np.float16:
                 yield x if x.dtype == np.float16 else stats.to_f16(x)
             else:

@@ -278,6 +278,8 @@ def llama_to_family(src: Path, out: Path, arch: str) -> Path:
         cfg |= {"model_type": "granite", **GRANITE_SCALES}
     elif arch == "Phi3ForCausalLM":
         _to_phi3(out, cfg)
+    elif arch == "Gemma3ForCausalLM":
+        _to_gemma3(out, cfg)
     else:
         raise ValueError(arch)
     (out / "config.json").write_text(json.dumps(cfg))
@@ -304,4 +306,45 @@ def _to_phi3(out: Path, cfg: dict) -> None:
             "original_max_position_embeddings": 4096,
             "rope_scaling": {"type": "longrope", "long_factor": (1 + 3 * rng.random(half)).tolist(),
                              "short_factor": (1 + 2 * rng.random(half)).tolist()}}
+    save_file(tensors, str(out / "model.safetensors"))
+
+
+# Gemma 3's settings on a micro checkpoint: a window shorter than the test prompts, so sliding shows; a final
+# softcap near the logits' size, so it bends them.
+GEMMA3_WINDOW, GEMMA3_SOFTCAP = 4, 8.0
+
+
+def _to_gemma3(out: Path, cfg: dict) -> None:
+    """Gemma 3's text layout: norms stored as w for (1 + w), a second norm after attention and after the MLP,
+    q/k norms, tied output, sliding layers (each 6th global) with their own RoPE base."""
+    from safetensors.numpy import load_file
+
+    files = sorted(out.glob("*.safetensors"))
+    tensors = {k: v for f in files for k, v in load_file(f).items()}
+    for f in files:
+        f.unlink()
+    (out / "model.safetensors.index.json").unlink(missing_ok=True)
+    rng = np.random.default_rng(11)
+    n, hidden = cfg["num_hidden_layers"], cfg["hidden_size"]
+    head_dim = hidden // cfg["num_attention_heads"]
+
+    def small(size: int) -> np.ndarray:  # stored w, applied as 1 + w
+        return (0.2 * rng.standard_normal(size)).astype(np.float16)
+
+    tensors.pop("lm_head.weight", None)
+    tensors["model.norm.weight"] = (tensors["model.norm.weight"].astype(np.float32) - 1).astype(np.float16)
+    for i in range(n):
+        p = f"model.layers.{i}."
+        tensors[p + "input_layernorm.weight"] = (tensors[p + "input_layernorm.weight"] - 1).astype(np.float16)
+        tensors[p + "pre_feedforward_layernorm.weight"] = (tensors.pop(p + "post_attention_layernorm.weight")
+                                                           - 1).astype(np.float16)
+        tensors[p + "post_attention_layernorm.weight"] = small(hidden)
+        tensors[p + "post_feedforward_layernorm.weight"] = small(hidden)
+        tensors[p + "self_attn.q_norm.weight"] = small(head_dim)
+        tensors[p + "self_attn.k_norm.weight"] = small(head_dim)
+    cfg |= {"model_type": "gemma3_text", "head_dim": head_dim, "query_pre_attn_scalar": head_dim,
+            "hidden_activation": "gelu_pytorch_tanh", "sliding_window": GEMMA3_WINDOW, "rope_theta": 1_000_000.0,
+            "rope_local_base_freq": 10000.0, "final_logit_softcapping": GEMMA3_SOFTCAP,
+            "attn_logit_softcapping": None, "tie_word_embeddings": True,
+            "layer_types": ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(n)]}
     save_file(tensors, str(out / "model.safetensors"))

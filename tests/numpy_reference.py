@@ -5,6 +5,8 @@
   phi3 too (fused qkv and gate-up projections, partial rotary, LongRoPE's short factors and attention factor).
   It reads the exported safetensors through the `safetensors` package, not through our
   converter's reader.
+- `hf_gemma3_logits`, Gemma 3's text model: scaled embeddings, (1 + w) norms around attention and the MLP,
+  q/k norms, sliding-window layers with a local RoPE base, GELU-tanh, the final logit softcap.
 - `bert_sentence_embedding`, BERT as sentence-transformers runs it (all-MiniLM-L6-v2): word, position and
   token-type embeddings, post-norm layers of bidirectional attention and an erf GELU MLP, mean pooling over
   the attention mask, L2 normalisation. It takes the F32 weights as `safetensors.numpy` loads them.
@@ -91,6 +93,64 @@ def hf_llama_logits(model_dir: Path, ids: list[int]) -> np.ndarray:
     x = _rms(x, w["model.norm.weight"], eps)
     head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
     return (x @ head.T) / cfg.get("logits_scaling", 1.0)
+
+
+def _gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """Hugging Face's "gelu_pytorch_tanh", Gemma's activation."""
+    return 0.5 * x * (1.0 + np.tanh(np.float32(math.sqrt(2.0 / math.pi)) * (x + np.float32(0.044715) * x**3)))
+
+
+def _rope(x: np.ndarray, base: float, factor: float = 1.0) -> np.ndarray:
+    """Rotate-half RoPE over the whole head at positions 0..t-1 (a linear `factor` divides the positions)."""
+    t, d = x.shape[0], x.shape[-1]
+    inv_freq = 1.0 / (base ** (np.arange(0, d, 2, dtype=np.float64) / d))
+    angles = np.outer(np.arange(t) / factor, inv_freq)
+    emb = np.concatenate([angles, angles], axis=-1)
+    cos, sin = np.cos(emb).astype(np.float32)[:, None, :], np.sin(emb).astype(np.float32)[:, None, :]
+    return x * cos + _rotate_half(x) * sin
+
+
+def hf_gemma3_logits(model_dir: Path, ids: list[int]) -> np.ndarray:
+    """Logits (len(ids), vocab) of a Gemma 3 text checkpoint, as Gemma3ForCausalLM computes them: embeddings
+    times sqrt(hidden), (1 + w) RMSNorms before and after attention and the MLP, q/k norms, query scale
+    query_pre_attn_scalar^-1/2, sliding-window layers (each 6th global) with their own RoPE base, a GELU-tanh
+    gated MLP, tied output and the final logit softcap if set."""
+    cfg = json.loads((model_dir / "config.json").read_text())
+    w = {k: v.astype(np.float32) for f in sorted(model_dir.glob("*.safetensors")) for k, v in load_file(f).items()}
+    n_head, n_kv, d = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    eps, t = cfg["rms_norm_eps"], len(ids)
+
+    def norm(x: np.ndarray, name: str) -> np.ndarray:
+        return _rms(x, 1.0 + w[name], eps)
+
+    pos = np.arange(t)
+    causal = pos[None, :] > pos[:, None]
+    local = causal | (pos[:, None] - pos[None, :] >= cfg["sliding_window"])
+    factor = float((cfg.get("rope_scaling") or {}).get("factor", 1.0))
+    x = w["model.embed_tokens.weight"][ids] * np.float32(math.sqrt(cfg["hidden_size"]))
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        sliding = cfg["layer_types"][i] == "sliding_attention"
+        h = norm(x, p + "input_layernorm.weight")
+        q = (h @ w[p + "self_attn.q_proj.weight"].T).reshape(t, n_head, d)
+        k = (h @ w[p + "self_attn.k_proj.weight"].T).reshape(t, n_kv, d)
+        v = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(t, n_kv, d)
+        q, k = norm(q, p + "self_attn.q_norm.weight"), norm(k, p + "self_attn.k_norm.weight")
+        base = cfg["rope_local_base_freq"] if sliding else cfg["rope_theta"]
+        q, k = _rope(q, base, 1.0 if sliding else factor), _rope(k, base, 1.0 if sliding else factor)
+        k, v = np.repeat(k, n_head // n_kv, axis=1), np.repeat(v, n_head // n_kv, axis=1)
+        scores = np.einsum("thd,shd->hts", q, k) * np.float32(cfg["query_pre_attn_scalar"] ** -0.5)
+        scores = np.where(local if sliding else causal, -np.inf, scores)
+        scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        scores /= scores.sum(axis=-1, keepdims=True)
+        attn = np.einsum("hts,shd->thd", scores, v).reshape(t, n_head * d) @ w[p + "self_attn.o_proj.weight"].T
+        x = x + norm(attn, p + "post_attention_layernorm.weight")
+        h = norm(x, p + "pre_feedforward_layernorm.weight")
+        mlp = (_gelu_tanh(h @ w[p + "mlp.gate_proj.weight"].T) * (h @ w[p + "mlp.up_proj.weight"].T))
+        x = x + norm(mlp @ w[p + "mlp.down_proj.weight"].T, p + "post_feedforward_layernorm.weight")
+    logits = norm(x, "model.norm.weight") @ w["model.embed_tokens.weight"].T
+    cap = cfg.get("final_logit_softcapping")
+    return logits if cap is None else np.tanh(logits / cap) * cap
 
 
 def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:

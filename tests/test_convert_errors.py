@@ -47,13 +47,30 @@ def test_directory_without_config(tmp_path: Path, isolated_cache: Path) -> None:
 
 
 def test_unsupported_architecture(micro_hf: Path, tmp_path: Path, isolated_cache: Path) -> None:
+    d = hf_copy(micro_hf, tmp_path / "mamba")
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["architectures"] = ["MambaForCausalLM"]
+    (d / "config.json").write_text(json.dumps(cfg))
+    assert_one_line_error(run_cli("convert", str(d)), "unsupported architecture MambaForCausalLM",
+                          "supported: LlamaForCausalLM, Qwen2ForCausalLM", "Phi3ForCausalLM", "Gemma3ForCausalLM")
+    assert cache_is_empty(isolated_cache)
+
+
+@pytest.mark.parametrize(("change", "needle"), [
+    ({"rope_local_base_freq": 20000.0}, "'rope_local_base_freq' is 20000.0"),
+    ({"query_pre_attn_scalar": 100}, "'query_pre_attn_scalar' 100 differs"),
+    ({"sliding_window_pattern": 2}, "every 6th one global"),
+    ({"attn_logit_softcapping": 50.0}, "'attn_logit_softcapping' is set"),
+])
+def test_gemma3_config_llama_cpp_would_run_differently(micro_hf: Path, tmp_path: Path, change: dict,
+                                                       needle: str) -> None:
+    """llama.cpp's gemma3 fixes the layer pattern, the local RoPE base and the query scale: a config that
+    differs is refused by name rather than converted into a model that answers wrongly."""
     d = hf_copy(micro_hf, tmp_path / "gemma3")
     cfg = json.loads((d / "config.json").read_text())
-    cfg["architectures"] = ["Gemma3ForCausalLM"]
+    cfg |= {"architectures": ["Gemma3ForCausalLM"], "head_dim": 64, **change}
     (d / "config.json").write_text(json.dumps(cfg))
-    assert_one_line_error(run_cli("convert", str(d)), "unsupported architecture Gemma3ForCausalLM",
-                          "supported: LlamaForCausalLM, Qwen2ForCausalLM", "Phi3ForCausalLM")
-    assert cache_is_empty(isolated_cache)
+    assert_one_line_error(run_cli("convert", str(d)), "config.json", needle)
 
 
 def test_sentencepiece_tokenizer(micro_hf: Path, tmp_path: Path, isolated_cache: Path) -> None:

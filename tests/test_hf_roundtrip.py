@@ -20,9 +20,9 @@ from converters.hf_to_gguf import plan_hf
 from runtime.decode.llama_backend import LlamaBackend, LoadOptions
 from runtime.decode.sampling import recommended
 from runtime.models.cache import ModelDir
-from tests.hf_export import export_to_hf, llama_to_family, llama_to_qwen
+from tests.hf_export import GEMMA3_WINDOW, export_to_hf, llama_to_family, llama_to_qwen
 from tests.micro_model import MicroSpec, write_micro_gguf
-from tests.numpy_reference import hf_llama_logits
+from tests.numpy_reference import hf_gemma3_logits, hf_llama_logits
 
 # Every test here converts a checkpoint or runs a numpy forward pass (10-20 s each on 2 cores): CI runs them.
 pytestmark = pytest.mark.slow
@@ -181,6 +181,55 @@ def test_llama_like_families_match_numpy_forward(arch: str, gguf_arch: str, demo
     if arch != "MistralForCausalLM":  # the family's own part matters: without it the logits differ
         plain = hf_llama_logits(export_to_hf(micro, tmp_path / "plain"), ids)
         assert np.abs(plain - want).max() > 0.05 * np.abs(want).max()
+
+
+def test_gemma3_matches_numpy_forward(demo_gguf: Path, tmp_path: Path) -> None:
+    """Gemma 3's text model on a 6-layer micro checkpoint (five sliding layers with a 4-token window, then a
+    global one), against the numpy forward pass of the same safetensors; then the same checkpoint as
+    Gemma3ForConditionalGeneration lays it out (text config nested, tensors under model.language_model.,
+    a vision tower left out) gives the same file."""
+    micro = write_micro_gguf(tmp_path / "micro6.gguf", demo_gguf, MicroSpec(n_layer=6, seed=23))
+    src = llama_to_family(export_to_hf(micro, tmp_path / "micro-llama"), tmp_path / "micro-gemma3",
+                          "Gemma3ForCausalLM")
+    path = tmp_path / "gemma3-f16.gguf"
+    plan_hf(src, "micro").write(path)
+    meta = gguf.GGUFReader(path).fields
+    assert meta["general.architecture"].contents() == "gemma3"
+    assert meta["gemma3.attention.sliding_window"].contents() == GEMMA3_WINDOW
+    with LlamaBackend(path, LoadOptions(n_ctx=64)) as b:
+        ids = b.tokenize(PROMPTS[0] + " Paris, and the capital of Italy is")
+    assert len(ids) > 2 * GEMMA3_WINDOW
+    got = all_logits(path, ids)
+    want = hf_gemma3_logits(src, ids)
+    assert np.abs(got - want).max() < 0.005 * np.abs(want).max()
+    assert (got.argmax(axis=1) == want.argmax(axis=1)).mean() >= 0.9
+    # Each of Gemma's parts shows in the logits: without the window or the softcap they differ.
+    cfg = json.loads((src / "config.json").read_text())
+    for change in ({"sliding_window": 4096}, {"final_logit_softcapping": None}):
+        (src / "config.json").write_text(json.dumps(cfg | change))
+        assert np.abs(hf_gemma3_logits(src, ids) - want).max() > 0.05 * np.abs(want).max(), change
+    (src / "config.json").write_text(json.dumps(cfg))
+
+    multimodal = _as_gemma3_multimodal(src, tmp_path / "micro-gemma3-mm")
+    plan_hf(multimodal, "micro").write(tmp_path / "gemma3-mm.gguf")
+    np.testing.assert_array_equal(all_logits(tmp_path / "gemma3-mm.gguf", ids), got)
+
+
+def _as_gemma3_multimodal(src: Path, out: Path) -> Path:
+    from safetensors.numpy import load_file, save_file
+
+    out.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (out / name).write_bytes((src / name).read_bytes())
+    text = json.loads((src / "config.json").read_text())
+    config = {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+              "text_config": text | {"architectures": None}, "vision_config": {"hidden_size": 8}}
+    (out / "config.json").write_text(json.dumps(config))
+    tensors = {"model.language_model." + k[len("model."):]: v for k, v in load_file(src / "model.safetensors").items()}
+    tensors["model.vision_tower.vision_model.post_layernorm.weight"] = np.ones(8, dtype=np.float16)
+    tensors["model.multi_modal_projector.mm_input_projection_weight"] = np.ones((8, 4), dtype=np.float16)
+    save_file(tensors, str(out / "model.safetensors"))
+    return out
 
 
 def test_the_models_recommended_sampling_reaches_every_tier(converted_hf: ModelDir, demo_model: ModelDir) -> None:
