@@ -93,6 +93,31 @@ def split_code(markdown: str) -> list[Segment]:
     return [s for s in out if s.kind == "code" or s.text.strip()]
 
 
+_BLOCK_START = re.compile(r"[ \t]*(#|>|[-*+][ \t]|\d+[.)]([ \t]|$)|\||```|~~~|<|[-=*_ \t]+$)")
+LINE_BREAK = "\u2028"  # a line break inside a paragraph: Qt's text layout breaks there, Markdown does not
+
+
+def keep_line_breaks(markdown: str) -> str:
+    """Each line break as the writer made it. Markdown joins a paragraph's lines with a space, so a poem or an
+    address would run on as one line: a line that only continues the one before (not a list item, heading,
+    quote marker, table row, fence or rule) is joined to it with LINE_BREAK, which Markdown leaves as text and
+    Qt shows as a break in the same paragraph (a Markdown hard break would start a new block, and in a list a
+    new item). Lines of a quote join the same way; code fences are split off before this."""
+    lines = markdown.split("\n")
+    out = [lines[0]]
+    for line in lines[1:]:
+        last = out[-1].split(LINE_BREAK)[-1]
+        plain = (last.strip() and line.strip() and not last.startswith(("    ", "\t")) and "|" not in last
+                 and not last.lstrip().startswith("#"))
+        if plain and not _BLOCK_START.match(line):
+            out[-1] += LINE_BREAK + line.lstrip()
+        elif plain and last.lstrip().startswith(">") and line.lstrip().startswith(">") and line.lstrip(" >").strip():
+            out[-1] += LINE_BREAK + line.lstrip(" >")
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
 def draft_mask(flags: Sequence[bool]) -> list[list[int]]:
     """Per-character draft flags as [start, end) runs, compact enough to store with the message."""
     runs: list[list[int]] = []
@@ -410,7 +435,7 @@ class TranscriptView(QTextBrowser):
         offset = seg.start + len(seg.text) - len(seg.text.lstrip("\n"))
         cursor = self._new_block(top_margin=self._line() * 0.3)  # off a code block or the heading
         start = cursor.position()
-        cursor.insertMarkdown(text)
+        cursor.insertMarkdown(keep_line_breaks(text))  # LINE_BREAK is whitespace: align() maps it onto "\n"
         if flags is not None:
             self._tint(start, self._end_cursor().position(), text, flags[offset : offset + len(text)])
 
