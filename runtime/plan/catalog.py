@@ -5,7 +5,8 @@ The JSON holds only facts about each model (repo id, parameter count, architectu
 of description). What it costs is computed here with the estimates the rest of SpecQuant uses, so the list
 cannot drift from what a conversion and a chat would really need:
 
-- download and F16 tier: 2 bytes per parameter (the repos ship F16 or BF16 safetensors);
+- download and F16 tier: 2 bytes per parameter (the repos ship F16 or BF16 safetensors); a repo whose weights
+  hold more than the converter keeps (Gemma 3 4B's vision tower) gives its whole count as `download_params`;
 - Q8_0 and Q4_K_M tiers: F16 bytes x bits-per-weight / 16, the converter's own estimate
   (`converters.quantize.expected_bytes`: 8.5 bits for Q8_0 = 1.0625 bytes/param, 4.9 bits for Q4_K_M =
   0.6125 bytes/param, embeddings included); tests/test_catalog.py pins these to the converter's table, which
@@ -42,7 +43,7 @@ CATALOG_SCHEMA = 1
 # config.json's `architectures` names the converter reads (converters/hf_to_gguf.py ARCHITECTURES).
 SUPPORTED_ARCHITECTURES = (
     "LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM", "SmolLM3ForCausalLM",
-    "GraniteForCausalLM", "Phi3ForCausalLM",
+    "GraniteForCausalLM", "Phi3ForCausalLM", "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration",
 )
 BYTES_PER_PARAM_F16 = 2
 BITS_PER_WEIGHT = {"f16": 16.0, "q8_0": 8.5, "q4_k_m": 4.9}  # converters.quantize.QUANT_TYPES
@@ -78,6 +79,8 @@ class Entry:
     # Why there is no pinned commit (an entry written without access to the Hub): downloads then take the
     # Hub's main, each file checked against the sha256 the Hub publishes for it (converters.sources.download).
     unpinned: str = ""
+    # All the parameters the repo's safetensors hold, where more than `params` (the text model converted).
+    download_params: int = 0
 
     @property
     def name(self) -> str:
@@ -85,7 +88,7 @@ class Entry:
 
     @property
     def download_bytes(self) -> int:
-        return self.params * BYTES_PER_PARAM_F16
+        return max(self.params, self.download_params) * BYTES_PER_PARAM_F16
 
     @property
     def tier_bytes(self) -> dict[str, int]:
@@ -126,6 +129,9 @@ def _entry(raw: Any, where: str) -> Entry:
     gated = raw.get("gated", False)
     if not isinstance(gated, bool):
         raise UserError(f"{where}: 'gated' must be true or false")
+    download_params = raw.get("download_params", 0)
+    if not isinstance(download_params, int) or isinstance(download_params, bool) or download_params < 0:
+        raise UserError(f"{where}: 'download_params' must be a whole number, not {download_params!r}")
     revision, unpinned = raw.get("revision"), raw.get("unpinned", "")
     if revision is None and not (isinstance(unpinned, str) and unpinned.strip() and "\n" not in unpinned):
         raise UserError(f"{where}: 'revision' is missing (or say why in one line of 'unpinned')")
@@ -141,6 +147,7 @@ def _entry(raw: Any, where: str) -> Entry:
         gated,
         revision or "",
         "" if revision else unpinned.strip(),
+        download_params,
     )
 
 
