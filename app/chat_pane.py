@@ -19,7 +19,7 @@ from app.stats_bar import StatsBar
 from app.tools_panel import ToolsPanel
 from app.transcript import TranscriptView
 from app.widgets import ErrorBanner
-from app.window_panels import ChatList, Composer
+from app.window_panels import ChatList, Composer, StartPanel
 from runtime.engine.answer import Chunk
 from runtime.errors import UserError
 
@@ -49,7 +49,10 @@ class ChatPane(QWidget):
         self.approval = ApprovalPrompt(self, chat.answer_approval)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
+        self.start = StartPanel()  # an empty chat's first screen (#51)
+        self.start.prompt_chosen.connect(self.ask)
         layout.addWidget(self.transcript, 1)
+        layout.addWidget(self.start, 1)
         layout.addWidget(self.composer)
         p = self.composer
         for signal, slot in (
@@ -131,6 +134,11 @@ class ChatPane(QWidget):
         self.composer.input.clear()
         self._start(turn)
 
+    def ask(self, text: str) -> None:
+        """Put `text` in the input and send it (an example prompt of the first screen)."""
+        self.composer.input.setPlainText(text)
+        self.send()
+
     def regenerate(self, higher: bool) -> None:
         """Answer the last user message again; the old answer is replaced only when the new one is done."""
         if self.chat.live is not None or self.conversation is None:
@@ -202,3 +210,8 @@ class ChatPane(QWidget):
         busy = self.chat.live is not None
         choices = self.chat.regenerate_choices(None if busy else self.conversation)
         self.composer.show_busy(busy, bool(self.model), *choices)
+        # A new chat, nothing asked yet: the first screen instead of an empty transcript (no model: the window's
+        # Welcome instead of both).
+        start = self.conversation is None and not busy and bool(self.model)
+        self.start.setVisible(start)
+        self.transcript.setVisible(bool(self.model) and not start)
