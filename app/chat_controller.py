@@ -24,7 +24,7 @@ from PySide6.QtCore import QObject, Signal
 from app.pace import Pace
 from app.preset_control import PresetControl
 from app.settings import AppSettings
-from app.store import CALL_FIELDS, TOOL_TURN, Store, StoredMessage, chat_history
+from app.store import CALL_FIELDS, TOOL_TURN, TOOLS_UNUSED, Store, StoredMessage, chat_history
 from app.tool_host_control import ToolHostControl
 from app.transcript import draft_mask
 from app.turn_runner import TurnRequest, TurnRunner
@@ -76,9 +76,17 @@ class Live:
     rounds: list[dict[str, Any]] = field(default_factory=list)  # its rounds of calls so far (app.store.tool_rounds)
     round_open: bool = False  # the answer being written has called: its next words start a new round
 
+    @property
+    def tools_offered(self) -> bool:
+        """Whether any answer of this turn was offered a tool to call."""
+        sent = self.runner.sent if self.runner is not None else []
+        return any(s.options.tools is not None and s.options.tools.callable for s in sent)
+
     def meta(self) -> dict[str, object]:
         """What the answer stores (and shows while it streams): its facts, and its calls when it made any."""
         meta = answer_meta(self.last, self.flags, self.text) if self.last is not None else {}
+        if not self.rounds and self.tools_offered:
+            meta[TOOLS_UNUSED] = True  # the record says so: the model was offered tools and called none (#51)
         if self.rounds:
             meta[TOOL_TURN] = [
                 {"content": r["content"], "calls": [{k: c.get(k) for k in CALL_FIELDS} for c in r["calls"]]}

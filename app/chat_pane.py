@@ -14,7 +14,9 @@ from PySide6.QtWidgets import QStatusBar, QVBoxLayout, QWidget
 
 from app.approval_dialog import ApprovalPrompt
 from app.chat_controller import AtHighestPrecision, ChatController, Choices, Live, Turn
+from app.message_area import MessageArea
 from app.settings import AppSettings
+from app.source_viewer import SourceViewer, passages_of
 from app.stats_bar import StatsBar
 from app.tools_panel import ToolsPanel
 from app.transcript import TranscriptView
@@ -40,8 +42,11 @@ class ChatPane(QWidget):
         chats: ChatList,
         tools_panel: ToolsPanel,
         settings: Callable[[], AppSettings],
+        notes: MessageArea | None = None,
     ) -> None:
         super().__init__()
+        self.notes = notes or MessageArea()  # messages that stay until read (#51)
+        self.wait = ""  # what the answer in flight waits for, before its first words (#51)
         self.chat, self.store, self.stats, self.status, self.banner = chat, chat.store, stats, status, banner
         self.chats, self.tools_panel, self.settings = chats, tools_panel, settings
         self.conversation: int | None = None
@@ -57,7 +62,7 @@ class ChatPane(QWidget):
         p = self.composer
         for signal, slot in (
             (self.transcript.copied, lambda _: status.showMessage("Code copied", 2000)),
-            (self.transcript.open_failed, lambda path: status.showMessage(f"No application opens {path}", 6000)),
+            (self.transcript.open_failed, self.show_source),
             (p.documents_chosen, self.choose_documents),
             (p.preset_chosen, lambda name: self.store_call(chat.choose, self.conversation, "preset", name)),
             (tools_panel.chat_tools_changed, lambda on: self.store_call(chat.choose, self.conversation, "tools", on)),
@@ -65,7 +70,7 @@ class ChatPane(QWidget):
             (p.stop_button.clicked, self.stop), (p.regenerate, self.regenerate),
             (chats.selected, self.open_conversation), (chats.new_button.clicked, self.new_conversation),
             (chats.delete, self.delete_conversation),
-            (chat.status, lambda text: status.showMessage(text) if text else status.clearMessage()),
+            (chat.status, self._on_status),
             (chat.chunks_taken, self._on_chunks), (chat.calls_changed, self._render_live),
             (chat.finished, lambda live, text: self._ended(live, text, "", "")),
             (chat.failed, lambda live, message, kind: self._ended(live, "", message, kind)),
@@ -80,6 +85,10 @@ class ChatPane(QWidget):
     # --- which chat is open, and what it answers with -----------------------------------------------------
     def open_conversation(self, conversation_id: int | None) -> None:
         c = conversation_id
+        if c is None or c != self.conversation:  # another chat: the previous one's figures must not stay
+            live = self.chat.live
+            if live is None or live.conversation != c:
+                self.stats.clear()
         # Only a chat opened anew brings its model back: a redraw of this one (zoom, an answer's end) keeps the
         # model the user has just picked.
         if c is not None and c != self.conversation and (wanted := self.store.model(c)) and wanted != self.model:
@@ -146,7 +155,7 @@ class ChatPane(QWidget):
         try:
             turn = self.chat.regenerate_turn(self.conversation, higher)
         except AtHighestPrecision as e:
-            self.status.showMessage(str(e), 4000)
+            self.notes.show_note(str(e))
             return
         if turn is not None:
             self._start(turn)
@@ -164,7 +173,8 @@ class ChatPane(QWidget):
             return
         self.banner.hide()
         if missing:
-            self.banner.show_error(f"The preset {missing} is gone: this answer has none. Pick another under Preset.")
+            self.banner.show_error(f"The instructions {missing} are gone: this answer has none. Pick others under "
+                                   "Instructions.")
         self.transcript.begin_live()
         self._render_live()
         self.show_busy()
@@ -180,7 +190,8 @@ class ChatPane(QWidget):
         for chunk in chunks:
             self.stats.chart.add_chunk(chunk)  # a point per cycle; the chart repaints on its own timer
         if chunks[-1].done:
-            self.stats.show_answer(chunks[-1], self.model)
+            live = self.chat.live
+            self.stats.show_answer(chunks[-1], self.model, live.text if live is not None else "")
             return
         self._render_live()  # the text and the status bar's words
         self.chunk_shown.emit(chunks[-1])
@@ -194,6 +205,9 @@ class ChatPane(QWidget):
         if self.conversation == live.conversation:
             self.open_conversation(live.conversation)  # a failed answer is gone; the user's message stays
         self.status.clearMessage()
+        self.wait = ""
+        if live.last is None:  # no answer came: its wait is over, and says nothing now
+            self.stats.show_wait("")
         if message:
             self.banner.show_error(message, "Open Models" if kind == "model" else "")
         self.show_busy()
@@ -202,9 +216,36 @@ class ChatPane(QWidget):
     def _render_live(self) -> None:
         live = self.chat.live
         if live is not None and live.conversation == self.conversation:
-            self.transcript.update_live(live.text or "…", live.meta())
+            wait = self._tool_wait(live) or self.wait
+            self.transcript.update_live(live.text or wait or "…", live.meta())
             if live.last is not None:
-                self.stats.show_answer(live.last, self.model)
+                self.stats.show_answer(live.last, self.model, live.text)
+            if wait:
+                self.stats.show_wait(wait)
+
+    def _on_status(self, text: str) -> None:
+        """What the answer waits for before its first words ("" once they come), in the status line and where
+        the answer will appear."""
+        self.wait = text
+        self.stats.show_wait(text)
+        self._render_live()
+
+    @staticmethod
+    def _tool_wait(live: Live) -> str:
+        """While a call of this turn waits for the user's approval or runs: which, in words."""
+        calls = [c for r in live.rounds for c in r.get("calls", [])]
+        for c in reversed(calls):
+            if c.get("outcome") == "proposed":
+                return f"Waiting for your approval to run {c.get('tool') or c.get('name')}…"
+            if c.get("outcome") == "running":
+                return f"Waiting for the tool {c.get('tool') or c.get('name')} to finish…"
+        return ""
+
+    def show_source(self, path: str) -> None:
+        """A source no application opens: its path and the passages this chat's answers were given from it."""
+        messages = self.store.messages(self.conversation) if self.conversation is not None else []
+        self.source_viewer = SourceViewer(path, passages_of(messages, path), self)
+        self.source_viewer.show()
 
     def show_busy(self) -> None:
         busy = self.chat.live is not None

@@ -51,16 +51,16 @@ class PresetsDialog(QDialog):
 
     def __init__(self, parent: QWidget | None = None, path: Path | None = None) -> None:
         super().__init__(parent)
-        self.setWindowTitle("System-prompt presets")
+        self.setWindowTitle("Instructions")
         self.resize(640, 420)
         self.path = path  # None: presets.json in the config folder
         self.editing: SystemPreset | None = None  # the user's preset the fields show (None: a new one)
 
         self.list = QListWidget()
-        self.list.setAccessibleName("Presets")
+        self.list.setAccessibleName("Instructions")
         self.list.currentItemChanged.connect(self._on_selected)
         self.name = QLineEdit()
-        self.name.setAccessibleName("Preset name")
+        self.name.setAccessibleName("Name of the instructions")
         self.system = QPlainTextEdit()
         self.system.setAccessibleName("System prompt")
         self.system.setPlaceholderText("What the assistant is told before the chat, e.g. “Answer in French.”")
@@ -68,7 +68,7 @@ class PresetsDialog(QDialog):
         self.temperature.setAccessibleName("Temperature")
         self.temperature.setPlaceholderText("the model's own")
         self.error = QLabel()
-        self.error.setAccessibleName("Preset problem")
+        self.error.setAccessibleName("Problem with the instructions")
         self.error.setStyleSheet("color: #b3261e;")
         self.error.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
 
@@ -147,7 +147,7 @@ class PresetsDialog(QDialog):
         try:
             name = self.name.text().strip()
             if not name:
-                raise UserError("give the preset a name")
+                raise UserError("give the instructions a name")
             # The preset's other sampling values (set in presets.json by hand) are kept.
             sampling = {k: v for k, v in (old.sampling if old is not None else ()) if k != "temperature"}
             temperature = parse_temperature(self.temperature.text())

@@ -40,6 +40,7 @@ log = logging.getLogger("specquant.app")
 SCHEMA_VERSION = 3
 ADDED_COLUMNS = ("documents", "preset", "model", "tools")  # nullable TEXT columns added since version 1, in order
 TOOL_TURN = "tool_turn"  # an answer's meta: the rounds of tool calls before its last words (`tool_rounds`)
+TOOLS_UNUSED = "tools_unused"  # an answer's meta: True when tools were offered and the model called none
 CALL_FIELDS = ("id", "name", "arguments", "server", "tool", "outcome", "result", "is_error", "elapsed_s")
 ROLES = ("system", "user", "assistant")  # what a stored message may be (the table's CHECK)
 BUSY_TIMEOUT_S = 2.0  # how long a write waits for another program's lock before saying so (the GUI waits too)

@@ -176,8 +176,10 @@ class ToolsPanel(QWidget):
         self.tree = QTreeWidget()
         self.tree.setAccessibleName("Servers and tools")
         self.tree.setHeaderLabels(["Server / tool", "State"])
-        self.tree.header().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        self.tree.header().setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
+        # Names are never cut: the name column is as wide as its longest name, and the tree scrolls sideways.
+        self.tree.header().setStretchLastSection(True)
+        self.tree.header().setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
+        self.tree.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
         self.tree.itemChanged.connect(self._on_switch)
         self.tree.currentItemChanged.connect(lambda *_: self._enable())
         self.problems = QLabel()
@@ -263,8 +265,8 @@ class ToolsPanel(QWidget):
         self.refreshed.emit()
 
     def _rows(self) -> tuple[tuple[Any, ...], tuple[str, ...]]:
-        """What the tree should show: per server (name, state, tooltip, tools as (name, description, on)),
-        and the config's problems."""
+        """What the tree should show: per server (name, state, tooltip, tools as (name, description, on), tools
+        not offered as (name, reason)), and the problems: the config's, then each tool not offered (#51)."""
         from runtime.mcp import ServerStatus, load_config
 
         try:
@@ -276,6 +278,7 @@ class ToolsPanel(QWidget):
         listing = host.listing() if host is not None else None
         off = self.switches.off()
         rows = []
+        problems = list(config.problems)
         for name, server in config.servers.items():
             reason = "disabled in mcp.json" if server.disabled else "not started yet"
             status = states.get(name, ServerStatus("stopped", reason))
@@ -285,12 +288,15 @@ class ToolsPanel(QWidget):
                 for offered, (server_name, tool) in listing.routes.items():
                     if server_name == name:
                         tools.append((tool, described.get(offered, ""), tool not in off.get(name, ())))
+            left_out = listing.skipped if listing is not None else ()
+            skipped = tuple((s.tool, s.reason) for s in left_out if s.server == name)
+            problems += [f"{name}: the tool {tool} is not offered to the model: {why}" for tool, why in skipped]
             tip = server.summary() + (f"\n{status.reason}" if status.reason else "")
-            rows.append((name, state_text(status.state, status.reason), tip, tuple(tools)))
+            rows.append((name, state_text(status.state, status.reason), tip, tuple(tools), skipped))
         if self.has_documents:
             tool = (SEARCH_TOOL, "Search your documents (the Documents tab)", SEARCH_TOOL not in off.get(BUILTIN, ()))
-            rows.append((BUILTIN, "ready", "Built into SpecQuant", (tool,)))
-        return tuple(rows), config.problems
+            rows.append((BUILTIN, "ready", "Built into SpecQuant", (tool,), ()))
+        return tuple(rows), tuple(problems)
 
     def _draw_servers(self) -> None:
         if not self.loaded:
@@ -312,7 +318,7 @@ class ToolsPanel(QWidget):
         chosen = self._path(current) if current is not None else None
         self.tree.blockSignals(True)
         self.tree.clear()
-        for name, state, tip, tools in rows:
+        for name, state, tip, tools, skipped in rows:
             top = QTreeWidgetItem([name, state])
             top.setData(0, Qt.ItemDataRole.UserRole, (name, None))
             top.setToolTip(0, tip)
@@ -323,6 +329,13 @@ class ToolsPanel(QWidget):
                 item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
                 item.setCheckState(0, Qt.CheckState.Checked if on else Qt.CheckState.Unchecked)
                 item.setToolTip(0, description or tool)
+                top.addChild(item)
+            for tool, why in skipped:  # listed by the server, not offered: greyed, with the reason
+                item = QTreeWidgetItem([tool, "not offered"])
+                item.setData(0, Qt.ItemDataRole.UserRole, (name, tool))
+                item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEnabled)
+                item.setToolTip(0, f"Not offered to the model: {why}")
+                item.setToolTip(1, f"Not offered to the model: {why}")
                 top.addChild(item)
             self.tree.addTopLevelItem(top)
             top.setExpanded(True)

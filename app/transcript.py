@@ -51,8 +51,8 @@ from PySide6.QtWidgets import QApplication, QTextBrowser, QWidget
 
 from app.code_highlight import highlight, language_label, mix
 from app.open_source import open_source, source_url
+from app.plain_words import meta_line
 from app.store import StoredMessage, tool_rounds
-from runtime.engine.summary import stats_line
 
 _FENCE = re.compile(r"^(```|~~~)[ \t]*([\w+#.-]*)[^\n]*$", re.MULTILINE)
 _SPACE = re.compile(r"\s")
@@ -333,7 +333,7 @@ class TranscriptView(QTextBrowser):
         citations = meta.get("citations") if role == "assistant" else None
         if isinstance(citations, list) and citations:
             self._sources([c for c in citations if isinstance(c, dict) and c.get("path")])
-        line = stats_line(meta) if role == "assistant" else ""
+        line = meta_line(meta) if role == "assistant" else ""
         if line:
             small = QTextCharFormat()
             small.setForeground(palette.color(QPalette.ColorRole.PlaceholderText))

@@ -17,6 +17,7 @@ from app.chat_controller import ChatController, Live
 from app.chat_files import export_chat, import_chat
 from app.chat_pane import ChatPane
 from app.documents_panel import DocumentsPanel
+from app.message_area import MessageArea
 from app.models_dialog import ModelsDialog
 from app.preset_control import PresetControl
 from app.presets_dialog import PresetsDialog
@@ -32,7 +33,6 @@ from app.window_panels import ChatList, Menus, ModelBar, Welcome, complete_model
 from runtime.engine.thread import EngineThread
 
 API_QUEUE = 32  # API requests that may wait for the engine (the window's own never wait on this bound)
-NOTE_MS = 10_000  # how long a one-line note (an export, an import, a preset file's fault) stays in the status bar
 TURN_JOIN_S = 5.0  # at close: how long the turn's thread may take to end (a Stop reaches it within ~0.05 s)
 
 
@@ -87,13 +87,14 @@ class MainWindow(QMainWindow):
         for panel, name in ((self.chats, "C&hats"), (self.documents, "&Documents"), (self.tools_panel, "T&ools")):
             self.side_tabs.addTab(panel, name)
         self.model_bar, self.banner, self.welcome = ModelBar(), ErrorBanner(), Welcome(self.models.demo_shipped)
+        self.notes = MessageArea()  # an export's path, an import, a preset file's fault: they stay until closed
         self.stats = StatsBar(self.statusBar())
         self.pane = ChatPane(self.chat, self.stats, self.statusBar(), self.banner, self.chats, self.tools_panel,
-                             lambda: self.settings)
+                             lambda: self.settings, self.notes)
         main = QWidget()
         layout = QVBoxLayout(main)
         layout.setContentsMargins(4, 8, 8, 8)
-        for widget in (self.model_bar, self.banner, self.welcome, self.pane):
+        for widget in (self.model_bar, self.banner, self.notes, self.welcome, self.pane):
             layout.addWidget(widget, 1 if widget in (self.welcome, self.pane) else 0)
         splitter = QSplitter()
         splitter.addWidget(self.side_tabs)
@@ -157,8 +158,8 @@ class MainWindow(QMainWindow):
             self._save(replace(self.settings, model=wanted))
             self.refresh_models()
         else:
-            self.statusBar().showMessage(f"This chat used {wanted}, which is no longer among the models; it goes on "
-                                         f"with {self.model}.", NOTE_MS)
+            self.notes.show_note(f"This chat used {wanted}, which is no longer among the models; it goes on "
+                                 f"with {self.model}.")
 
     def setup_demo(self) -> None:
         self.show_models()
@@ -181,7 +182,7 @@ class MainWindow(QMainWindow):
     def refresh_presets(self) -> None:
         """Offer the presets again; an unreadable presets.json is one status line (the shipped ones stay)."""
         if fault := self.presets.reload():
-            self.statusBar().showMessage(fault, NOTE_MS)
+            self.notes.show_note(fault)
         self.composer.show_presets(self.presets.names)
 
     def show_presets(self) -> None:
@@ -199,8 +200,7 @@ class MainWindow(QMainWindow):
         self._note(note)
 
     def _note(self, text: str) -> None:
-        if text:
-            self.statusBar().showMessage(text, NOTE_MS)
+        self.notes.show_note(text)
 
     # --- settings and view -------------------------------------------------------------------------
     def show_settings(self) -> None:

@@ -311,10 +311,10 @@ def test_a_build_without_the_demo_offers_the_model_manager(
 def test_auto_preset_says_it_measures_then_answers(qtbot, window: MainWindow) -> None:
     window.apply_settings(replace(window.settings, preset="auto", max_tokens=8))
     messages: list[str] = []
-    window.statusBar().messageChanged.connect(messages.append)
+    window.chat.status.connect(messages.append)
     assert ask(qtbot, window, LOW, timeout=180_000)
     assert any("auto preset" in m for m in messages) and window.precision.text()
-    assert window.statusBar().currentMessage() == ""
+    assert window.stats.plain.text() and "auto preset" not in window.stats.plain.text()  # the wait ended
 
 
 @pytest.mark.slow

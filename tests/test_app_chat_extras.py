@@ -41,6 +41,11 @@ def data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return folder
 
 
+def last_note(w) -> str:
+    """The newest message in the window's message area (they stay until closed)."""
+    return w.notes.texts[-1] if w.notes.texts else ""
+
+
 def window(qtbot, folder: Path, **overrides: object) -> MainWindow:
     w = open_window(folder, **overrides)
     qtbot.addWidget(w)
@@ -118,10 +123,10 @@ def test_an_unreadable_presets_file_is_one_status_line_and_the_shipped_presets_s
     config.mkdir()
     (config / "presets.json").write_text('{"presets": [{"name": "Loud", "sampling": {"temperature": 99}}]}')
     w = window(qtbot, data)
-    line = w.statusBar().currentMessage()
+    line = last_note(w)
     assert "presets.json" in line and "temperature" in line and "\n" not in line
     offered = [w.composer.preset_box.itemText(i) for i in range(w.composer.preset_box.count())]
-    assert offered == ["No preset", "Assistant", "Concise", "Coder", "Teacher", "Writer"]
+    assert offered == ["No instructions", "Assistant", "Concise", "Coder", "Teacher", "Writer"]
     w.close()
 
 
@@ -180,7 +185,7 @@ def test_a_chat_switches_back_to_its_model(qtbot, demo_cache: Path, data: Path) 
     pick(w.model_bar.model_box, "twin")  # picked for this chat: it is remembered with it
     assert w.store.model(first) == "twin"
     w.open_conversation(gone)
-    assert w.model == "twin" and "deleted-model" in w.statusBar().currentMessage()
+    assert w.model == "twin" and "deleted-model" in last_note(w)
     w.close()
 
 
@@ -195,7 +200,7 @@ def test_export_then_import_gives_the_same_chat(qtbot, data: Path, tmp_path: Pat
 
     save_dialog(monkeypatch, tmp_path / "chat.json", "JSON (*.json)")
     w.menus.export_action.trigger()
-    assert w.statusBar().currentMessage() == f"Exported to {tmp_path / 'chat.json'}"
+    assert last_note(w) == f"Exported to {tmp_path / 'chat.json'}"
     save_dialog(monkeypatch, tmp_path / "chat", "Markdown (*.md)")  # no suffix: the chosen filter's
     w.menus.export_action.trigger()
     markdown = (tmp_path / "chat.md").read_text()
@@ -205,7 +210,7 @@ def test_export_then_import_gives_the_same_chat(qtbot, data: Path, tmp_path: Pat
     open_dialog(monkeypatch, tmp_path / "chat.json")
     w.menus.import_action.trigger()
     new = w.conversation
-    assert new not in (None, chat) and w.statusBar().currentMessage() == "Imported “How to install Frobnicator”"
+    assert new not in (None, chat) and last_note(w) == "Imported “How to install Frobnicator”"
     assert w.store.title(new) == "How to install Frobnicator" and w.store.documents(new) == "frob"
     before = [(m.role, m.content, m.meta) for m in w.store.messages(chat)]
     assert [(m.role, m.content, m.meta) for m in w.store.messages(new)] == before
@@ -232,15 +237,15 @@ def test_a_bad_import_is_one_status_line_and_no_new_chat(qtbot, data: Path, tmp_
         (tmp_path / name).write_text(text)
         open_dialog(monkeypatch, tmp_path / name)
         w.menus.import_action.trigger()
-        line = w.statusBar().currentMessage()
+        line = last_note(w)
         assert line and "\n" not in line, name
         assert w.store.conversations() == [] and w.conversation is None
     assert "'tool'" in line
     open_dialog(monkeypatch, tmp_path / "missing.json")
     w.menus.import_action.trigger()
-    assert "cannot read it" in w.statusBar().currentMessage() and w.store.conversations() == []
+    assert "cannot read it" in last_note(w) and w.store.conversations() == []
     w.menus.export_action.trigger()  # no chat open
-    assert w.statusBar().currentMessage() == "Open a chat to export it."
+    assert last_note(w) == "Open a chat to export it."
     w.close()
 
 

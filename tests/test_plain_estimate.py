@@ -124,6 +124,7 @@ def test_batches_far_off_the_measurement_get_the_as_slowly_note_and_no_claim(loa
     stats = judged(estimate, [cycle(load) for _ in range(12)])
     assert stats.speedup_note is not None and "as slowly as measured" in stats.speedup_note, stats.speedup_note
     assert f"{load:.1f}×" in stats.speedup_note
+    assert stats.load == pytest.approx(load, abs=0.01)  # the figure the window names the cause by
     assert stats.speedup is None and stats.saved_s is None
     assert stats.plain_step_s == pytest.approx(STEP * load + OVERHEAD)  # still estimated, just not claimed
 

@@ -62,6 +62,9 @@ class Stats:
     spec_off: str | None = None  # on the last Chunk of an answer nothing was drafted for: why
     speedup_note: str | None = None  # why no speed-up is claimed although a plain step is known
     machine_cap: float | None = None  # the cap for the draft on this machine (runtime.decode.machine_costs)
+    # When the answer's parent batches ran far outside the probe's prediction (runtime.engine.plain_estimate's
+    # LOAD_BAND): their ratio, above 1 when slower (another program on the cores). What the window names.
+    load: float | None = None
 
     def drafted_by(self, kind: str) -> int:
         return sum(c.drafted for c in self.by_kind if c.kind == kind)
@@ -153,6 +156,7 @@ def _speedup_facts(s: Stats) -> dict[str, Any]:
         "spec_off": s.spec_off,
         "speedup_note": s.speedup_note,
         "machine_cap": s.machine_cap,
+        "load": s.load,
     }
 
 

@@ -99,10 +99,10 @@ class PlainEstimate:
             self.sources.add(NGRAM if step.source == NGRAM else step.source)
         load = self.load
         overhead = max(0.0, stats.decode_s - self.work_s) / (stats.cycles - 1)
-        plain = replace(stats, plain_step_s=self.curve[0][1] * load + overhead, speedup_note=None)
+        plain = replace(stats, plain_step_s=self.curve[0][1] * load + overhead, speedup_note=None, load=None)
         if not LOAD_BAND[0] <= load <= LOAD_BAND[1]:
             why = f"this machine ran {load:.1f}× as slowly as measured (another program?): no fair comparison"
-            return replace(plain, speedup_note=why)
+            return replace(plain, speedup_note=why, load=round(load, 2))
         if self.shifted() > SHIFT:
             why = f"the machine's speed changed during this answer (by {self.shifted():.1f}×): no fair comparison"
             return replace(plain, speedup_note=why)

@@ -197,6 +197,8 @@ class EngineThread(Answers):
                 _tell(job, Status("Measuring this machine for the auto preset (once per model)…"))
                 engine.calibration()
                 _check(job, "while measuring this machine")
+            if job.options.documents is not None:  # the window's wait says why the first words take long
+                _tell(job, Status("Searching your documents and reading the passages found…"))
             for chunk in engine.stream_chat(job.messages, job.options, job.cancel):
                 _tell(job, chunk)
         except Cancelled:  # a Stop needs no reason (the window shows none)
