@@ -25,12 +25,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--max-queue", type=int, default=32, help="requests that may wait; more get 429 (default 32)")
     p.add_argument("--cors-origin", action="append", metavar="ORIGIN", help="allow browser pages from ORIGIN")
+    p.add_argument(
+        "--models-max", type=int, metavar="N",
+        help="models kept loaded at once; a request for another unloads the least recently used (default: as "
+        "many of the converted models as fit in memory together)",
+    )
+    p.add_argument(
+        "--idle-unload", type=float, metavar="MINUTES",
+        help="unload a model that has answered nothing for this long (default: never)",
+    )
     add_answer_flags(p, unsaid=" when a request does not say")
 
 
 def main(args: argparse.Namespace) -> int:
     from runtime.api import server
+    from runtime.api.models import ModelRoom, complete_models
     from runtime.engine.thread import EngineThread
+    from runtime.machine.hardware import inventory
 
     key = args.api_key or os.environ.get("SPECQUANT_API_KEY") or None
     config = server.ServeConfig(
@@ -39,7 +50,13 @@ def main(args: argparse.Namespace) -> int:
     server.check_config(config)
     if args.max_queue < 1:
         raise UserError(f"--max-queue {args.max_queue} must be at least 1")
-    defaults = server.Defaults(model_name(args.model), engine_settings(args), chat_options(args))
+    if args.models_max is not None and args.models_max < 1:
+        raise UserError(f"--models-max {args.models_max} must be at least 1")
+    if args.idle_unload is not None and not args.idle_unload > 0:
+        raise UserError(f"--idle-unload {args.idle_unload:g} must be more than 0 minutes")
+    defaults = server.Defaults(_default_model(args.model), engine_settings(args), chat_options(args))
+    room = ModelRoom(inventory(), defaults.settings)
+    models_max = args.models_max or room.models_max()
     sock = server.bind(config)
     url = server.url_of(sock)
     auth = ' -H "Authorization: Bearer $SPECQUANT_API_KEY"' if key else ""
@@ -49,15 +66,35 @@ def main(args: argparse.Namespace) -> int:
         """-d '{"messages": [{"role": "user", "content": "Hello!"}]}'""",
         flush=True,
     )
+    idle = None if args.idle_unload is None else args.idle_unload * 60
+    print(
+        f"models by name: {', '.join(m.name for m in complete_models())}; at most {models_max} loaded at once "
+        f"({room.describe()})" + (f", each unloaded after {args.idle_unload:g} min idle" if idle else ""),
+        file=sys.stderr,
+    )
     logging.getLogger("specquant.server").setLevel(logging.INFO)  # one line per request: never its content
-    runner = EngineThread(max_queue=args.max_queue)
+    logging.getLogger("specquant.worker").setLevel(logging.INFO)  # and each model unloaded, with why
+    runner = EngineThread(max_queue=args.max_queue, max_models=models_max, idle_unload_s=idle)
     try:
-        server.serve(server.Service(runner, lambda: defaults, config), sock)
+        server.serve(server.Service(runner, lambda: defaults, config, room), sock)
     finally:
         runner.close()
         sock.close()
     print("stopped", file=sys.stderr)
     return 0
+
+
+def _default_model(name: str | None) -> str:
+    """The model for requests that name none: `--model`, else the one the runtime would pick (the only one, or
+    the demo), else the first converted by name: every other is still served by name."""
+    from runtime.api.models import complete_models
+
+    try:
+        return model_name(name)
+    except UserError:
+        if name is not None or not complete_models():
+            raise
+        return complete_models()[0].name
 
 
 def _convert_embedding_model() -> None:

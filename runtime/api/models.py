@@ -1,13 +1,20 @@
-"""The models the API offers: the complete models in the cache, listed in OpenAI's shape (with their tiers),
-and the 404 for one that is not there."""
+"""The models the API offers: the complete models in the cache, listed in OpenAI's shape (with their tiers and
+whether each is loaded), the 404 for one that is not there, and the 400 for one too large for this machine
+(`ModelRoom`, naming those that fit)."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Collection
 from typing import Any
 
 from runtime.api.responses import ApiError
+from runtime.engine.options import EngineSettings
 from runtime.errors import UserError
-from runtime.models.cache import ModelDir, cache_root, check_name, list_models
+from runtime.machine.hardware import Inventory
+from runtime.models.cache import CachedModel, ModelDir, cache_root, check_name, list_models
+from runtime.plan.placement import GB
+from runtime.plan.residency import Residency, manifest_tiers, models_that_fit, residency
 
 
 def complete_models() -> list[Any]:
@@ -15,12 +22,13 @@ def complete_models() -> list[Any]:
     return [m for m in list_models(cache_root()) if m.complete]
 
 
-def model_entry(m: Any) -> dict[str, Any]:
-    """A model as `GET /v1/models` lists it."""
+def model_entry(m: Any, loaded: Collection[str] = ()) -> dict[str, Any]:
+    """A model as `GET /v1/models` lists it; `loaded`: the models in memory now."""
     rows = ModelDir(m.path.parent, m.name).tier_rows(m.manifest or {})
     tiers = [{"tier": r["tier"], "bytes": r["bytes"]} for r in rows]
     created = int(m.path.stat().st_mtime)
-    return {"id": m.name, "object": "model", "created": created, "owned_by": "specquant", "tiers": tiers}
+    return {"id": m.name, "object": "model", "created": created, "owned_by": "specquant", "tiers": tiers,
+            "loaded": m.name in loaded}
 
 
 def unknown_model(name: str) -> ApiError:
@@ -35,3 +43,49 @@ def is_cached(name: str) -> bool:
     except UserError:  # not a valid model name at all
         return False
     return bool(manifest and manifest.get("complete"))
+
+
+class ModelRoom:
+    """Which converted models fit this machine (runtime.plan.residency), judged against the RAM that was
+    available when the server started (or --max-memory): a model loaded since has taken some of what is
+    available now, and would be unloaded to make room. Each model is judged once per manifest."""
+
+    def __init__(self, inv: Inventory, settings: EngineSettings) -> None:
+        from runtime.engine.prompt_cache import default_budget
+
+        self.inv, self.settings = inv, settings
+        self.budget = settings.placement.ram_budget(inv)
+        cache = settings.prompt_cache_bytes
+        self.cache_bytes = default_budget() if cache is None else cache
+        self._judged: dict[tuple[str, float], Residency] = {}
+        self._lock = threading.Lock()  # asked from the event loop and from the parse threads
+
+    def of(self, m: CachedModel) -> Residency:
+        """Model `m`'s resident set and whether it fits."""
+        key = (m.name, m.path.stat().st_mtime)
+        with self._lock:
+            if key not in self._judged:
+                tiers = manifest_tiers(m.manifest or {}, self.settings.n_ctx)
+                self._judged[key] = residency(m.name, tiers, self.inv, self.settings.placement, self.cache_bytes)
+            return self._judged[key]
+
+    def models_max(self) -> int:
+        """How many of the converted models fit in memory together (the default of --models-max)."""
+        return models_that_fit([self.of(m) for m in complete_models()], self.budget)
+
+    def check(self, name: str) -> None:
+        """A 400 naming the models that fit, if model `name` (a complete model in the cache) does not."""
+        md = ModelDir(cache_root(), name)
+        r = self.of(CachedModel(name, md.path, md.read_manifest(), ()))
+        if r.fits:
+            return
+        fitting = [m.name for m in complete_models() if self.of(m).fits]
+        these = ", ".join(fitting) if fitting else "none of the converted models"
+        raise ApiError(
+            400, f"model {name!r} does not fit this machine's memory ({r.why}); these fit: {these}", "model",
+            code="model_too_large",
+        )
+
+    def describe(self) -> str:
+        """A line for the server's start: the budget it judges by."""
+        return f"{self.budget / GB:.1f} GB of RAM for models"

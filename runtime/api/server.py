@@ -46,7 +46,7 @@ from runtime.api.dialects import CHAT, TEXT, Dialect
 from runtime.api.embeddings import Embeddings
 from runtime.api.error_shapes import error_response
 from runtime.api.guard import BrowserGuard
-from runtime.api.models import complete_models, is_cached, model_entry, unknown_model
+from runtime.api.models import ModelRoom, complete_models, is_cached, model_entry, unknown_model
 from runtime.api.offload import ParseThreads, TooSlow
 from runtime.api.openai_responses import RESPONSES
 from runtime.api.responses import ApiError
@@ -126,12 +126,20 @@ def url_of(sock: socket.socket) -> str:
 
 
 class Service:
-    """The API's state: the engine thread, the defaults, and the jobs it has in flight."""
+    """The API's state: the engine thread, the defaults, and the jobs it has in flight. `room`: which models
+    fit this machine, so that a request for one that does not is refused before it loads (None: not judged)."""
 
-    def __init__(self, runner: EngineThread, defaults: Callable[[], Defaults], config: ServeConfig) -> None:
+    def __init__(
+        self,
+        runner: EngineThread,
+        defaults: Callable[[], Defaults],
+        config: ServeConfig,
+        room: ModelRoom | None = None,
+    ) -> None:
         self.runner = runner
         self.defaults = defaults
         self.config = config
+        self.room = room
         self.readers: set[JobReader] = set()  # the answers in flight
         self.parser = ParseThreads()
         self.embeddings = Embeddings(  # its own bounded queue, yielding to the engine's chats
@@ -151,18 +159,20 @@ class Service:
             authorize(request, self.config.api_key)
         d = self.defaults()
         queue = {"busy": self.runner.busy, "waiting": self.runner.waiting, "max_queue": self.runner.max_queue}
-        return JSONResponse({"status": "ok", "model": d.model} | queue)
+        loaded = {"loaded": self.runner.loaded, "models_max": self.runner.max_models}
+        return JSONResponse({"status": "ok", "model": d.model} | queue | loaded)
 
     async def models(self, request: Request) -> Response:
         authorize(request, self.config.api_key)
-        return JSONResponse({"object": "list", "data": [model_entry(m) for m in complete_models()]})
+        loaded = self.runner.loaded
+        return JSONResponse({"object": "list", "data": [model_entry(m, loaded) for m in complete_models()]})
 
     async def model(self, request: Request) -> Response:
         authorize(request, self.config.api_key)
         name = request.path_params["name"]
         for m in complete_models():
             if m.name == name:
-                return JSONResponse(model_entry(m))
+                return JSONResponse(model_entry(m, self.runner.loaded))
         raise unknown_model(name)
 
     async def chat_completions(self, request: Request) -> Response:
@@ -185,6 +195,8 @@ class Service:
         model = call.model or d.model
         if not is_cached(model):
             raise unknown_model(model)
+        if self.room is not None:
+            self.room.check(model)
 
         # One round, assembled as every front end's turn is (runtime.chat); the client runs its own tools.
         messages, options = assemble(TurnSpec(call.messages, call.options))

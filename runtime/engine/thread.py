@@ -4,8 +4,12 @@ Requests wait in a bounded FIFO queue (`QueueFull` when it is full). Each `Job` 
 which anyone may set from any thread: a waiting job is then skipped, a running one stops within one verify
 cycle. Results go to the job's `sink` on the worker thread, so a sink must only hand them on, never block;
 front ends read them through a `runtime.engine.reader.JobReader` (where Job, Status and Failure live). The
-Engine is rebuilt only when a job asks for another model or other settings; successive turns of one
-conversation therefore reuse its KV prefix.
+thread keeps up to `max_models` Engines, one per model (1 by default: a job for another model unloads the
+last one); a job for a model not loaded first unloads the least recently used beyond that, and an Engine that
+has answered nothing for `idle_unload_s` is unloaded between jobs. An Engine is rebuilt only when a job asks
+for other settings; successive turns of one conversation therefore reuse its KV prefix. Loads and unloads
+happen on this thread, between jobs: an answer in flight never waits on another model's load except in
+its turn in the queue.
 
 Nothing one job does can end the thread: an error in the engine fails that job, a sink that raises abandons
 its own job (cancelled, the engine kept), and the next job is answered. `release` and `close` wait a bounded
@@ -50,11 +54,23 @@ class EngineThread(Answers):
     The window and the API post `Job`s through their JobReaders; `stream_chat` (the ChatEngine Protocol) is
     the same queue read by a caller on its own thread."""
 
-    def __init__(self, max_queue: int | None = None, name: str = "specquant-engine") -> None:
+    def __init__(
+        self,
+        max_queue: int | None = None,
+        name: str = "specquant-engine",
+        max_models: int = 1,
+        idle_unload_s: float | None = None,
+    ) -> None:
         if max_queue is not None and max_queue < 1:
             raise UserError(f"queue size {max_queue} must be at least 1")
+        if max_models < 1:
+            raise UserError(f"models kept loaded {max_models} must be at least 1")
         self.max_queue = max_queue
-        self.engine: LoadedEngine | None = None
+        self.max_models = max_models
+        self.idle_unload_s = idle_unload_s  # None: an idle model stays loaded
+        # The loaded Engines by model name, least recently used first, with when each last finished a job.
+        self._engines: collections.OrderedDict[str, LoadedEngine] = collections.OrderedDict()
+        self._last_used: dict[str, float] = {}
         self._pending: collections.deque[Job | Callable[[], None]] = collections.deque()
         self._running: Job | None = None
         self._cond = threading.Condition()
@@ -110,6 +126,17 @@ class EngineThread(Answers):
     @property
     def busy(self) -> bool:
         return self._running is not None
+
+    @property
+    def engine(self) -> LoadedEngine | None:
+        """The most recently used Engine (None before the first load)."""
+        engines = list(self._engines.values())
+        return engines[-1] if engines else None
+
+    @property
+    def loaded(self) -> list[str]:
+        """The models loaded now, least recently used first."""
+        return list(self._engines)
 
     @property
     def alive(self) -> bool:
@@ -169,7 +196,9 @@ class EngineThread(Answers):
         while True:
             with self._cond:
                 while not self._pending and not self._closed:
-                    self._cond.wait()
+                    if self._cond.wait(self._next_idle_check()):
+                        continue
+                    self._pending.append(self._unload_idle)  # between jobs, on this thread: none is running
                 if not self._pending:  # closed and drained
                     break
                 item = self._pending.popleft()
@@ -207,24 +236,57 @@ class EngineThread(Answers):
             failure = failure_of(e)  # a lost worker (kind "worker"): the next job starts anew, there or here
             if failure.kind == "internal":
                 log.debug("generation failed", exc_info=True)
-                self._drop_engine()  # a damaged or half-loaded engine is rebuilt for the next job
+                damaged = job.model or (self.engine.model.name if self.engine is not None else None)
+                self._drop_engine(damaged)  # a damaged or half-loaded engine is rebuilt for the next job
             _tell(job, failure)
         else:
             self._durations.append(time.monotonic() - started)
+        finally:
+            if self.engine is not None:  # the job's model (the most recently used): its idle clock starts now
+                self._last_used[self.engine.model.name] = time.monotonic()
 
     def _engine_for(self, job: Job) -> LoadedEngine:
-        e = self.engine
-        if e is not None and (job.model is None or e.model.name == job.model) and e.settings == job.settings:
+        """The job's model's Engine, loaded if need be (the least recently used unloaded to make room)."""
+        name = job.model or (self.engine.model.name if self.engine is not None else None)
+        e = self._engines.get(name) if name is not None else None
+        if e is not None and e.settings == job.settings:
+            self._engines.move_to_end(e.model.name)
             return e
-        self._drop_engine()
+        self._drop_engine(name)  # the same model with other settings
+        while len(self._engines) >= self.max_models:
+            oldest = next(iter(self._engines))
+            log.info("unloading %s to make room for %s", oldest, job.model or "the model")
+            self._drop_engine(oldest)
         _tell(job, Status(f"Loading {job.model or 'the model'}…"))
-        self.engine = open_engine(job.model, job.settings)
-        return self.engine
+        engine = open_engine(job.model, job.settings)
+        self._drop_engine(engine.model.name)  # only when `job.model` was None and named it another way
+        self._engines[engine.model.name] = engine
+        return engine
 
-    def _drop_engine(self) -> None:
-        engine, self.engine = self.engine, None  # forgotten even if closing it fails: the next job builds anew
-        if engine is not None:
+    def _drop_engine(self, name: str | None = None) -> None:
+        """Unload model `name`'s Engine, or every Engine (None)."""
+        names = list(self._engines) if name is None else [name] if name in self._engines else []
+        for n in names:
+            engine = self._engines.pop(n)  # forgotten even if closing it fails: the next job builds anew
+            self._last_used.pop(n, None)
             engine.close()
+
+    def _next_idle_check(self) -> float | None:
+        """Seconds until the next loaded model has been idle for `idle_unload_s` (None: no such check)."""
+        if self.idle_unload_s is None or not self._engines:
+            return None
+        now = time.monotonic()
+        first = min(self._last_used.get(n, now) for n in self._engines)
+        return max(0.0, first + self.idle_unload_s - now)
+
+    def _unload_idle(self) -> None:
+        if self.idle_unload_s is None:
+            return
+        now = time.monotonic()
+        for name in list(self._engines):
+            if now - self._last_used.get(name, now) >= self.idle_unload_s:
+                log.info("unloading %s: idle for %g s", name, self.idle_unload_s)
+                self._drop_engine(name)
 
     def _retry_after(self) -> int:
         """Seconds until a place is free: when the running job ends, about one typical job (median of the
