@@ -21,7 +21,7 @@ import numpy as np
 
 from converters import gemma3
 from converters.gguf_stream import F16Plan, PlannedTensor, RangeStats, row_blocks, target_dtype
-from converters.hf_tokenizer import add_tokenizer, load_bpe_vocab
+from converters.hf_tokenizer import add_tokenizer, load_vocab
 from converters.safetensors_reader import SafeTensor, read_checkpoint
 from runtime.errors import UserError
 
@@ -441,7 +441,7 @@ def plan_hf(directory: Path, name: str) -> F16Plan:
         shift = norm_shift if hf_name.endswith("norm.weight") else 0.0
         planned.append(PlannedTensor(gguf_name, t.shape, dtype, _producer(t, heads, dtype, stats, shift)))
 
-    vocab = load_bpe_vocab(directory, vocab_size)
+    vocab = load_vocab(directory, vocab_size)
 
     def make_writer(path: Path) -> gguf.GGUFWriter:
         w = gguf.GGUFWriter(path, gguf.MODEL_ARCH_NAMES[spec.arch])

@@ -73,11 +73,11 @@ def test_gemma3_config_llama_cpp_would_run_differently(micro_hf: Path, tmp_path:
     assert_one_line_error(run_cli("convert", str(d)), "config.json", needle)
 
 
-def test_sentencepiece_tokenizer(micro_hf: Path, tmp_path: Path, isolated_cache: Path) -> None:
+def test_a_damaged_sentencepiece_model_is_named(micro_hf: Path, tmp_path: Path, isolated_cache: Path) -> None:
     d = hf_copy(micro_hf, tmp_path / "tinyllama")
     (d / "tokenizer.json").unlink()
     (d / "tokenizer.model").write_bytes(b"\x0a\x0bsentencepiece")
-    assert_one_line_error(run_cli("convert", str(d)), "SentencePiece", "not supported yet")
+    assert_one_line_error(run_cli("convert", str(d)), "tokenizer.model: not a SentencePiece model")
     assert cache_is_empty(isolated_cache)
 
 
