@@ -49,6 +49,7 @@ def isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("SPECQUANT_CACHE_DIR", str(root))
     monkeypatch.setenv("SPECQUANT_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("SPECQUANT_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("SPECQUANT_PROMPT_STATES_DIR", str(tmp_path / "prompt-states"))
     return root
 
 

@@ -23,6 +23,7 @@ from runtime.engine.decision import Decision
 from runtime.engine.measurements import Measurements
 from runtime.engine.options import ChatOptions, EngineSettings, Message
 from runtime.engine.plain_estimate import PlainEstimate
+from runtime.engine.prompt_store import stable_prefix
 from runtime.errors import UserError
 from runtime.plan.placement import Plan
 from runtime.plan.policy import Choice
@@ -69,7 +70,9 @@ class ModelState(Protocol):
         self, parent: LlamaBackend, request: tools.ToolRequest, syntax: tools.CallSyntax
     ) -> Grammar | None: ...
 
-    def reuse_prompt(self, tier: str, parent: LlamaBackend, prompt: Sequence[int], cache_key: str) -> int: ...
+    def reuse_prompt(
+        self, tier: str, parent: LlamaBackend, prompt: Sequence[int], cache_key: str, stable: int = 0
+    ) -> int: ...
 
     def library(self, index: str | None) -> Library: ...
 
@@ -118,7 +121,7 @@ def prepare(
         # Whole documents in the system message: a prefix the KV cache keeps across turns and chats.
         in_system = not options.raw_prompt and has_system_role(model, parent)
         messages = grounded_messages(messages, citations, system=in_system)
-    grammar, calls = options.grammar, None
+    grammar, calls, stable = options.grammar, None, 0
     if options.raw_prompt:
         prompt, dropped = prompts.raw_prompt(parent, messages[-1]["content"], reserve), 0
     elif options.tools is not None:
@@ -132,7 +135,9 @@ def prepare(
             grammar, calls = tool_grammar, tools.CallParser(syntax, options.tools.choice != "auto")
     else:
         prompt, dropped = prompts.fit_context(model.render, parent, list(messages), reserve, cancel, trim=options.trim)
-    reused = model.reuse_prompt(choice.parent, parent, prompt, options.cache_key)  # the live or a saved prefix
+        stable = stable_prefix(lambda chat: model.render(parent, chat), messages, prompt)
+    # The live or a saved prefix (in RAM; on disk for a long stable one: the documents, a long system prompt)
+    reused = model.reuse_prompt(choice.parent, parent, prompt, options.cache_key, stable)
     spec = model.settings.spec
     spec = replace(spec, ngram=spec.ngram and choice.ngram, suffix=spec.suffix and choice.ngram)
     if choice.k is not None:  # a fixed draft length (pinned by the user or calibrated)

@@ -29,6 +29,7 @@ from runtime.engine.options import ChatOptions, EngineSettings, Message
 from runtime.engine.prompt import ChatTemplates
 from runtime.decode.suffix_index import SuffixIndex
 from runtime.engine.prompt_cache import Identity, PromptCache
+from runtime.engine.prompt_store import PromptStore
 from runtime.engine.tools import ToolRequest
 from runtime.errors import ModelError, UserError
 from runtime.machine import rpc
@@ -98,6 +99,9 @@ class Engine(Answers):
         self.prompt_cache = PromptCache(self.settings.prompt_cache_bytes)
         # Everything said before (prompts and answers, per party) for suffix lookup, within a token budget
         self.said = SuffixIndex(self.settings.said_tokens) if self.settings.said_tokens > 0 else None
+        # ... and on disk, for long stable prefixes (documents, long system prompts), across restarts
+        self.prompt_store = PromptStore(max_bytes=self.settings.prompt_store_bytes)
+        self._stored: tuple[Identity, LlamaBackend, int] | None = None  # the answer's state to save after it
         self._libraries: dict[str | None, Library] = {}  # documents indexes grounded answers read, by path
         router.warm_up()
 
@@ -114,6 +118,14 @@ class Engine(Answers):
         """Answer `messages` with the next assistant turn, streaming Chunks; the last has done=True. The chat
         may end with any role: after an assistant's or a system message the model writes a new turn."""
         yield from run(self.prepare(messages, options, cancel), cancel)
+        self.store_prompt()
+
+    def store_prompt(self) -> None:
+        """After an answer whose prompt has a long stable prefix: its state on disk, if none is there yet."""
+        if self._stored is not None:
+            identity, parent, stable = self._stored
+            self._stored = None
+            self.prompt_store.keep(identity, parent, stable)
 
     # --- decisions (runtime.engine.decision) ----------------------------------------------------------
     def route(self, text: str) -> Route:
@@ -219,6 +231,7 @@ class Engine(Answers):
         return None
 
     def close(self) -> None:
+        self.prompt_store.wait()
         for b in self._backends.values():
             b.close()
         self._backends.clear()
@@ -257,9 +270,12 @@ class Engine(Answers):
                 b.truncate(0)
             self._cache_key = cache_key
 
-    def reuse_prompt(self, tier: str, parent: LlamaBackend, prompt: Sequence[int], cache_key: str) -> int:
+    def reuse_prompt(
+        self, tier: str, parent: LlamaBackend, prompt: Sequence[int], cache_key: str, stable: int = 0
+    ) -> int:
         """Set `parent`'s KV cache up for `prompt`: claimed for `cache_key`, the live state kept in the prompt
-        cache before the prompt overwrites it, the longest saved prefix restored where it beats the live one.
+        cache before the prompt overwrites it, the longest saved prefix restored where it beats the live one
+        (from RAM, else from disk for a prompt whose first `stable` tokens stay put: runtime.engine.prompt_store).
         How many prompt tokens need not be read again."""
         # The parent's alone: a draft catches up on its own, and cheaply.
         if cache_key != self._cache_key:
@@ -267,7 +283,11 @@ class Engine(Answers):
         self.claim_caches(cache_key)
         identity = self._identity(tier, parent, cache_key)
         self.prompt_cache.keep_live(identity, parent, prompt)
-        return min(self.prompt_cache.restore(identity, parent, prompt), len(prompt) - 1)
+        reused = self.prompt_cache.restore(identity, parent, prompt)
+        if self.prompt_store.on and stable:
+            reused = self.prompt_store.restore(identity, parent, prompt, stable)
+            self._stored = (identity, parent, stable)
+        return min(reused, len(prompt) - 1)
 
     def _identity(self, tier: str, backend: LlamaBackend, party: str) -> Identity:
         sha = self.manifest["tiers"].get(tier, {}).get("sha256", "")

@@ -82,3 +82,5 @@ class EngineSettings:
     prompt_cache_bytes: int | None = None
     # Tokens of earlier prompts and answers that suffix lookup drafts from (runtime.decode.suffix_index); 0: off
     said_tokens: int = 200_000
+    # Disk for long stable prefixes' KV states (runtime.engine.prompt_store); None: min(4 GiB, 10% free), 0: off
+    prompt_store_bytes: int | None = None
