@@ -31,6 +31,10 @@ HELP = "chat: one prompt, or an interactive session"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_engine_flags(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--hide-thinking", action="store_true",
+        help="leave a thinking model's thoughts out (shown dimmed above the answer on a terminal otherwise)",
+    )
     src = p.add_mutually_exclusive_group()
     src.add_argument("--prompt", help="the prompt (without it: an interactive chat)")
     src.add_argument("--prompt-file", help="read the prompt from FILE (- for stdin)")
@@ -74,6 +78,7 @@ def main(args: argparse.Namespace) -> int:
     prompt = read_prompt(args)
     preset = find_preset(args.system_preset) if args.system_preset else None
     session = Session(EngineThread(), model_name(args.model), engine_settings(args), options, preset)
+    session.show_thinking = not args.hide_thinking
     try:
         session.toolbox = open_toolbox(args)
         session.max_rounds = args.max_rounds or session.max_rounds
@@ -86,6 +91,7 @@ def main(args: argparse.Namespace) -> int:
             text, last = outcome.text, outcome.last
             out = {
                 "text": text,
+                **({"thinking": outcome.thinking} if outcome.thinking and session.show_thinking else {}),
                 "route": last.route.as_dict(),
                 "parent": last.choice.parent,
                 "draft": last.choice.draft,
@@ -123,6 +129,7 @@ class Outcome:
     messages: list[dict[str, Any]]
     rounds: int = 1
     calls: list[Any] = field(default_factory=list)
+    thinking: str = ""  # a thinking model's thought in the last answer
 
 
 class Session:
@@ -142,6 +149,7 @@ class Session:
         self.toolbox: McpToolbox | None = None
         self.max_rounds = DEFAULT_ROUNDS
         self.first_choice = "auto"  # the first answer's tool_choice (--tool-choice)
+        self.show_thinking = True  # a thinking model's thoughts above its answer (--hide-thinking: off)
 
     def answer(self, messages: list[dict[str, Any]], stream: TextIO | None) -> Outcome:
         """The turn's outcome; its text is written to `stream` as it comes, when one is given (with tools, each
@@ -154,24 +162,51 @@ class Session:
             return self.runner.stream_chat(chat, options, model=self.model, settings=self.settings)
 
         spec = TurnSpec(messages, self.options, self.preset, self.toolbox, self.max_rounds, self.first_choice)
+        thoughts = ThoughtPrinter(stream) if stream is not None and self.show_thinking else None
         for event in run_turn(one, spec):
             if isinstance(event, LoopFinished):
                 said = event.messages[len(messages):]
-                return Outcome(said[-1]["content"], event.last, [*messages, *said], event.rounds, event.calls)
+                return Outcome(said[-1]["content"], event.last, [*messages, *said], event.rounds, event.calls,
+                               said[-1].get("reasoning_content", ""))
             line = event_line(event)
             if line is not None:
                 print(line, file=sys.stderr)
-            elif isinstance(event, Chunk) and stream is not None and event.text:
-                # On a terminal, escape sequences the model copied from a tool result or a document are shown,
-                # not obeyed; piped, the text is as the model wrote it.
-                stream.write(visible_lines(event.text) if stream.isatty() else event.text)
-                stream.flush()
+            elif isinstance(event, Chunk) and stream is not None:
+                if thoughts is not None:
+                    thoughts.add(event.thinking, answer_begins=bool(event.text or event.calls or event.done))
+                if event.text:
+                    # On a terminal, escape sequences the model copied from a tool result or a document are
+                    # shown, not obeyed; piped, the text is as the model wrote it.
+                    stream.write(visible_lines(event.text) if stream.isatty() else event.text)
+                    stream.flush()
         raise AssertionError("a turn ends with LoopFinished")  # pragma: no cover
 
     def take_notice(self) -> str | None:
         """A notice from the engine (a worker lost, answers moved here), once; None before any answer."""
         engine = self.runner.engine
         return engine.take_notice() if engine is not None else None
+
+
+class ThoughtPrinter:
+    """A thinking model's thought above its answer: dimmed on a terminal (SGR 2), plain when piped, and a blank
+    line between the thought and the answer."""
+
+    DIM, RESET = "\x1b[2m", "\x1b[0m"
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream, self.tty = stream, stream.isatty()
+        self.open = False  # a thought is being printed
+
+    def add(self, thought: str, answer_begins: bool) -> None:
+        if thought:
+            if not self.open and self.tty:
+                self.stream.write(self.DIM)
+            self.open = True
+            self.stream.write(visible_lines(thought) if self.tty else thought)
+        if self.open and answer_begins:
+            self.stream.write((self.RESET if self.tty else "") + "\n\n")
+            self.open = False
+        self.stream.flush()
 
 
 def _print_sources(last: Chunk, options: ChatOptions) -> None:

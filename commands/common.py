@@ -76,6 +76,14 @@ def add_answer_flags(p: argparse.ArgumentParser, unsaid: str = "") -> None:
     p.add_argument(
         "--seed", type=int, help="random seed of sampled decoding, 0 to 2^64 - 1 (default: a fresh one per answer)"
     )
+    p.add_argument(
+        "--thinking-budget", type=int, metavar="N",
+        help="a thinking model closes its thought after N tokens and answers (default: 3/4 of the answer's room)",
+    )
+    p.add_argument(
+        "--no-thinking", action="store_true",
+        help="a thinking model answers without thinking (its template's switch, else its thought closed at once)",
+    )
 
 
 def read_prompt(args: argparse.Namespace) -> str | None:
@@ -110,6 +118,8 @@ def chat_options(args: argparse.Namespace) -> ChatOptions:
         max_tokens=args.max_tokens,
         sampling_overrides=overrides,
         grammar=_grammar(args),
+        thinking=False if getattr(args, "no_thinking", False) else None,
+        thinking_budget=getattr(args, "thinking_budget", None),
     )
 
 

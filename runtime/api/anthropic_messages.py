@@ -5,11 +5,13 @@ answers `{"input_tokens"}`. The request is read in runtime.api.anthropic_request
 shape in runtime.api.error_shapes.
 
 A tool call streams as one `input_json_delta` with its whole input, sent once the call is complete, for the
-reason chat completions sends each call whole (docs/api.md, "Tool calls").
+reason chat completions sends each call whole (docs/api.md, "Tool calls"). A thinking model's thought is a
+`thinking` block before the answer (`thinking_delta`s, then a `signature_delta`, as Anthropic streams it).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from typing import Any
@@ -47,6 +49,12 @@ def stop_reason(last: Chunk, called: bool, stops: tuple[str, ...]) -> tuple[str,
     return ("tool_use" if called else "end_turn"), None
 
 
+def signature(thought: str) -> str:
+    """A thinking block's `signature`, which Anthropic's SDK expects and clients send back with the block.
+    Nothing here is secret or checked: a digest of the thought, so the same thought has the same signature."""
+    return "sq-" + hashlib.sha256(thought.encode("utf-8", errors="surrogatepass")).hexdigest()
+
+
 def usage(last: Chunk) -> dict[str, int]:
     return {"input_tokens": last.stats.prompt_tokens, "output_tokens": last.stats.tokens}
 
@@ -63,6 +71,9 @@ class Messages:
         text = "".join(c.text for c in chunks)
         calls = [tool_use(d) for c in chunks for d in c.calls]
         content = ([{"type": "text", "text": text}] if text or not calls else []) + calls
+        thought = "".join(c.thinking for c in chunks)
+        if thought:
+            content.insert(0, {"type": "thinking", "thinking": thought, "signature": signature(thought)})
         last = chunks[-1]
         reason, sequence = stop_reason(last, bool(calls), call.options.stop)
         return {
@@ -82,6 +93,7 @@ class MessageStream:
         self.id, self.model, self.stops = new_id(), model, call.options.stop
         self.blocks = 0  # blocks opened so far
         self.text_open = False
+        self.thought: list[str] | None = None  # the open thinking block's text so far
         self.called = False
 
     def start(self, first: Chunk) -> list[Event]:
@@ -94,6 +106,15 @@ class MessageStream:
 
     def piece(self, chunk: Chunk) -> list[Event]:
         events = []
+        if chunk.thinking:
+            if self.thought is None:
+                events.append(self._open({"type": "thinking", "thinking": "", "signature": ""}))
+                self.thought = []
+            self.thought.append(chunk.thinking)
+            delta = {"type": "thinking_delta", "thinking": chunk.thinking}
+            events.append(named({"type": "content_block_delta", "index": self.blocks - 1, "delta": delta}))
+        if (chunk.text or chunk.calls or chunk.done) and self.thought is not None:
+            events += self._close_thought()
         if chunk.text:
             if not self.text_open:
                 events.append(self._open({"type": "text", "text": ""}))
@@ -125,6 +146,13 @@ class MessageStream:
     def _open(self, block: dict[str, Any]) -> Event:
         self.blocks += 1
         return named({"type": "content_block_start", "index": self.blocks - 1, "content_block": block})
+
+    def _close_thought(self) -> list[Event]:
+        """The thinking block's signature and its end: the answer begins."""
+        delta = {"type": "signature_delta", "signature": signature("".join(self.thought or ()))}
+        self.thought = None
+        return [named({"type": "content_block_delta", "index": self.blocks - 1, "delta": delta}),
+                named({"type": "content_block_stop", "index": self.blocks - 1})]
 
     def _close_text(self) -> list[Event]:
         if not self.text_open:

@@ -4,11 +4,13 @@ get the same message and schema limits, tool grammars and `specquant` options (l
 Anthropic's requests to OpenAI's the same way). A 400 names Anthropic's field (`messages.1.content.0.type`).
 
 Content blocks: text; `tool_use` in assistant turns (the calls made); `tool_result` in user turns (each a tool
-message answering its call; `is_error` is said in its text). Earlier `thinking` blocks are dropped (nothing
-here thinks, and they are not shown to the model). Images, documents and server tools are refused, and so are
-`container`, `mcp_servers` and `context_management`. `cache_control` anywhere, `metadata`, `service_tier`,
-`thinking`, `output_config.effort` and the routing and tracking fields (`IGNORED`) cannot change what this
-server answers: accepted and ignored.
+message answering its call; `is_error` is said in its text). Earlier `thinking` blocks become the turn's
+`reasoning_content`, which a thinking model's template keeps or drops (runtime.engine.thinking);
+`redacted_thinking` is dropped. `thinking` (`enabled` with `budget_tokens`, `disabled`, `adaptive`) is a
+thinking model's budget or its switch; a model that does not think ignores it. Images, documents and server
+tools are refused, and so are `container`, `mcp_servers` and `context_management`. `cache_control` anywhere,
+`metadata`, `service_tier`, `output_config.effort` and the routing and tracking fields (`IGNORED`) cannot
+change what this server answers: accepted and ignored.
 """
 
 from __future__ import annotations
@@ -91,7 +93,7 @@ def _object(body: Any, fields: set[str]) -> dict[str, Any]:
 def _chat(given: dict[str, Any]) -> dict[str, Any]:
     """The chat-completions body of the fields Messages and count_tokens share."""
     typed(given, "model", str)
-    typed(given, "thinking", dict)  # nothing here thinks: an answer never has thinking blocks
+    thinking = typed(given, "thinking", dict)
     if given.get("service_tier") not in (None, "auto", "standard_only"):
         raise ApiError(400, f"service_tier: must be auto or standard_only, not {short(given['service_tier'])}",
                        "service_tier")
@@ -100,6 +102,8 @@ def _chat(given: dict[str, Any]) -> dict[str, Any]:
     chat: dict[str, Any] = {"messages": ([{"role": "system", "content": system}] if system else []) + messages}
     if "model" in given:
         chat["model"] = given["model"]
+    if thinking:
+        chat |= _thinking(thinking)
     if "specquant" in given:
         chat["specquant"] = typed(given, "specquant", dict)
     tools = given.get("tools")
@@ -114,6 +118,24 @@ def _chat(given: dict[str, Any]) -> dict[str, Any]:
     if fmt is not None:
         chat["response_format"] = fmt
     return chat
+
+
+def _thinking(value: dict[str, Any]) -> dict[str, Any]:
+    """`thinking` as the chat request's fields: a budget (`reasoning_effort` as a token count) or thinking off."""
+    kind = value.get("type")
+    if kind == "disabled":
+        _fields(value, {"type"}, "thinking")
+        return {"chat_template_kwargs": {"enable_thinking": False}}
+    if kind == "adaptive":
+        return {}
+    if kind != "enabled":
+        raise ApiError(400, f"thinking.type: must be enabled, disabled or adaptive, not {short(kind)}", "thinking.type")
+    _fields(value, {"type", "budget_tokens", "display"}, "thinking")
+    budget = value.get("budget_tokens")
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+        raise ApiError(400, "thinking.budget_tokens: must be a whole number of tokens, at least 1",
+                       "thinking.budget_tokens")
+    return {"reasoning_effort": budget}
 
 
 def _parse_chat(chat: dict[str, Any], base: ChatOptions, n_ctx: int) -> ChatCall:
@@ -188,11 +210,16 @@ def _unsupported(kind: str, where: str) -> ApiError:
 
 
 def _assistant(blocks: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
-    texts, calls = [], []
+    texts, calls, thoughts = [], [], []
     for j, block in enumerate(blocks):
         at, kind = f"{where}.content.{j}", block["type"]
         if kind == "text":
             texts.append(_text(block, at))
+        elif kind == "thinking":  # an earlier thought: the template keeps or drops it
+            _fields(block, {"type", "thinking", "signature", "cache_control"}, at)
+            if not isinstance(block.get("thinking"), str):
+                raise ApiError(400, f"{at}.thinking: must be a string", f"{at}.thinking")
+            thoughts.append(block["thinking"])
         elif kind == "tool_use":
             _fields(block, {"type", "id", "name", "input", "cache_control", "caller", "toolset_name"}, at)
             for name, want in (("id", str), ("name", str), ("input", dict)):
@@ -202,9 +229,11 @@ def _assistant(blocks: list[dict[str, Any]], where: str) -> list[dict[str, Any]]
             arguments = json.dumps(block["input"], ensure_ascii=False)  # a lone surrogate stays one: refused
             calls.append({"id": block["id"], "type": "function",
                           "function": {"name": block["name"], "arguments": arguments}})
-        elif kind not in ("thinking", "redacted_thinking"):  # earlier thinking: not shown to the model
+        elif kind != "redacted_thinking":  # a thought another model encrypted: nothing to show
             raise _unsupported(kind, at)
     message: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
+    if thoughts:
+        message["reasoning_content"] = "\n".join(thoughts)
     if calls:
         message["tool_calls"] = calls
     return [message]

@@ -78,7 +78,10 @@ class Chat:
     def whole(self, model: str, call: ChatCall, chunks: list[Chunk]) -> dict[str, Any]:
         text = "".join(c.text for c in chunks)
         calls = [d for c in chunks for d in c.calls]
-        return responses.completion(responses.new_id(), model, text, chunks[-1], None, calls, _logprobs(call, chunks))
+        thought = "".join(c.thinking for c in chunks)
+        return responses.completion(
+            responses.new_id(), model, text, chunks[-1], None, calls, _logprobs(call, chunks), thought
+        )
 
     def stream(self, model: str, call: ChatCall) -> ChatStream:
         return ChatStream(model, call)
@@ -98,6 +101,8 @@ class ChatStream:
 
     def piece(self, chunk: Chunk) -> list[Event]:
         delta: dict[str, Any] = {}
+        if chunk.thinking:  # llama-server's and DeepSeek's delta for a thought
+            delta["reasoning_content"] = chunk.thinking
         if chunk.text:
             delta["content"] = chunk.text
         if chunk.calls:

@@ -6,7 +6,8 @@ call `response.function_call_arguments.delta` and `.done`; `response.output_item
 runtime.api.responses_request. Each event has its `sequence_number`, as OpenAI's do.
 
 A function call streams as one arguments delta with its whole arguments, sent once the call is complete, for
-the reason chat completions sends each call whole (docs/api.md, "Tool calls").
+the reason chat completions sends each call whole (docs/api.md, "Tool calls"). A thinking model's thought is a
+`reasoning` item before the answer (`response.reasoning_text.delta`s and `.done`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,12 @@ def message_item(item_id: str, text: str, status: str = "completed") -> dict[str
     return {"type": "message", "id": item_id, "status": status, "role": "assistant", "content": content}
 
 
+def reasoning_item(item_id: str, thought: str, status: str = "completed") -> dict[str, Any]:
+    """A thought as a `reasoning` item: its text as `reasoning_text` content, no summary."""
+    content = [{"type": "reasoning_text", "text": thought}] if status == "completed" else []
+    return {"type": "reasoning", "id": item_id, "summary": [], "content": content, "status": status}
+
+
 def call_item(call: CallDelta) -> dict[str, Any]:
     return {"type": "function_call", "id": new_id("fc"), "call_id": call.id, "name": call.name,
             "arguments": call.arguments, "status": "completed"}
@@ -58,7 +65,7 @@ def response(
         out["incomplete_details"] = {"reason": "max_output_tokens"} if cut else None
         out["usage"] = {
             "input_tokens": s.prompt_tokens, "input_tokens_details": {"cached_tokens": 0},  # not told: PRIVATE_FACTS
-            "output_tokens": s.tokens, "output_tokens_details": {"reasoning_tokens": 0},
+            "output_tokens": s.tokens, "output_tokens_details": {"reasoning_tokens": s.thinking_tokens},
             "total_tokens": s.prompt_tokens + s.tokens,
         }  # fmt: skip
         out["specquant"] = api_facts(last)
@@ -77,6 +84,9 @@ class Responses:
         text = "".join(c.text for c in chunks)
         calls = [call_item(d) for c in chunks for d in c.calls]
         output = ([message_item(new_id("msg"), text)] if text or not calls else []) + calls
+        thought = "".join(c.thinking for c in chunks)
+        if thought:
+            output.insert(0, reasoning_item(new_id("rs"), thought))
         return response(new_id("resp"), int(time.time()), model, call, output, chunks[-1])
 
     def stream(self, model: str, call: ChatCall) -> ResponseStream:
@@ -93,6 +103,8 @@ class ResponseStream:
         self.output: list[dict[str, Any]] = []  # the items done
         self.message: str | None = None  # the open message item's id
         self.text = ""
+        self.reasoning: str | None = None  # the open reasoning item's id
+        self.thought = ""
 
     def start(self, first: Chunk) -> list[Event]:
         head = response(self.id, self.created, self.model, self.call, [], None)
@@ -100,6 +112,16 @@ class ResponseStream:
 
     def piece(self, chunk: Chunk) -> list[Event]:
         events = []
+        if chunk.thinking:
+            if self.reasoning is None:
+                self.reasoning, self.thought = new_id("rs"), ""
+                item = reasoning_item(self.reasoning, "", "in_progress")
+                events.append(self._event("response.output_item.added", output_index=len(self.output), item=item))
+            self.thought += chunk.thinking
+            events.append(self._event("response.reasoning_text.delta", item_id=self.reasoning,
+                                      output_index=len(self.output), content_index=0, delta=chunk.thinking))
+        if chunk.text or chunk.calls or chunk.done:
+            events += self._close_reasoning()
         if chunk.text:
             if self.message is None:
                 events += self._open_message()
@@ -143,6 +165,19 @@ class ResponseStream:
                         item=message_item(self.message, "", "in_progress")),
             self._event("response.content_part.added", **self._at(), part=part),
         ]
+
+    def _close_reasoning(self) -> list[Event]:
+        if self.reasoning is None:
+            return []
+        item = reasoning_item(self.reasoning, self.thought)
+        at = {"item_id": self.reasoning, "output_index": len(self.output)}
+        events = [
+            self._event("response.reasoning_text.done", **at, content_index=0, text=self.thought),
+            self._event("response.output_item.done", output_index=len(self.output), item=item),
+        ]
+        self.output.append(item)
+        self.reasoning = None
+        return events
 
     def _close_message(self) -> list[Event]:
         if self.message is None:

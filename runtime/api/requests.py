@@ -24,8 +24,10 @@ from runtime.api.fields import (
 from runtime.api.responses import ApiError
 from runtime.decode.grammar import Grammar, GrammarError
 from runtime.decode.schema_limits import SchemaBudget, SchemaTooLarge
+from runtime.engine import thinking
 from runtime.engine.options import ChatOptions, Message
 from runtime.engine.tools import CHOICES, NAME, Tool, ToolRequest
+from runtime.errors import UserError
 
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 # One request may not hold the engine: at most this many messages and characters of content (the body's
@@ -44,7 +46,6 @@ NOT_USED: dict[str, tuple[Any, ...]] = {
     "audio": (),
     "prediction": (),
     "web_search_options": (),
-    "reasoning_effort": (),
     "moderation": (),  # OpenAI's moderation may block the answer
     "service_tier": ("auto", "default", "flex", "scale", "priority", "fast"),  # how OpenAI queues it, not what
     "verbosity": ("medium",),  # OpenAI's default; low or high would change the answer's length
@@ -64,6 +65,7 @@ HONOURED = {
     "stream", "stream_options", "user",  # user: the caller's own tag for its users, nothing to do here
     "response_format", "tools", "tool_choice", "parallel_tool_calls", "logprobs", "top_logprobs",
     "top_k", "min_p", "specquant",  # our extensions
+    "reasoning_effort", "chat_template_kwargs",  # a thinking model's budget; on/off as llama-server takes it
     *IGNORED,
 }
 MAX_TOOLS = 128  # OpenAI's own limit
@@ -74,7 +76,7 @@ MAX_TOP_LOGPROBS = 20
 MESSAGE_FIELDS = {
     "system": {"role", "content", "name"},
     "user": {"role", "content", "name"},
-    "assistant": {"role", "content", "tool_calls", "refusal", "name"},
+    "assistant": {"role", "content", "tool_calls", "refusal", "name", "reasoning_content"},
     "tool": {"role", "content", "tool_call_id", "name"},
 }
 
@@ -115,11 +117,45 @@ def parse_chat(body: Any, base: ChatOptions, n_ctx: int) -> ChatCall:
             raise ApiError(400, "response_format together with tools is not supported by SpecQuant: use one, or "
                            "tool_choice: none", "response_format", code="unsupported")
         changes["tools"] = request
+    changes |= thinking_changes(given.get("reasoning_effort"), _enable_thinking(given), "reasoning_effort")
     if typed(given, "logprobs", bool):
         changes["logprobs"] = integer(given, "top_logprobs", 0, MAX_TOP_LOGPROBS) or 0
     elif given.get("top_logprobs"):
         raise ApiError(400, "top_logprobs needs logprobs: true", "top_logprobs")
     return ChatCall(model, messages, build_options(base, changes), stream, include_usage)
+
+
+def thinking_changes(effort: Any, enable: bool | None, where: str) -> dict[str, Any]:
+    """A thinking model's options from `reasoning_effort` (none, minimal, low, medium, high, or a token
+    count) and an explicit on/off; a model that does not think ignores them."""
+    changes: dict[str, Any] = {}
+    if effort is not None:
+        if isinstance(effort, bool) or not isinstance(effort, str | int):
+            raise ApiError(400, f"{where} must be one of {', '.join(thinking.EFFORT_BUDGETS)} or a token count",
+                           where)
+        try:
+            budget = thinking.budget_for(effort)
+        except UserError as e:
+            raise ApiError(400, str(e), where) from None
+        if budget == 0:
+            changes["thinking"] = False
+        elif budget is not None:
+            changes["thinking_budget"] = budget
+    if enable is not None:
+        changes["thinking"] = enable
+    return changes
+
+
+def _enable_thinking(given: dict[str, Any]) -> bool | None:
+    """llama-server's `chat_template_kwargs: {"enable_thinking": false}`, the one template variable taken."""
+    kwargs = typed(given, "chat_template_kwargs", dict)
+    if not kwargs:
+        return None
+    unknown = sorted(set(kwargs) - {"enable_thinking"})
+    if unknown:
+        raise ApiError(400, f"chat_template_kwargs.{unknown[0]} is not supported by SpecQuant: only "
+                       "enable_thinking", f"chat_template_kwargs.{unknown[0]}")
+    return typed(kwargs, "enable_thinking", bool, "chat_template_kwargs.enable_thinking")
 
 
 def _response_format(given: dict[str, Any], budget: SchemaBudget) -> Grammar | None:
@@ -204,6 +240,9 @@ def _messages(value: Any) -> list[Message]:
         else:
             message["content"] = _content(m.get("content"), f"{where}.content")
         typed(m, "name", str, f"{where}.name")
+        if role == "assistant" and m.get("reasoning_content") is not None:  # its thought, for the template
+            message["reasoning_content"] = _content(m["reasoning_content"], f"{where}.reasoning_content")
+            total += len(message["reasoning_content"])
         if role == "tool":
             call_id = m.get("tool_call_id")
             if not isinstance(call_id, str) or not call_id:

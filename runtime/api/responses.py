@@ -94,8 +94,11 @@ def completion(
     created: int | None = None,
     calls: Sequence[CallDelta] = (),
     logprobs: Sequence[TokenChoice] | None = None,
+    thinking: str = "",
 ) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": text if text or not calls else None}
+    if thinking:  # a thinking model's thought, as llama-server and DeepSeek's API return it
+        message["reasoning_content"] = thinking
     if calls:
         message["tool_calls"] = assemble(calls)
     return {

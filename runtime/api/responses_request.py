@@ -61,6 +61,9 @@ def parse_responses(body: Any, base: ChatOptions, n_ctx: int) -> ResponsesCall:
     chat["messages"] = ([{"role": "system", "content": instructions}] if instructions else []) + _input(given)
     if "max_output_tokens" in given:
         chat["max_tokens"] = given["max_output_tokens"]
+    effort = (given.get("reasoning") or {}).get("effort")
+    if effort is not None:  # a thinking model's budget (runtime.engine.thinking); others ignore it
+        chat["reasoning_effort"] = effort
     truncation = given.get("truncation", "disabled")
     if truncation not in ("auto", "disabled"):
         raise ApiError(400, f"truncation must be auto or disabled, not {short(truncation)}", "truncation")

@@ -91,12 +91,17 @@ def _one_round(
 ) -> Iterator[TurnEvent]:
     yield RoundStarted(1)
     text: list[str] = []
+    thought: list[str] = []
     last: Chunk | None = None
     for chunk in stream(chat, options):
         text.append(chunk.text)
+        thought.append(chunk.thinking)
         last = chunk
         yield chunk
     if last is None or cancel.is_set() or last.stats.stop_reason == "cancelled":
         raise Cancelled("stopped during the answer")
-    yield LoopFinished([*chat, {"role": "assistant", "content": "".join(text)}], last, 1, [], [last])
+    said: Message = {"role": "assistant", "content": "".join(text)}
+    if any(thought):  # a thinking model's thought, apart (runtime.engine.thinking)
+        said["reasoning_content"] = "".join(thought)
+    yield LoopFinished([*chat, said], last, 1, [], [last])
 

@@ -62,6 +62,13 @@ class Stats:
     spec_off: str | None = None  # on the last Chunk of an answer nothing was drafted for: why
     speedup_note: str | None = None  # why no speed-up is claimed although a plain step is known
     machine_cap: float | None = None  # the cap for the draft on this machine (runtime.decode.machine_costs)
+    # A thinking model's thought (runtime.engine.thinking), apart: its tokens (in `tokens` too), what was
+    # drafted and accepted in its cycles, and its cycles after the first: their tokens and time.
+    thinking_tokens: int = 0
+    thinking_drafted: int = 0
+    thinking_accepted: int = 0
+    thinking_decode_tokens: int = 0
+    thinking_decode_s: float = 0.0
     # When the answer's parent batches ran far outside the probe's prediction (runtime.engine.plain_estimate's
     # LOAD_BAND): their ratio, above 1 when slower (another program on the cores). What the window names.
     load: float | None = None
@@ -95,6 +102,32 @@ class Stats:
     @property
     def acceptance(self) -> float | None:
         return self.accepted / self.drafted if self.drafted else None
+
+    def part_facts(self) -> dict[str, dict[str, Any]]:
+        """The thought's and the answer's tokens, acceptance and decode speed apart (empty without a thought)."""
+        if not self.thinking_tokens:
+            return {}
+
+        def facts(tokens: int, drafted: int, accepted: int, n: int, s: float) -> dict[str, Any]:
+            return {
+                "tokens": tokens,
+                "drafted": drafted,
+                "accepted": accepted,
+                "acceptance": round(accepted / drafted, 4) if drafted else None,
+                "tok_per_s": round(n / s, 3) if n > 0 and s > 0 else 0.0,
+            }
+
+        answer_n = self.tokens - self.first_tokens - self.thinking_decode_tokens
+        return {
+            "thinking": facts(
+                self.thinking_tokens, self.thinking_drafted, self.thinking_accepted, self.thinking_decode_tokens,
+                self.thinking_decode_s,
+            ),
+            "answer": facts(
+                self.tokens - self.thinking_tokens, self.drafted - self.thinking_drafted,
+                self.accepted - self.thinking_accepted, answer_n, self.decode_s - self.thinking_decode_s,
+            ),
+        }
 
     @property
     def elapsed_s(self) -> float:
@@ -138,6 +171,7 @@ class Stats:
             "dropped_turns": self.dropped_turns,
             "stop_reason": self.stop_reason,
             **_speedup_facts(self),
+            **self.part_facts(),
         }
 
 
@@ -186,6 +220,7 @@ class Chunk:
     logprobs: tuple[TokenChoice, ...] = ()  # per token of `tokens`, when ChatOptions.logprobs asked
     # On the last Chunk of a grounded answer: the passages it was given, by number (runtime.documents.grounding)
     citations: tuple[Citation, ...] = ()
+    thinking: str = ""  # new thought text (a thinking model's, runtime.engine.thinking): never in `text`
 
 
 @dataclass(frozen=True)
@@ -195,14 +230,17 @@ class Answer:
     text: str
     token_ids: tuple[int, ...]
     last: Chunk
+    thinking: str = ""  # a thinking model's thought, apart from `text`
 
 
 def collect(chunks: Iterable[Chunk], on_text: Callable[[str], None] | None = None) -> Answer:
     """Gather a stream of Chunks into an Answer; `on_text` sees each piece of text as it comes."""
     parts: list[str] = []
+    thought: list[str] = []
     ids: list[int] = []
     last = None
     for chunk in chunks:
+        thought.append(chunk.thinking)
         if chunk.text:
             parts.append(chunk.text)
             if on_text is not None:
@@ -211,4 +249,4 @@ def collect(chunks: Iterable[Chunk], on_text: Callable[[str], None] | None = Non
         last = chunk
     if last is None:
         raise ValueError("the stream ended without its last chunk")
-    return Answer("".join(parts), tuple(ids), last)
+    return Answer("".join(parts), tuple(ids), last, "".join(thought))

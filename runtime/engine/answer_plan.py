@@ -18,7 +18,7 @@ from runtime.decode.suffix_index import SuffixIndex
 from runtime.documents.grounding import WHOLE_CHARS_PER_TOKEN, Citation, grounded_messages, retrieve
 from runtime.documents.library import Library
 from runtime.engine import prompt as prompts
-from runtime.engine import tools
+from runtime.engine import thinking, tools
 from runtime.engine.decision import Decision
 from runtime.engine.measurements import Measurements
 from runtime.engine.options import ChatOptions, EngineSettings, Message
@@ -63,7 +63,8 @@ class ModelState(Protocol):
     def pair(self, choice: Choice, placement: Plan) -> tuple[LlamaBackend, LlamaBackend | None]: ...
 
     def render(
-        self, parent: LlamaBackend, messages: Sequence[Message], tools: list[dict[str, Any]] | None = None
+        self, parent: LlamaBackend, messages: Sequence[Message], tools: list[dict[str, Any]] | None = None,
+        think: bool | None = None,
     ) -> list[int]: ...
 
     def tool_grammar(
@@ -98,6 +99,7 @@ class AnswerPlan:
     draft_bytes_ratio: float  # the draft tier's size over the parent's (for why nothing was drafted)
     citations: tuple[Citation, ...] = ()  # a grounded answer's sources, numbered as in its prompt
     said: SuffixIndex | None = None  # the pool suffix lookup reads and writes (None: off)
+    thought: thinking.ThoughtPlan | None = None  # a thinking model's: its thought is split from the answer
 
 
 def prepare(
@@ -128,13 +130,15 @@ def prepare(
         syntax = tools.syntax_for(parent.metadata().get("tokenizer.chat_template"))
         shown, template_tools = tools.prepare(messages, options.tools, syntax)
         prompt, dropped = prompts.fit_context(
-            model.render, parent, shown, reserve, cancel, template_tools, options.trim
+            model.render, parent, shown, reserve, cancel, template_tools, options.trim, options.thinking
         )
         tool_grammar = model.tool_grammar(parent, options.tools, syntax)
         if tool_grammar is not None:  # else (tool_choice none) the answer is all text
             grammar, calls = tool_grammar, tools.CallParser(syntax, options.tools.choice != "auto")
     else:
-        prompt, dropped = prompts.fit_context(model.render, parent, list(messages), reserve, cancel, trim=options.trim)
+        prompt, dropped = prompts.fit_context(
+            model.render, parent, list(messages), reserve, cancel, trim=options.trim, think=options.thinking
+        )
         stable = stable_prefix(lambda chat: model.render(parent, chat), messages, prompt)
     # The live or a saved prefix (in RAM; on disk for a long stable one: the documents, a long system prompt)
     reused = model.reuse_prompt(choice.parent, parent, prompt, options.cache_key, stable)
@@ -156,8 +160,22 @@ def prepare(
     ratio = tiers[choice.draft]["bytes"] / max(1, tiers[choice.parent]["bytes"]) if choice.draft in tiers else 0.0
     return AnswerPlan(
         model, options, decision, parent, draft, prompt, dropped, reused, grammar, calls, spec, params, controller,
-        plain, ratio, citations, model.said if spec.suffix else None,
+        plain, ratio, citations, model.said if spec.suffix else None, thought=thought_plan(parent, prompt, options),
     )
+
+
+def thought_plan(parent: LlamaBackend, prompt: Sequence[int], options: ChatOptions) -> thinking.ThoughtPlan | None:
+    """How a thinking model's thought is split and bounded in this answer (None: the model does not think)."""
+    syntax = None if options.raw_prompt else thinking.syntax_for(parent.metadata().get("tokenizer.chat_template"))
+    if syntax is None:
+        return None
+    opened = thinking.opens_thought(parent.detokenize(prompt[-8:], special=True), syntax)
+    room = min(options.max_tokens, parent.n_ctx - len(prompt))
+    budget = options.thinking_budget if options.thinking_budget is not None else thinking.default_budget(room)
+    if options.thinking is False:  # a template that cannot switch thinking off: the thought closes at once
+        budget = 0
+    close = tuple(parent.tokenize(syntax.close + "\n\n", add_bos=False, special=True))
+    return thinking.ThoughtPlan(syntax, opened, budget, close)
 
 
 def has_system_role(model: ModelState, parent: LlamaBackend) -> bool:

@@ -256,10 +256,11 @@ class Engine(Answers):
 
     # --- per-model caches of an answer's prompt and grammar ---------------------------------------------
     def render(
-        self, parent: LlamaBackend, messages: Sequence[Message], tools: list[dict[str, Any]] | None = None
+        self, parent: LlamaBackend, messages: Sequence[Message], tools: list[dict[str, Any]] | None = None,
+        think: bool | None = None,
     ) -> list[int]:
         """The chat as prompt tokens through the model's own chat template (runtime.engine.prompt)."""
-        return self._templates.render(parent, messages, tools)
+        return self._templates.render(parent, messages, tools, think)
 
     def claim_caches(self, cache_key: str) -> None:
         """The KV caches are about to hold the prompt of an answer for `cache_key`: another party's prefix must

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 from runtime.decode.controller import Controller, Estimates, Offer
+from runtime.decode.drafts.budget_close import BudgetClose
 from runtime.decode.drafts.tier import KIND as TIER
 from runtime.decode.grammar import tokenizer_for
 from runtime.decode.llama_backend import LlamaBackend
@@ -19,6 +20,7 @@ from runtime.decode.text_stream import TextStream
 from runtime.engine import tools
 from runtime.engine.answer import Chunk, Stats, TokenChoice, counted
 from runtime.engine.answer_plan import AnswerPlan, expected_answer_tokens
+from runtime.engine.thinking import Split, ThoughtSplitter
 from runtime.errors import Cancelled
 from runtime.plan.policy import Choice
 
@@ -45,6 +47,13 @@ def run(plan: AnswerPlan, cancel: threading.Event | None = None) -> Iterator[Chu
         constraint=constraint,
         logprobs=options.logprobs,
     )
+    # A thinking model's thought is split from the answer on the text; its budget closes it through the tokens
+    # (not under a grammar, which the close would break: a tool grammar reads the thought as free text).
+    thought = plan.thought
+    splitter = ThoughtSplitter(thought.syntax, thought.opened) if thought is not None else None
+    if thought is not None and splitter is not None and constraint is None:
+        close = BudgetClose(thought.close, thought.budget, lambda: splitter.thinking)
+        decoding = replace(decoding, sources=(close, *decoding.sources))
     steps = generate_steps(parent, plan.prompt, decoding, cancel)
     calls = plan.calls
     reason: str | None = "length"
@@ -55,12 +64,21 @@ def run(plan: AnswerPlan, cancel: threading.Event | None = None) -> Iterator[Chu
                 t_first = now
             step, reason = take(step, stats.tokens, options.max_tokens, parent.is_end_of_generation)
             emit, emit_flags, hit = text.add(step.tokens, step.from_draft)
+            before = stats
             stats = add_step(stats, step, len(step.tokens), now - t_start, now - t_first, reason == "eos")
+            was_thinking = splitter is not None and splitter.thinking  # the cycle began inside the thought
             if constraint is not None:
                 stats = replace(stats, grammar_s=constraint.seconds)
             stats = plan.plain.judge(stats, step)
             if hit:
                 reason = "stop"
+            part = splitter.feed(emit, emit_flags) if splitter is not None else Split("", (), emit, emit_flags)
+            emit, emit_flags = part.answer, part.answer_flags
+            if was_thinking and splitter is not None:
+                # A cycle the budget closed: its forced close (first in the step) ends the thought, and what
+                # the parent chose after it is answer.
+                closed_here = not splitter.thinking and step.forced > 0
+                stats = thought_step(stats, before, step, step.forced if closed_here else None)
             found: list[tools.CallDelta] = []
             if calls is not None:  # call text goes out as calls, not as text
                 emit, found = calls.feed(emit)
@@ -68,6 +86,7 @@ def run(plan: AnswerPlan, cancel: threading.Event | None = None) -> Iterator[Chu
             yield Chunk(
                 emit, step.tokens, step.from_draft, route, choice, placement, stats, draft_chars=emit_flags,
                 calls=tuple(found), logprobs=tuple(token_choice(parent, lp) for lp in step.logprobs),
+                thinking=part.thought,
             )
             if reason is not None:
                 break
@@ -80,6 +99,10 @@ def run(plan: AnswerPlan, cancel: threading.Event | None = None) -> Iterator[Chu
         if plan.plain.stale:
             plan.model.measurements.mark_stale(choice.parent)
     tail, tail_flags = text.finish()
+    thought_tail = ""
+    if splitter is not None:
+        a, b = splitter.feed(tail, tail_flags), splitter.finish()
+        thought_tail, tail, tail_flags = a.thought + b.thought, a.answer + b.answer, a.answer_flags + b.answer_flags
     found = []
     if calls is not None:
         tail, found = calls.feed(tail, final=True)
@@ -91,7 +114,7 @@ def run(plan: AnswerPlan, cancel: threading.Event | None = None) -> Iterator[Chu
     try:
         yield Chunk(
             tail, (), (), route, choice, placement, stats, done=True, draft_chars=tail_flags, calls=tuple(found),
-            citations=plan.citations,
+            citations=plan.citations, thinking=thought_tail,
         )
     finally:  # bookkeeping after the answer is delivered: it can neither delay nor fail it
         plan.model.measurements.save()
@@ -121,6 +144,23 @@ def token_choice(parent: LlamaBackend, lp: TokenLogprob) -> TokenChoice:
         return raw.decode("utf-8", errors="replace"), raw
 
     return TokenChoice(*piece(lp.token), lp.logprob, tuple((*piece(t), x) for t, x in lp.top))
+
+
+def thought_step(stats: Stats, before: Stats, step: Step, closing: int | None = None) -> Stats:
+    """`stats` (after `add_step`) with the cycle that made it counted as thought: whole, or only its first
+    `closing` tokens (the budget's close; the rest of that cycle, its drafts and its time are the answer's)."""
+    if closing is not None:
+        return replace(stats, thinking_tokens=stats.thinking_tokens + closing)
+    n = stats.tokens - before.tokens
+    later = before.cycles > 0  # the first cycle's time is the prefill's: not a decode speed
+    return replace(
+        stats,
+        thinking_tokens=stats.thinking_tokens + n,
+        thinking_drafted=stats.thinking_drafted + step.drafted,
+        thinking_accepted=stats.thinking_accepted + step.accepted,
+        thinking_decode_tokens=stats.thinking_decode_tokens + (n if later else 0),
+        thinking_decode_s=stats.thinking_decode_s + (stats.decode_s - before.decode_s if later else 0.0),
+    )
 
 
 def add_step(stats: Stats, step: Step, n_out: int, elapsed: float, decode_s: float, ended: bool) -> Stats:

@@ -55,6 +55,11 @@ class ChatOptions:
     # Answer from the user's documents (runtime.documents.grounding): the best passages go into the prompt,
     # numbered, and the last Chunk carries them as citations.
     documents: Grounding | None = None
+    # A thinking model's thought (runtime.engine.thinking): on/off where the template can switch it (Qwen3's
+    # enable_thinking; None: the template's default; off elsewhere closes the thought at once), and its budget
+    # in tokens after which the thought is closed (None: 3/4 of what the answer may use).
+    thinking: bool | None = None
+    thinking_budget: int | None = None
 
     def __post_init__(self) -> None:
         if self.level not in ("auto", *router.LEVELS):
@@ -63,6 +68,8 @@ class ChatOptions:
             raise UserError(f"unknown preset {self.preset!r}: choose from {', '.join(PRESET_NAMES)}")
         if self.max_tokens < 1:
             raise UserError(f"max tokens {self.max_tokens} must be at least 1")
+        if self.thinking_budget is not None and self.thinking_budget < 0:
+            raise UserError(f"thinking budget {self.thinking_budget} must be 0 (no thinking) or more tokens")
         if self.draft_window is not None and self.draft_window < 0:
             raise UserError(f"draft window {self.draft_window} must be 0 (off) or more tokens")
         replace(self.sampling or LLAMA_DEFAULTS, **dict(self.sampling_overrides))  # bad values fail here

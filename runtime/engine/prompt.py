@@ -10,6 +10,7 @@ from typing import Any
 
 from runtime.decode.grammar import markup_spellings
 from runtime.decode.llama_backend import LlamaBackend
+from runtime.engine import thinking
 from runtime.engine.markup import chat_tokens
 from runtime.engine.options import Message
 from runtime.errors import Cancelled, ContextTooLong, UserError
@@ -25,12 +26,17 @@ class ChatTemplates:
         self._formatters: dict[str, Any] = {}
 
     def render(
-        self, parent: LlamaBackend, messages: Sequence[Message], tools: list[dict[str, Any]] | None = None
+        self, parent: LlamaBackend, messages: Sequence[Message], tools: list[dict[str, Any]] | None = None,
+        think: bool | None = None,
     ) -> list[int]:
-        """The chat as prompt tokens; `tools` for a template with a tools section (runtime.engine.tools.prepare)."""
+        """The chat as prompt tokens; `tools` for a template with a tools section (runtime.engine.tools.prepare),
+        `think` as the template's `enable_thinking` where it reads one (None: the template's default)."""
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
         template = parent.metadata().get("tokenizer.chat_template")
+        syntax = thinking.syntax_for(template)
+        messages = thinking.template_messages(list(messages), syntax)
+        extra = {"enable_thinking": think} if think is not None and syntax is not None and syntax.switchable else {}
         if not template:
             def render(chat: list[Message]) -> str:
                 return "".join(f"{m['role']}: {m['content']}\n" for m in chat) + "assistant: "
@@ -43,7 +49,7 @@ class ChatTemplates:
 
             def render(chat: list[Message]) -> str:
                 try:
-                    return formatter(messages=chat, tools=tools).prompt
+                    return formatter(messages=chat, tools=tools, **extra).prompt
                 except Exception as e:  # a template's own raise_exception, or a Jinja error
                     raise UserError(f"the model's chat template rejected this chat: {e}") from None
 
@@ -65,6 +71,7 @@ def raw_prompt(parent: LlamaBackend, text: str, reserve: int) -> list[int]:
 def fit_context(
     render: Render, parent: LlamaBackend, messages: list[Message], reserve: int,
     cancel: threading.Event | None = None, tools: list[dict[str, Any]] | None = None, trim: bool = True,
+    think: bool | None = None,
 ) -> tuple[list[int], int]:
     """Drop the oldest turns (never the system prompt, never the last message) until the prompt fits;
     without `trim`, a chat that does not fit is refused (ContextTooLong) whole.
@@ -74,7 +81,8 @@ def fit_context(
     (the template's own tokens per turn are estimated from the first render). Stop is honoured between
     turns."""
     budget = parent.n_ctx - reserve
-    render = functools.partial(render, tools=tools)
+    # `think` only where asked: a render that knows no thinking switch is called as before
+    render = functools.partial(render, tools=tools, **({} if think is None else {"think": think}))
     tokens = render(parent, messages)
     if len(tokens) <= budget:
         return tokens, 0

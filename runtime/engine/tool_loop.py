@@ -130,10 +130,12 @@ def run_tool_loop(
         choice = (first_choice if n == 1 else "auto") if n < max_rounds else "none"
         request = ToolRequest(tools, choice, parallel=False) if tools else None  # a call, its result, then on
         text: list[str] = []
+        thought: list[str] = []
         deltas = []
         last: Chunk | None = None
         for chunk in stream(chat, replace(options, tools=request)):
             text.append(chunk.text)
+            thought.append(chunk.thinking)
             deltas.extend(chunk.calls)
             last = chunk
             yield chunk
@@ -142,11 +144,13 @@ def run_tool_loop(
         rounds.append(last)
         calls = [ToolCall(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in assemble(deltas)]
         said = "".join(text)
+        # A thinking model's thought goes with its turn; its template keeps or drops it (runtime.engine.thinking).
+        thinking = {"reasoning_content": "".join(thought)} if any(thought) else {}
         if not calls:
-            chat.append({"role": "assistant", "content": said})
+            chat.append({"role": "assistant", "content": said, **thinking})
             yield LoopFinished(chat, last, n, done, rounds)
             return
-        chat.append({"role": "assistant", "content": said, "tool_calls": [
+        chat.append({"role": "assistant", "content": said, **thinking, "tool_calls": [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls
         ]})
         for call in calls:
