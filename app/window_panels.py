@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.help_menu import add_help_menu
 from app.store import Store
 from app.widgets import InputBox
 from runtime.errors import UserError
@@ -172,6 +173,52 @@ class Welcome(QWidget):
         layout.addStretch(2)
 
 
+EXAMPLES = (  # the first screen's prompts: what a small model answers well, and text that shows as written
+    "Write a four-line poem about the sea.",
+    "Explain what a spreadsheet is, in two sentences.",
+    "Write a Python function that reverses a string.",
+    "Give me three tips for sleeping well.",
+)
+CAN_DO = (
+    "<b>Private:</b> the model runs on this computer; what you type stays here.",
+    "<b>Your documents:</b> add files under <i>Documents</i> and pick them under <i>Answer from</i>; the answer "
+    "names the passages it used.",
+    "<b>Tools:</b> connect tool servers under <i>Tools</i> (files, search and more); you allow each use.",
+    "<b>Faster:</b> a small version of the model proposes words and the full model checks them, so you get the "
+    "full model's answer sooner. The line under each answer says how much sooner.",
+)
+
+
+class StartPanel(QWidget):
+    """What an empty chat shows instead of a blank transcript: example prompts to click and, in plain words,
+    what SpecQuant can do."""
+
+    prompt_chosen = Signal(str)
+
+    def __init__(self) -> None:
+        super().__init__()
+        title = QLabel("<h2>Ask anything</h2><p>Type a question below, or start with one of these:</p>")
+        title.setWordWrap(True)
+        self.example_buttons: list[QPushButton] = []
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(24, 8, 24, 8)
+        layout.addStretch(1)
+        layout.addWidget(title)
+        for prompt in EXAMPLES:
+            button = QPushButton(prompt)
+            button.setToolTip("Ask this")
+            button.setStyleSheet("text-align: left; padding: 6px 10px")
+            button.clicked.connect(lambda _=False, p=prompt: self.prompt_chosen.emit(p))
+            self.example_buttons.append(button)
+            layout.addWidget(button, 0, Qt.AlignmentFlag.AlignLeft)
+        self.can_do = QLabel("<h3>What SpecQuant can do</h3><ul>" + "".join(f"<li>{c}</li>" for c in CAN_DO)
+                             + "</ul><p>More under <b>Help</b>.</p>")
+        self.can_do.setWordWrap(True)
+        layout.addSpacing(12)
+        layout.addWidget(self.can_do)
+        layout.addStretch(2)
+
+
 class Composer(QWidget):
     """What this chat answers from and its system-prompt preset, then the input box with Send, Stop and
     Regenerate (its menu: answer at higher precision)."""
@@ -277,7 +324,7 @@ class Composer(QWidget):
 
 
 class Menus:
-    """File, Chat and View with their shortcuts, their slots on `w` (the window, typed loosely so that this
+    """File, Chat, View and Help with their shortcuts, their slots on `w` (the window, typed loosely so that this
     module does not import it back). The actions tests and toggles need are kept here."""
 
     def __init__(self, w: Any, highlight: bool, chart: bool) -> None:
@@ -306,6 +353,7 @@ class Menus:
         for action in (self.highlight_toggle, self.chart_toggle):
             action.setCheckable(True)
         self.show_view(highlight, chart)
+        self.help = add_help_menu(bar, w)
 
     def show_view(self, highlight: bool, chart: bool) -> None:
         self.highlight_toggle.setChecked(highlight)

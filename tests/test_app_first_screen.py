@@ -1,0 +1,48 @@
+"""The first screen and the Help menu (#51): an empty chat offers example prompts (a click asks one) and says
+what SpecQuant can do; Help opens the guides and About names the version and the llama.cpp build."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import llama_cpp
+from PySide6.QtCore import Qt
+
+from app.help_menu import GUIDES, about_text, build_facts, docs_dir
+from app.window_panels import EXAMPLES
+from runtime import __version__
+from tests.test_app import ANSWER_MS, open_window
+
+
+def test_an_empty_chat_offers_examples_and_a_click_asks_one(qtbot, demo_cache: Path, tmp_path: Path) -> None:
+    w = open_window(tmp_path, max_tokens=16)
+    qtbot.addWidget(w)
+    start = w.pane.start
+    assert start.isVisible() and not w.transcript.isVisible()
+    assert [b.text() for b in start.example_buttons] == list(EXAMPLES)
+    assert "documents" in start.can_do.text() and "Tools" in start.can_do.text()
+    with qtbot.waitSignal(w.answer_finished, timeout=ANSWER_MS) as answered:
+        qtbot.mouseClick(start.example_buttons[0], Qt.MouseButton.LeftButton)
+    assert answered.args[0]  # the model answered it
+    (user, assistant) = w.store.messages(w.conversation)
+    assert (user.role, user.content) == ("user", EXAMPLES[0]) and assistant.role == "assistant"
+    assert not start.isVisible() and w.transcript.isVisible()
+    assert EXAMPLES[0] in w.transcript.toPlainText()
+    w.new_conversation()
+    assert start.isVisible() and not w.transcript.isVisible()
+    w.close()
+
+
+def test_help_offers_each_guide_and_about_names_the_build(qtbot, tmp_path: Path) -> None:
+    w = open_window(tmp_path)
+    qtbot.addWidget(w)
+    actions = [a for a in w.menus.help.actions() if not a.isSeparator()]
+    assert [a.text() for a in actions] == [text for text, _ in GUIDES] + ["&About SpecQuant"]
+    for action, (_, name) in zip(actions, GUIDES, strict=False):
+        assert action.isEnabled() and (docs_dir() / name).is_file(), name
+    facts = dict(build_facts())
+    assert facts["SpecQuant"] == __version__ and llama_cpp.__version__ in facts["llama.cpp"]
+    assert "CPU kernels" in facts["CPU kernels"]  # e.g. "built-in CPU kernels", "haswell CPU kernels (…)"
+    text = about_text(list(facts.items()))
+    assert __version__ in text and llama_cpp.__version__ in text
+    w.close()
