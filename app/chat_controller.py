@@ -24,7 +24,7 @@ from PySide6.QtCore import QObject, Signal
 from app.pace import Pace
 from app.preset_control import PresetControl
 from app.settings import AppSettings
-from app.store import CALL_FIELDS, TOOL_TURN, TOOLS_UNUSED, Store, StoredMessage, chat_history
+from app.store import CALL_FIELDS, THINKING, TOOL_TURN, TOOLS_UNUSED, Store, StoredMessage, chat_history
 from app.tool_host_control import ToolHostControl
 from app.transcript import draft_mask
 from app.turn_runner import TurnRequest, TurnRunner
@@ -75,6 +75,7 @@ class Live:
     runner: TurnRunner | None = None  # what answers it
     rounds: list[dict[str, Any]] = field(default_factory=list)  # its rounds of calls so far (app.store.tool_rounds)
     round_open: bool = False  # the answer being written has called: its next words start a new round
+    thinking: str = ""  # a thinking model's thought so far (app.thinking_block shows it above the answer)
 
     @property
     def tools_offered(self) -> bool:
@@ -85,6 +86,8 @@ class Live:
     def meta(self) -> dict[str, object]:
         """What the answer stores (and shows while it streams): its facts, and its calls when it made any."""
         meta = answer_meta(self.last, self.flags, self.text) if self.last is not None else {}
+        if self.thinking:
+            meta[THINKING] = self.thinking
         if not self.rounds and self.tools_offered:
             meta[TOOLS_UNUSED] = True  # the record says so: the model was offered tools and called none (#51)
         if self.rounds:
@@ -243,6 +246,7 @@ class ChatController(QObject):
         if live.last is None:
             self.status.emit("")  # "Loading…" ends with the first tokens
         live.text += "".join(c.text for c in chunks)
+        live.thinking += "".join(c.thinking for c in chunks)
         for c in chunks:
             live.flags.extend(c.draft_chars)
         live.last = chunks[-1]

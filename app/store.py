@@ -41,6 +41,7 @@ SCHEMA_VERSION = 3
 ADDED_COLUMNS = ("documents", "preset", "model", "tools")  # nullable TEXT columns added since version 1, in order
 TOOL_TURN = "tool_turn"  # an answer's meta: the rounds of tool calls before its last words (`tool_rounds`)
 TOOLS_UNUSED = "tools_unused"  # an answer's meta: True when tools were offered and the model called none
+THINKING = "thinking"  # an answer's meta: a thinking model's thought, apart from its content (old files: none)
 CALL_FIELDS = ("id", "name", "arguments", "server", "tool", "outcome", "result", "is_error", "elapsed_s")
 ROLES = ("system", "user", "assistant")  # what a stored message may be (the table's CHECK)
 BUSY_TIMEOUT_S = 2.0  # how long a write waits for another program's lock before saying so (the GUI waits too)
@@ -98,7 +99,11 @@ class StoredMessage:
             out.append({"role": "assistant", "content": r["content"], "tool_calls": calls})
             out += [{"role": "tool", "tool_call_id": c["id"], "name": c["name"], "content": c["result"]}
                     for c in r["calls"]]
-        out.append(self.as_chat())
+        last: dict[str, Any] = dict(self.as_chat())
+        thought = self.meta.get(THINKING) if self.role == "assistant" else None
+        if isinstance(thought, str) and thought:  # the model's template keeps or drops it (runtime.engine.thinking)
+            last["reasoning_content"] = thought
+        out.append(last)
         return out
 
 

@@ -49,6 +49,7 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QApplication, QTextBrowser, QWidget
 
+from app import thinking_block
 from app.code_highlight import highlight, language_label, mix
 from app.open_source import open_source, source_url
 from app.plain_words import meta_line
@@ -322,6 +323,8 @@ class TranscriptView(QTextBrowser):
         head.setFontWeight(QFont.Weight.Bold)
         head.setForeground(palette.color(QPalette.ColorRole.Highlight if role == "user" else QPalette.ColorRole.Text))
         cursor.insertText(who, head)
+        if role == "assistant":  # a thinking model's thought, collapsible, above the answer
+            thinking_block.draw(self, meta, content, live)
         for r in tool_rounds(meta) if role == "assistant" else []:
             self._body(r["content"], None, live=False)
             for call in r["calls"]:
@@ -542,6 +545,9 @@ class TranscriptView(QTextBrowser):
         if url.isLocalFile():  # a source of a grounded answer: the system's application for the file
             if not open_source(url):
                 self.open_failed.emit(url.toLocalFile())
+            return
+        if url.scheme() == thinking_block.SCHEME:  # a thought's block opens or closes as a call's does
+            self.toggle_call(url.path())
             return
         if url.scheme() == "call":
             index = int(url.path() or -1)

@@ -198,7 +198,7 @@ def test_blocks_become_the_chat_they_mean() -> None:
     assert call.messages == [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "content": "Let me look.", "tool_calls": [
+        {"role": "assistant", "content": "Let me look.", "reasoning_content": "…", "tool_calls": [
             {"id": "toolu_1", "type": "function",
              "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
         {"role": "tool", "tool_call_id": "toolu_1", "content": "Error: down"},

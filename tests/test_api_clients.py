@@ -180,7 +180,8 @@ def test_fields_that_do_not_change_the_answer_are_accepted_and_the_others_refuse
     streamed = client.chat.completions.create(**ask, **newer, stream=True,
                                               stream_options={"include_usage": True, "include_obfuscation": False})
     assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == plain
-    for field, value, words in [("verbosity", "high", "not supported"), ("reasoning_effort", "low", "not supported"),
+    for field, value, words in [("verbosity", "high", "not supported"),
+                                ("reasoning_effort", "huge", "unknown reasoning_effort 'huge'"),
                                 ("moderation", {"model": "omni-moderation-latest"}, "not supported"),
                                 ("prompt_cache_key", 5, "must be a string")]:
         with pytest.raises(openai.BadRequestError) as e:

@@ -37,6 +37,9 @@ def answer_facts(last: Chunk) -> dict[str, Any]:
         "stop_reason": s.stop_reason,
         **_speedup_facts(s),
         **({"citations": [c.as_dict() for c in last.citations]} if last.citations else {}),
+        # A thinking model's thought: its tokens, and how long it ran (the prefill, then its cycles)
+        **({"thinking_tokens": s.thinking_tokens, "thinking_s": round(s.ttft_s + s.thinking_decode_s, 3)}
+           if s.thinking_tokens else {}),
     }
 
 
