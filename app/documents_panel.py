@@ -18,7 +18,7 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from PySide6.QtCore import QMimeData, QObject, Qt, QThread, QTimer, Signal, Slot
-from PySide6.QtGui import QBrush, QColor, QDragEnterEvent, QDragMoveEvent, QDropEvent
+from PySide6.QtGui import QBrush, QColor, QDragEnterEvent, QDragMoveEvent, QDropEvent, QShowEvent
 from PySide6.QtWidgets import (
     QFileDialog,
     QGridLayout,
@@ -98,6 +98,38 @@ def result_line(job: DocumentsJob, result: AddResult | int) -> str:
     return f"{head}: {', '.join(parts)}."
 
 
+class CollectionDialog(QInputDialog):
+    """Which collection new documents join (a new name may be typed). Wide enough for its whole title: Qt's
+    own item dialog is as narrow as its box, and the window manager cut the title (#51)."""
+
+    TITLE = "Add documents to a collection"
+
+    def __init__(self, parent: QWidget | None, items: list[str], index: int) -> None:
+        super().__init__(parent)
+        self.setWindowTitle(self.TITLE)
+        self.setLabelText("Collection:")
+        self.setComboBoxItems(items)
+        self.setComboBoxEditable(True)
+        self.setTextValue(items[index])
+
+    def title_width(self) -> int:
+        """The title's width and, since the title bar also holds the window manager's buttons, about three of them."""
+        return self.fontMetrics().horizontalAdvance(self.TITLE) + 12 * self.fontMetrics().height()
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)  # QInputDialog sizes itself to its box here: widen it afterwards
+        self.setMinimumWidth(self.title_width())
+
+    @classmethod
+    def ask(cls, parent: QWidget | None, items: list[str], index: int) -> tuple[str, bool]:
+        dialog = cls(parent, items, index)
+        ok = dialog.exec() == QInputDialog.DialogCode.Accepted
+        return dialog.textValue(), ok
+
+
+SETTING_UP = "Setting up the embedding model for search (once; the first time it is converted)…"
+
+
 def progress_line(p: Progress) -> str:
     share = f" ({p.bytes_done / p.bytes_total:.0%})" if p.bytes_total else ""
     name = f" · {PurePath(p.path).name}" if p.path else ""
@@ -144,6 +176,7 @@ class DocumentsWorker(QObject):
     done = Signal(object, object)  # the DocumentsJob, its AddResult (add, sync) or files removed (remove)
     failed = Signal(object, str)  # the DocumentsJob (None: listing the index failed), one line saying why
     snapshot = Signal(object)  # Snapshot, after every job
+    setting_up = Signal(str)  # the embedding model is being set up: the first file's wait says so (#51)
 
     def __init__(self, index: Path) -> None:
         super().__init__()
@@ -181,7 +214,11 @@ class DocumentsWorker(QObject):
             from converters.embedding import ensure_embedding_model, package_zip
             from runtime.engine.embedder import open_embedder
 
-            embedder = open_embedder(None, ensure_embedding_model, package_zip, log.info)
+            def convert(path: Path) -> None:  # run once, at the first embedding: the wait that looked stuck
+                self.setting_up.emit(SETTING_UP)
+                ensure_embedding_model(path)
+
+            embedder = open_embedder(None, convert, package_zip, log.info)
             self.library = Library(self.index, embedder=embedder)
         return self.library
 
@@ -354,6 +391,7 @@ class DocumentsPanel(QWidget):
 
         self.worker = DocumentsWorker(index)
         self.worker.progress.connect(self._on_progress)
+        self.worker.setting_up.connect(self._say)
         self.worker.done.connect(self._on_done)
         self.worker.failed.connect(self._on_failed)
         self.worker.snapshot.connect(self._on_snapshot)
@@ -418,7 +456,7 @@ class DocumentsPanel(QWidget):
         names = self.collections()
         chosen = self.selected()[0] or suggestion
         items = names if chosen in names else [chosen, *names]
-        name, ok = QInputDialog.getItem(self, "Add documents", "Collection:", items, items.index(chosen), True)
+        name, ok = CollectionDialog.ask(self, items, items.index(chosen))
         return name.strip() if ok and name.strip() else None
 
     def _add_folder(self) -> None:

@@ -51,6 +51,18 @@ def demo_available() -> bool:
 STAGE_NAMES = {"f16": "Step 1 of 3: F16 tier", "q8_0": "Step 2 of 3: Q8_0 tier", "q4_k_m": "Step 3 of 3: Q4_K_M tier"}
 
 
+# Each tier in words (#51), its technical name in brackets: the list is read by people who never quantized.
+TIER_WORDS = {"f16": "Full model (F16)", "q8_0": "Compressed, 8-bit (Q8_0)", "q4_k_m": "Compressed, 4-bit (Q4_K_M)"}
+
+
+def fallback_words(count: int) -> tuple[str, str]:
+    """A tier's fallback tensors: plain words for the Notes column, and the technical detail for its tooltip."""
+    if not count:
+        return "", ""
+    return ("some parts kept in another format", f"{count} tensors on fallback types: their shape does not fit "
+            "this tier's quantization blocks, so they were stored in a type that does")
+
+
 def model_summary(m: CachedModel) -> str:
     if not m.complete:
         return "incomplete: repair it"
@@ -82,7 +94,9 @@ class ModelsDialog(QDialog):
 
         self.tree = QTreeWidget()
         self.tree.setHeaderLabels(["Model", "Size", "Notes"])
-        self.tree.header().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        # Sizes and notes are never cut: each column is as wide as its contents (the list scrolls sideways).
+        for column in (0, 1, 2):
+            self.tree.header().setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
         self.tree.setAccessibleName("Cached models")
         self.tree.itemSelectionChanged.connect(self._update_buttons)
         self.tree.itemDoubleClicked.connect(lambda *_: self._use())
@@ -176,8 +190,10 @@ class ModelsDialog(QDialog):
             item.setData(0, Qt.ItemDataRole.UserRole, m.name)
             tiers = (m.manifest or {}).get("tiers", {})
             for tier, rec in ((t, tiers[t]) for t in TIERS if t in tiers):  # most precise first
-                fallbacks = f"{rec.get('fallbacks')} tensors on fallback types" if rec.get("fallbacks") else ""
-                item.addChild(QTreeWidgetItem([tier.upper(), size_text(rec["bytes"]), fallbacks]))
+                note, detail = fallback_words(rec.get("fallbacks") or 0)
+                child = QTreeWidgetItem([TIER_WORDS.get(tier, tier.upper()), size_text(rec["bytes"]), note])
+                child.setToolTip(2, detail)
+                item.addChild(child)
             self.tree.addTopLevelItem(item)
             if m.name == selected:
                 item.setSelected(True)

@@ -1,4 +1,7 @@
-"""The settings dialog: every AppSettings field with a plain-language label."""
+"""The settings dialog: every AppSettings field with a plain-language label, in two tabs (#51): Basic (the
+speed mode, the longest answer, the look, the local API server) and Advanced (the router, drafting,
+sampling, memory and placement). "Speed mode" is the runtime's preset; the window's system-prompt presets
+are "Instructions", so no word means two things."""
 
 from __future__ import annotations
 
@@ -14,6 +17,8 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QSpinBox,
+    QTabWidget,
+    QVBoxLayout,
     QWidget,
 )
 
@@ -25,9 +30,9 @@ from runtime.plan.router import LEVELS as ROUTER_LEVELS
 
 # Words for the runtime's own choices; the choices themselves come from the runtime (one source).
 PRESET_WORDS = {
-    "exact": "Exact: always the F16 model's own answer, sooner wherever a draft pays",
-    "paper": "Paper: the paper's pairs (Low answers with Q8_0)",
-    "auto": "Auto: the fastest measured pair (calibrates once)",
+    "exact": "Exact: always the full model's own answer, sooner wherever a draft pays",
+    "paper": "Paper: simple questions answered by a compressed copy (the research paper's choice)",
+    "auto": "Auto: the fastest choice measured on this computer (measures once)",
 }
 PRESETS = tuple((name, PRESET_WORDS[name]) for name in PRESET_NAMES)
 LEVELS = (("auto", "Automatic (router)"), *((level, level.capitalize()) for level in ROUTER_LEVELS))
@@ -57,7 +62,9 @@ class SettingsDialog(QDialog):
         self.setWindowTitle("Settings")
         self.base = settings
         s = settings
-        self.preset = _combo(PRESETS, s.preset, "Preset")
+        self.preset = _combo(PRESETS, s.preset, "Speed mode")
+        self.preset.setToolTip("How answers are made fast. Technical: the runtime's preset (exact, paper, auto), "
+                               "which picks the tier that answers and the drafts it may use")
         self.lossy = QCheckBox("Allow faster, lower-precision answers")
         self.lossy.setToolTip("Auto preset only: Low and Medium prompts may be answered by Q4_K_M or Q8_0")
         self.lossy.setChecked(s.allow_lossy)
@@ -104,8 +111,13 @@ class SettingsDialog(QDialog):
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
 
-        form = QFormLayout(self)
-        form.addRow("&Preset:", self.preset)
+        basic_page, advanced_page = QWidget(), QWidget()
+        basic, form = QFormLayout(basic_page), QFormLayout(advanced_page)
+        basic.addRow("&Speed mode:", self.preset)
+        basic.addRow("Longest a&nswer (tokens):", self.max_tokens)
+        basic.addRow("T&heme:", self.theme)
+        basic.addRow("", self.api_server)
+        basic.addRow("API p&ort:", self.api_port)
         form.addRow("", self.lossy)
         form.addRow("&Level:", self.level)
         form.addRow("", self.spec)
@@ -114,17 +126,18 @@ class SettingsDialog(QDialog):
         form.addRow("&Temperature:", self.temperature)
         form.addRow("Top-&p:", self.top_p)
         form.addRow("Top-&k:", self.top_k)
-        form.addRow("&Max tokens:", self.max_tokens)
         form.addRow("&Context size:", self.n_ctx)
-        form.addRow("P&lacement:", self.placement)
-        form.addRow("Memory &budget:", self.max_memory)
+        form.addRow("Placem&ent:", self.placement)
+        form.addRow("&Memory budget:", self.max_memory)
         form.addRow("&Workers:", self.workers)
-        form.addRow("T&heme:", self.theme)
         form.addRow("", self.highlight)
-        form.addRow("", self.api_server)
-        form.addRow("API p&ort:", self.api_port)
-        form.addRow(self.error)
-        form.addRow(buttons)
+        self.tabs = QTabWidget()
+        self.tabs.addTab(basic_page, "&Basic")
+        self.tabs.addTab(advanced_page, "&Advanced")
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.tabs)
+        layout.addWidget(self.error)
+        layout.addWidget(buttons)
 
     def value(self) -> AppSettings:
         return replace(

@@ -94,7 +94,7 @@ def test_a_folder_added_in_the_panel_is_indexed_and_a_bad_file_shows_its_error(
     monkeypatch.setattr("app.documents_panel.QFileDialog.getExistingDirectory", lambda *a, **k: str(docs))
     offered: list[object] = []
     monkeypatch.setattr(
-        "app.documents_panel.QInputDialog.getItem", lambda *a, **k: offered.append(a[3]) or ("frob", True)
+        "app.documents_panel.CollectionDialog.ask", lambda *a, **k: offered.append(a[1]) or ("frob", True)
     )
     panel.add_folder_button.click()
     assert offered == [["frob-docs"]]
@@ -167,7 +167,7 @@ def test_a_folder_dropped_on_the_panel_is_added_and_text_is_refused(
     panel = w.documents
     offered: list[object] = []
     monkeypatch.setattr(
-        "app.documents_panel.QInputDialog.getItem", lambda *a, **k: offered.append(a[3]) or ("dropped", True)
+        "app.documents_panel.CollectionDialog.ask", lambda *a, **k: offered.append(a[1]) or ("dropped", True)
     )
     text = QMimeData()
     text.setText("not a file")

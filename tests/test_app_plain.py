@@ -215,3 +215,71 @@ def test_waiting_for_approval_is_said_and_an_unused_offer_is_recorded(
         assert answer.meta[TOOLS_UNUSED] is True and TOOLS_UNUSED_NOTE in w.transcript.toPlainText()
     assert meta_line({TOOLS_UNUSED: True}) == TOOLS_UNUSED_NOTE
     w.close()
+
+
+def visible_words(widget) -> list[str]:
+    """Every label, button, tab, box item and menu entry text a person reads in `widget`."""
+    from PySide6.QtWidgets import QAbstractButton, QComboBox, QLabel, QMenu, QTabWidget
+
+    words = [w.text() for kind in (QLabel, QAbstractButton) for w in widget.findChildren(kind)]
+    words += [a.text() for m in widget.findChildren(QMenu) for a in m.actions()]
+    words += [t.tabText(i) for t in widget.findChildren(QTabWidget) for i in range(t.count())]
+    words += [b.itemText(i) for b in widget.findChildren(QComboBox) for i in range(b.count())]
+    return words
+
+
+def test_one_word_for_each_thing_and_settings_in_basic_and_advanced(qtbot, tmp_path: Path, isolated_cache) -> None:
+    from app.presets_dialog import PresetsDialog
+    from app.settings_dialog import SettingsDialog
+
+    w = open_window(tmp_path)
+    qtbot.addWidget(w)
+    # System prompts are "Instructions" everywhere in the window; "preset" is nowhere a person reads.
+    dialog, presets = SettingsDialog(w.settings, w), PresetsDialog(w)
+    for widget in (w, dialog, presets):
+        assert not [t for t in visible_words(widget) if "preset" in t.lower()], widget
+    assert presets.windowTitle() == "Instructions" and "Manage instructions…" in visible_words(w)
+    # The settings: Basic first, with the speed mode; the technical ones under Advanced.
+    assert [dialog.tabs.tabText(i) for i in range(dialog.tabs.count())] == ["&Basic", "&Advanced"]
+    basic, advanced = dialog.tabs.widget(0), dialog.tabs.widget(1)
+    assert dialog.preset.parent() is basic and "&Speed mode:" in visible_words(basic)
+    assert dialog.temperature.parent() is advanced and dialog.draft_length.parent() is advanced
+    assert dialog.value() == w.settings  # nothing lost in the move
+    assert not any(word in dialog.preset.currentText() for word in ("F16", "Q8_0", "Q4_K_M"))
+    w.close()
+
+
+def test_models_in_plain_words_with_sizes_whole(qtbot, demo_cache: Path, tmp_path: Path) -> None:
+    from app.models_dialog import TIER_WORDS
+
+    w = open_window(tmp_path)
+    qtbot.addWidget(w)
+    w.show_models()
+    tree = w.models.tree
+    model = tree.topLevelItem(0)
+    tiers = [model.child(i) for i in range(model.childCount())]
+    assert [t.text(0) for t in tiers] == list(TIER_WORDS.values())
+    manifest = json.loads((demo_cache / model.text(0) / "manifest.json").read_text())
+    for item, rec in zip(tiers, (manifest["tiers"][t] for t in TIER_WORDS), strict=True):  # most precise first
+        fallbacks = rec.get("fallbacks") or 0
+        assert "tensors" not in item.text(2) and (f"{fallbacks} tensors on fallback types" in item.toolTip(2)) == (
+            fallbacks > 0)
+    metrics = QFontMetrics(tree.font())
+    for item in (model, *tiers):
+        depth = tree.indentation() * (2 if item is not model else 1)
+        assert metrics.horizontalAdvance(item.text(0)) + depth <= tree.columnWidth(0), item.text(0)
+        for column in (1, 2):
+            assert metrics.horizontalAdvance(item.text(column)) <= tree.columnWidth(column), item.text(column)
+    w.close()
+
+
+def test_the_collection_dialog_shows_its_whole_title(qtbot) -> None:
+    from app.documents_panel import CollectionDialog
+
+    dialog = CollectionDialog(None, ["frob-docs", "notes"], 0)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    assert dialog.textValue() == "frob-docs" and dialog.comboBoxItems() == ["frob-docs", "notes"]
+    assert QFontMetrics(dialog.font()).horizontalAdvance(dialog.windowTitle()) < dialog.width()
+    assert dialog.width() >= dialog.title_width()
+    dialog.reject()
