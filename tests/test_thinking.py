@@ -214,3 +214,18 @@ def test_the_cli_shows_thoughts_apart_and_hides_them_when_asked(thinker: ModelDi
     assert shown.returncode == hidden.returncode == 0, shown.stderr + hidden.stderr
     assert shown.stdout.startswith(out["thinking"]) and "\x1b[" not in shown.stdout  # piped: plain
     assert out["thinking"] not in hidden.stdout and hidden.stdout.strip() == out["text"].strip()
+
+
+def test_the_bench_reports_thought_and_answer_tokens_apart(engine: Engine) -> None:
+    from commands.bench.configs import parse_config
+    from commands.bench.run import _parts
+    from commands.bench.runners import run_engine
+
+    rec = run_engine(engine, parse_config("f16<-q4_k_m:k2"), "Why is the sky blue?", 24)
+    thought, answer = rec["thinking"], rec["answer"]
+    assert thought["tokens"] + answer["tokens"] == rec["tokens"] == 24  # the default budget: 3/4 of 24 thought
+    assert thought["drafted"] > 0 and thought["acceptance"] is not None  # speculation inside the thought
+    parts = _parts([rec, rec])["parts"]
+    assert parts["thinking"]["tokens"] == 2 * thought["tokens"] and parts["answer"]["acceptance"] == \
+        answer["acceptance"]
+    assert _parts([{"tokens": 3}]) == {}  # no thought: nothing apart

@@ -61,6 +61,24 @@ def routing(engine: Engine, prompts: list[dict[str, Any]]) -> dict[str, dict[str
     return out
 
 
+def _parts(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """A thinking model's runs: acceptance and decode speed on thought tokens and on answer tokens apart
+    (`parts`), over the runs whose answer had a thought; nothing when none had."""
+    thought = [x for x in runs if x.get("thinking")]
+    if not thought:
+        return {}
+    out = {}
+    for part in ("thinking", "answer"):
+        drafted = sum(x[part]["drafted"] for x in thought)
+        accepted = sum(x[part]["accepted"] for x in thought)
+        out[part] = {
+            "tokens": sum(x[part]["tokens"] for x in thought),
+            "acceptance": round(accepted / drafted, 4) if drafted else None,
+            "tok_per_s": _spread([x[part]["tok_per_s"] for x in thought if x[part]["tok_per_s"]]),
+        }
+    return {"parts": out}
+
+
 def _spread(xs: list[float]) -> dict[str, float] | None:
     xs = [x for x in xs if x is not None]
     if not xs:
@@ -128,6 +146,7 @@ def summarize(
                 "token_sources": _sources(mine),
                 # The grammar's masks and state (a JSON schema's) as a share of the answer's time.
                 "grammar_share": _spread([x["grammar_s"] / x["latency_s"] for x in mine if x.get("grammar_s")]),
+                **_parts(mine),
             }
             # The cost model's cap for the source that drafted: the tier at its acceptance, else (nothing drafted
             # by the tier) n-gram lookup at its own; and the same cap end to end, where the prompt's reading stays.
@@ -221,6 +240,9 @@ def bench(
                     rec["rss_mb"] = round(psutil.Process().memory_info().rss / 1e6, 1)
                     runs.append(rec)
                     acc = f" acc {rec['acceptance']:.2f}" if rec["acceptance"] is not None else ""
+                    for part in ("thinking", "answer") if rec.get("thinking") else ():  # a thinking model's
+                        a, t = rec[part]["acceptance"], rec[part]["tok_per_s"]
+                        acc += f" | {part} {t:.1f} tok/s" + (f" acc {a:.2f}" if a is not None else "")
                     tps = f"{rec['tok_per_s']:6.1f}" if rec["tok_per_s"] is not None else "     -"
                     eta = (time.perf_counter() - started) / len(runs) * (total - len(runs))
                     log(

@@ -118,6 +118,8 @@ def run_engine(
         # Python time outside llama_decode, as a share of the whole answer (prefill included).
         "overhead": max(0.0, 1.0 - (engine.llama_seconds() - llama0) / wall) if wall > 0 else None,
         "plan_ram_bytes": last.placement.ram_bytes,
+        # A thinking model's answer: the thought's and the answer's tokens, acceptance and speed apart.
+        **s.part_facts(),
     }
 
 
