@@ -10,7 +10,7 @@ import pytest
 from commands.bench.anchor import tool_path
 from commands.bench.configs import parse_config
 from commands.bench.sweep import predicted_speedup
-from commands.bench.workloads import score
+from commands.bench.workloads import ASSETS, score
 from runtime.errors import UserError
 from tests.conftest import assert_one_line_error, run_cli
 
@@ -165,6 +165,28 @@ def test_bench_on_the_micro_model(micro_model, isolated_cache: Path, tmp_path: P
     assert {"f16", "q8_0", "q4_k_m"} <= set(data["batch_cost_ms"])
     check_aggregates(data)
     assert (tmp_path / "report.md").is_file()
+
+
+def test_followup_workload_reports_each_kind_of_question_with_and_without_the_cache(
+    micro_model, isolated_cache: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    shutil.copytree(micro_model.path, isolated_cache / micro_model.name)
+    one = tmp_path / "followup.jsonl"  # one conversation of the set: quick
+    one.write_text((ASSETS / "followup.jsonl").read_text().splitlines()[0] + "\n")
+    result = run_cli("bench", "--model", "micro", "--max-tokens", "8", "--configs", "f16", "--prompts", str(one),
+                     "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert "followup  (f16;" in result.stdout and "new_question" in result.stdout
+    summary = json.loads((tmp_path / "results.json").read_text())["followup"]["summary"]
+    assert set(summary) == {"first", "follow_up", "new_question"}
+    for kind, e in summary.items():
+        assert e["same_tokens"] == e["n"] == 1, kind  # the cache never changes an answer
+        assert e["no_cache"]["reused_tokens"] == 0 and e["cache"]["ttft_s"] > 0 and e["cache"]["latency_s"] > 0
+    assert summary["first"]["cache"]["reused_tokens"] == 0  # each conversation starts cold
+    # The documents are read once: the follow-up keeps the first turn too, the new question the documents.
+    assert summary["follow_up"]["cache"]["reused_tokens"] > summary["new_question"]["cache"]["reused_tokens"] > 500
 
 
 def test_bench_model_missing_a_tier_is_one_line(demo_model, demo_cache: Path) -> None:

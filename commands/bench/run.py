@@ -15,6 +15,7 @@ import psutil
 
 from commands.bench.anchor import ANCHOR, LlamaCppRunner, missing_reason, tool_path
 from commands.bench.configs import DEFAULT_CONFIGS, GREEDY, LOOKUP, STOCK, BenchConfig, parse_config
+from commands.bench.followup import FOLLOWUP, bench_followups, format_followups
 from commands.bench.memory import measure as measure_memory
 from commands.bench.report import format_table, write_plots, write_report
 from commands.bench.runners import StockRunner, agreement, batch_costs, run_engine
@@ -321,21 +322,38 @@ def main_bench(
         raise UserError("--max-tokens and --repeats must be at least 1")
     if model is None:
         ensure_demo()  # a fresh machine benchmarks the demo, once its inputs are known to be good
-    engine = Engine(model, engine_settings)
-    try:
-        log = lambda m: print(m, flush=True)  # noqa: E731
-        result = bench(engine, configs, prompts, max_tokens, repeats, log, memory=memory, sampled=sampled)
-        if with_sweep:
-            result["sweep"] = sweep(engine, prompts, max_tokens, log=lambda m: print(m, flush=True))
-    finally:
-        engine.close()
+    log = lambda m: print(m, flush=True)  # noqa: E731
+    # Conversations on the same documents (first question, follow-up, new question) run on engines of their own
+    followups = [p for p in prompts if p["kind"] == FOLLOWUP]
+    prompts = [p for p in prompts if p["kind"] != FOLLOWUP]
+    result: dict[str, Any] = {}
+    if prompts:
+        engine = Engine(model, engine_settings)
+        try:
+            result = bench(engine, configs, prompts, max_tokens, repeats, log, memory=memory, sampled=sampled)
+            if with_sweep:
+                result["sweep"] = sweep(engine, prompts, max_tokens, log=log)
+        finally:
+            engine.close()
+    if followups:
+        config = next((c for c in configs if not c.stock), None)
+        if config is None:
+            raise UserError("the followup workload runs on SpecQuant's engine: name a tier or preset in --configs")
+        result["followup"] = bench_followups(
+            model, engine_settings, config, [{**p["conversation"], "id": p["id"]} for p in followups],
+            max_tokens, repeats, log,
+        )
     if out_dir:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         (out / "results.json").write_text(json.dumps(result, indent=2, default=str))
-        write_report(result, out / "report.md")
-        write_plots(result, out)
-    print(format_table(result))
+        if "summary" in result:
+            write_report(result, out / "report.md")
+            write_plots(result, out)
+    if "summary" in result:
+        print(format_table(result))
+    if "followup" in result:
+        print(format_followups(result["followup"]))
     if with_sweep:
         print(format_sweep(result["sweep"]))
     return result

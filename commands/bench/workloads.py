@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from commands.bench.followup import FOLLOWUP, conversation
 from runtime.api.requests import tool_request
 from runtime.api.responses import ApiError
 from runtime.engine.tools import CHOICES, ToolRequest
@@ -169,6 +170,8 @@ def load_prompts(files: list[str] | None, quick: bool, allow_exec: bool = False)
                         "answer": item.get("answer"),
                         "schema": _schema(item.get("schema"), path, n),
                         "tools": _tools(item.get("tools"), item.get("tool_choice", "required"), path, n),
+                        # The follow-up workload's three questions on its sources (commands.bench.followup)
+                        "conversation": conversation(item) if item.get("kind") == FOLLOWUP else None,
                     }
                 )
             except (ValueError, KeyError, TypeError, AttributeError):
