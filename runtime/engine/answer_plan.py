@@ -169,7 +169,9 @@ def thought_plan(parent: LlamaBackend, prompt: Sequence[int], options: ChatOptio
     syntax = None if options.raw_prompt else thinking.syntax_for(parent.metadata().get("tokenizer.chat_template"))
     if syntax is None:
         return None
-    opened = thinking.opens_thought(parent.detokenize(prompt[-8:], special=True), syntax)
+    # A response_format's grammar holds the answer from its first token: what it writes is the answer, even
+    # where the prompt opened a thought.
+    opened = options.grammar is None and thinking.opens_thought(parent.detokenize(prompt[-8:], special=True), syntax)
     room = min(options.max_tokens, parent.n_ctx - len(prompt))
     budget = options.thinking_budget if options.thinking_budget is not None else thinking.default_budget(room)
     if options.thinking is False:  # a template that cannot switch thinking off: the thought closes at once
