@@ -38,7 +38,7 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
 from app.worker import start_thread
-from runtime.documents.library import DEFAULT_COLLECTION, AddResult, FileRecord, Library, Progress
+from runtime.documents.library import DEFAULT_COLLECTION, VECTORS, AddResult, FileRecord, Library, Progress
 from runtime.errors import UserError, readable
 
 log = logging.getLogger("specquant.app")
@@ -80,7 +80,7 @@ def result_line(job: DocumentsJob, result: AddResult | int) -> str:
         return f"Removed {what} ({_count(result, 'file')})."
     where = job.collection or "every collection"
     head = f"Added to {where}" if job.verb == "add" else f"Synced {where}"
-    if not (result.indexed or result.removed or result.errors or result.cancelled):
+    if not (result.indexed or result.removed or result.errors or result.cancelled or result.embedded):
         if job.automatic:
             return ""
         return f"{head}: nothing new" + (f", {result.unchanged} unchanged." if result.unchanged else ".")
@@ -93,6 +93,8 @@ def result_line(job: DocumentsJob, result: AddResult | int) -> str:
         parts.append(f"{result.removed} gone from disk")
     if result.errors:
         parts.append(f"{len(result.errors)} could not be indexed")
+    if result.embedded > result.chunks:  # vectors a stopped run left to do, or for another embedding model
+        parts.append(f"vectors for {_count(result.embedded - result.chunks, 'chunk')} indexed before")
     if result.cancelled:
         parts.append("stopped")
     return f"{head}: {', '.join(parts)}."
@@ -131,6 +133,10 @@ SETTING_UP = "Setting up the embedding model for search (once; the first time it
 
 
 def progress_line(p: Progress) -> str:
+    if p.stage == VECTORS:  # after the words: search works already, by meaning once this is done
+        name = f" · {PurePath(p.path).name}" if p.path else ""
+        return (f"Searchable by words. Computing vectors for search by meaning: {p.chunks_done} of "
+                f"{p.chunks_total} chunks ({p.share:.0%}){name}")
     share = f" ({p.bytes_done / p.bytes_total:.0%})" if p.bytes_total else ""
     name = f" · {PurePath(p.path).name}" if p.path else ""
     return f"Indexing {p.files_done} of {p.files_total} files{share}, {p.chunks_done} chunks{name}"
@@ -497,13 +503,10 @@ class DocumentsPanel(QWidget):
         if p.files_total:
             if not self.worker.stop.is_set():
                 self._say(progress_line(p))
-            total = p.bytes_total or p.files_total
-            done = p.bytes_done if p.bytes_total else p.files_done
-            scale = max(1, total // 1_000_000)  # QProgressBar counts in int: megabytes of a huge folder
-            self.bar.setRange(0, total // scale)
-            self.bar.setValue(min(done, total) // scale)
-            self.bar.setVisible(p.files_done < p.files_total)
-            self.stop_button.setVisible(p.files_done < p.files_total)
+            self.bar.setRange(0, 1000)  # per mille of the stage: bytes read, or chunks given their vectors
+            self.bar.setValue(round(p.share * 1000))
+            self.bar.setVisible(not p.finished)
+            self.stop_button.setVisible(not p.finished)
             self.stop_button.setEnabled(not self.worker.stop.is_set())
         self.progressed.emit(p)
 

@@ -45,26 +45,50 @@ BAR_WIDTH = 20
 
 def progress_text(p: Progress) -> str:
     """`[########------------]  40% 812/2000 files, 3,104 chunks  notes/a.md`: the bar is the share of bytes read
-    (files when their sizes are unknown), since one large PDF takes longer than a hundred notes."""
-    share = p.bytes_done / p.bytes_total if p.bytes_total else p.files_done / max(p.files_total, 1)
-    share = min(max(share, 0.0), 1.0)
-    filled = round(share * BAR_WIDTH)
+    (files when their sizes are unknown), since one large PDF takes longer than a hundred notes; in the vectors
+    stage `vectors [####----]  20% 640/3,104 chunks  notes/a.md`, the share of chunks embedded."""
+    from runtime.documents.library import VECTORS
+
+    filled = round(p.share * BAR_WIDTH)
     bar = "#" * filled + "-" * (BAR_WIDTH - filled)
-    return f"[{bar}] {share:4.0%} {p.files_done}/{p.files_total} files, {p.chunks_done:,} chunks  {visible(p.path)}"
+    if p.stage == VECTORS:
+        return f"vectors [{bar}] {p.share:4.0%} {p.chunks_done:,}/{p.chunks_total:,} chunks  {visible(p.path)}"
+    return f"[{bar}] {p.share:4.0%} {p.files_done}/{p.files_total} files, {p.chunks_done:,} chunks  {visible(p.path)}"
+
+
+VECTORS_NOTE = ("searchable by words now; computing vectors of {n:,} chunks for search by meaning "
+                "(Ctrl-C stops, and the next `specquant docs add` or `sync` goes on from there)")
+PROGRESS_LINE_S = 30.0  # off a terminal (a log): one progress line this often in the vectors stage
 
 
 class ProgressLine:
-    """One redrawn line on a terminal (files, chunks, the file at hand); nothing otherwise."""
+    """One redrawn line on a terminal (files, chunks, the file at hand). When the vectors stage starts, one
+    line says that search by words works already; off a terminal, that line and then a progress line every
+    PROGRESS_LINE_S seconds while vectors are computed (the long part)."""
 
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream
         self.tty = stream.isatty()
         self.last_draw = 0.0
         self.drawn = False
+        self.vectors_told = False
 
     def __call__(self, p: Progress) -> None:
+        from runtime.documents.library import VECTORS
+
         now = time.monotonic()
-        if not self.tty or (now - self.last_draw < 0.1 and p.files_done < p.files_total):
+        if p.stage == VECTORS and not self.vectors_told and not p.finished:
+            self.vectors_told, self.last_draw = True, now
+            self.end()
+            self.stream.write(VECTORS_NOTE.format(n=p.chunks_total - p.chunks_done) + "\n")
+            self.stream.flush()
+        if not self.tty:
+            if p.stage == VECTORS and (now - self.last_draw >= PROGRESS_LINE_S or p.finished):
+                self.last_draw = now
+                self.stream.write(progress_text(p) + "\n")
+                self.stream.flush()
+            return
+        if now - self.last_draw < 0.1 and not p.finished:
             return
         self.last_draw, self.drawn = now, True
         self.stream.write("\r" + progress_text(p)[:100].ljust(100))
@@ -72,6 +96,7 @@ class ProgressLine:
 
     def end(self) -> None:
         if self.drawn:
+            self.drawn = False
             self.stream.write("\r" + " " * 100 + "\r")
             self.stream.flush()
 
@@ -131,7 +156,9 @@ def _summary(r: AddResult) -> str:
     if r.removed:
         parts.append(f"{r.removed} gone from disk, forgotten")
     if r.embedded:
-        parts.append(f"{r.embedded} chunks indexed before given their vectors")
+        parts.append(f"vectors for {r.embedded} chunks")
+    if r.cancelled:
+        parts.append("stopped (the next add or sync goes on from there)")
     if r.errors:
         parts.append(f"{len(r.errors)} not indexed")
     skipped = r.passed.hidden + r.passed.other

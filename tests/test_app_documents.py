@@ -208,7 +208,7 @@ def test_stop_ends_indexing_between_two_files_and_the_bar_shows_while_it_runs(
     assert panel.status.text().startswith("Added to many: ") and panel.status.text().endswith("stopped.")
     assert panel.bar.isHidden() and panel.stop_button.isHidden()
     qtbot.waitUntil(lambda: len(rows(panel)) == 3000, timeout=INDEX_MS)
-    states = [state.split()[0] for state, _ in rows(panel).values()]
+    states = [state.split(",")[0] for state, _ in rows(panel).values()]  # "indexed, 1 chunk" or "pending"
     # Every file is either indexed or pending (the next sync finishes it), and some were never reached.
     assert set(states) <= {"indexed", "pending"} and "pending" in states
     w.close()
@@ -325,3 +325,14 @@ def test_only_changes_a_sync_can_see_start_one(tmp_path: Path) -> None:
     assert not worth_a_sync(DirModifiedEvent(str(tmp_path / "notes")), index)
     assert not worth_a_sync(FileModifiedEvent(index + "-wal"), index)  # the index itself, in a watched folder
     assert not worth_a_sync(FileModifiedEvent(str(tmp_path / "notes" / ".a.md.swp")), index)
+
+
+def test_the_panel_says_words_work_while_vectors_are_computed() -> None:
+    from app.documents_panel import DocumentsJob, progress_line, result_line
+    from runtime.documents.library import VECTORS, AddResult, Progress
+
+    line = progress_line(Progress(1, 3, 48, 0, 0, "/notes/a.md", VECTORS, 64))
+    assert line == "Searchable by words. Computing vectors for search by meaning: 48 of 64 chunks (75%) · a.md"
+    resumed = AddResult(embedded=16)  # a sync that only finished the vectors a stopped run left
+    assert result_line(DocumentsJob("sync", automatic=True), resumed) == (
+        "Synced every collection: vectors for 16 chunks indexed before.")

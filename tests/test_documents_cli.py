@@ -156,6 +156,34 @@ def test_progress_is_one_redrawn_line_on_a_terminal_only() -> None:
     assert "[--------------------]   0% 0/2 files" in drawn and "[####################] 100% 2/2" in drawn
 
 
+def test_the_vectors_stage_says_search_by_words_works_then_shows_chunks_embedded() -> None:
+    import io
+
+    from commands.docs import ProgressLine, progress_text
+    from runtime.documents import Progress
+    from runtime.documents.library import VECTORS
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    assert progress_text(Progress(0, 3, 16, 0, 0, "/a.md", VECTORS, 64)).startswith(
+        "vectors [#####---------------]  25% 16/64 chunks  /a.md")
+    term, pipe = Terminal(), io.StringIO()
+    for stream in (term, pipe):
+        line = ProgressLine(stream)
+        line(Progress(2, 2, 64, 10, 10))  # the words stage's last report
+        line(Progress(0, 2, 0, 0, 0, "/a.md", VECTORS, 64))
+        line(Progress(1, 2, 32, 0, 0, "/b.md", VECTORS, 64))
+        line(Progress(2, 2, 64, 0, 0, "", VECTORS, 64))
+        line.end()
+    note = "searchable by words now; computing vectors of 64 chunks"
+    logged = pipe.getvalue().splitlines()  # off a terminal: the note, then the stage's end (no redrawing)
+    assert len(logged) == 2 and logged[0].startswith(note) and logged[1].startswith("vectors [####")
+    drawn = term.getvalue()  # the words' bar is cleared, the note stays on its own line, the vectors' bar follows
+    assert drawn.count("\n") == 1 and note in drawn and "100% 64/64 chunks" in drawn
+
+
 def test_the_bar_follows_bytes_not_files() -> None:
     from commands.docs import progress_text
     from runtime.documents import Progress

@@ -174,7 +174,7 @@ def test_hybrid_search_finds_a_paraphrase_that_bm25_alone_misses(tmp_path: Path,
     db = tmp_path / "documents.sqlite3"
     with Library(db, embedder=embedder) as lib:
         result = lib.add([_notes(tmp_path / "notes")])
-        assert result.indexed == 3 and result.embedded == 0
+        assert result.indexed == 3 and result.embedded == 3  # the words first, then every chunk's vector
         question = "How do I set the program up on my computer?"  # install.md shares not one word with it
         hybrid = [Path(h.path).name for h in lib.search(question, top=2)]
         scores = [h.score for h in lib.search(question, top=3)]
@@ -183,6 +183,40 @@ def test_hybrid_search_finds_a_paraphrase_that_bm25_alone_misses(tmp_path: Path,
     assert lexical == ["boats.md"]  # "how", "the", "program"
     assert hybrid == ["boats.md", "install.md"]  # first in one ranking and in both, then first by meaning
     assert 2 / 61 >= scores[0] > scores[1] > scores[2] > 0  # fused: at most first in both
+
+
+def test_words_are_searchable_before_the_vectors_and_a_stopped_vector_stage_resumes(
+    tmp_path: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#53: the WORDS stage commits every file before any vector is made; another reader (another process, the
+    window's chat) finds a passage then; the VECTORS stage commits VECTOR_COMMIT chunks at a time (1 here), a
+    stop keeps what was committed, and the next sync embeds the rest: hybrid search then finds the paraphrase."""
+    import threading
+
+    from runtime.documents import library
+
+    monkeypatch.setattr(library, "VECTOR_COMMIT", 1)
+    db, cancel = tmp_path / "documents.sqlite3", threading.Event()
+    question = "How do I set the program up on my computer?"
+    seen: list[tuple[str, int, list[str]]] = []
+
+    def watch(p: library.Progress) -> None:
+        if p.stage == library.VECTORS and not p.finished:
+            with Library(db) as reader:  # a second connection, as another process would read
+                seen.append((p.stage, _vectors(db)[0], [Path(h.path).name for h in reader.search("setup.sh")]))
+            if p.chunks_done == 1:  # one chunk has its vector: stop here
+                cancel.set()
+
+    with Library(db, embedder=embedder) as lib:
+        result = lib.add([_notes(tmp_path / "notes")], progress=watch, cancel=cancel)
+        assert result.cancelled and (result.indexed, result.embedded) == (3, 1)
+        assert seen == [("vectors", 0, ["install.md"]), ("vectors", 1, ["install.md"])]
+        assert _vectors(db)[:2] == (1, 3) and {f.state for f in lib.list_files()} == {"indexed"}
+        assert [Path(h.path).name for h in lib.search("setup.sh")] == ["install.md"]  # hybrid where vectors are
+    with Library(db, embedder=embedder) as lib:  # the next run goes on from there
+        result = lib.sync()
+        assert (result.indexed, result.embedded) == (0, 2) and _vectors(db)[:2] == (3, 3)
+        assert [Path(h.path).name for h in lib.search(question, top=2)] == ["boats.md", "install.md"]
 
 
 class CountingEmbedder:
@@ -227,7 +261,8 @@ def test_vectors_go_with_their_chunks_and_older_chunks_get_theirs(tmp_path: Path
         assert lib.sync().embedded == 0 and fake.texts == 3  # nothing left to do
         (folder / "cake.md").write_text("# Cake\n\nA new recipe.\n\n" + "More words. " * 600)
         result = lib.sync()
-        assert result.indexed == 1 and result.embedded == 0 and _vectors(db)[0] == _vectors(db)[1] > 3
+        assert result.indexed == 1 and result.embedded == _vectors(db)[1] - 2 > 1
+        assert _vectors(db)[0] == _vectors(db)[1] > 3
         lib.remove(folder / "cake.md")
         assert _vectors(db)[:2] == (2, 2)
 
@@ -239,7 +274,9 @@ def test_vectors_go_with_their_chunks_and_older_chunks_get_theirs(tmp_path: Path
     assert _vectors(db) == (0, 0, set(), set())
 
 
-def test_a_cancel_while_a_file_is_embedded_leaves_it_pending(tmp_path: Path) -> None:
+def test_a_cancel_in_the_vector_stage_leaves_the_words_searchable_and_the_next_sync_embeds_the_rest(
+    tmp_path: Path,
+) -> None:
     import threading
 
     class Cancelling(CountingEmbedder):
@@ -254,10 +291,12 @@ def test_a_cancel_while_a_file_is_embedded_leaves_it_pending(tmp_path: Path) -> 
     cancel = threading.Event()
     with Library(db, embedder=Cancelling()) as lib:  # type: ignore[arg-type]
         result = lib.add([folder], cancel=cancel)
-        assert result.cancelled and result.indexed == 0
-        assert {f.state for f in lib.list_files()} == {"pending"}
+        assert result.cancelled and (result.indexed, result.embedded) == (3, 0)
+        assert {f.state for f in lib.list_files()} == {"indexed"} and _vectors(db)[:2] == (0, 3)
+        assert [Path(h.path).name for h in lib.search("regatta")] == ["boats.md"]  # by its words
     with Library(db, embedder=CountingEmbedder()) as lib:  # type: ignore[arg-type]
-        assert lib.sync().indexed == 3 and _vectors(db)[:2] == (3, 3)
+        result = lib.sync()
+        assert (result.indexed, result.embedded) == (0, 3) and _vectors(db)[:2] == (3, 3)
 
 
 def test_queries_without_words_are_still_refused_with_embeddings(tmp_path: Path) -> None:

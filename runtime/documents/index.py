@@ -306,17 +306,23 @@ class Index:
             (model, file_id),
         )
 
-    def unembedded(self, model: str) -> list[tuple[int, bytes]]:
-        """(file id, path) of indexed files, in every collection, with chunks that have no vector of `model`:
-        indexed before embeddings, without the model, or with another one."""
+    def unembedded(self, model: str) -> list[tuple[int, bytes, int]]:
+        """(file id, path, chunks without a vector) of indexed files, in every collection, with chunks that have
+        no vector of `model`: just indexed (vectors follow the words), indexed without the model, with another
+        model, or by a run stopped before their vectors were done."""
         return list(
             self.db.execute(
-                "SELECT DISTINCT f.id, f.path FROM files f JOIN chunks c ON c.file_id = f.id "
+                "SELECT f.id, f.path, count(*) FROM files f JOIN chunks c ON c.file_id = f.id "
                 "LEFT JOIN embeddings e ON e.chunk_id = c.id AND e.model = ? "
-                "WHERE e.chunk_id IS NULL AND f.state = 'indexed' ORDER BY f.id",
+                "WHERE e.chunk_id IS NULL AND f.state = 'indexed' GROUP BY f.id ORDER BY f.id",
                 (model,),
             )
         )
+
+    def vector_coverage(self, model: str) -> tuple[int, int]:
+        """(chunks with a vector of `model`, all chunks), in every collection."""
+        with_vectors = self.db.execute("SELECT count(*) FROM embeddings WHERE model = ?", (model,)).fetchone()[0]
+        return with_vectors, self.db.execute("SELECT count(*) FROM chunks").fetchone()[0]
 
     def chunks_without_vectors(self, file_id: int, model: str) -> list[tuple[int, str]]:
         """(chunk id, text) of a file's chunks with no vector of `model`, in order."""

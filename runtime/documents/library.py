@@ -4,9 +4,14 @@ Adding walks the paths (runtime.documents.walk), marks new and changed files 'pe
 then indexes the pending files one transaction each: a crash or a cancel leaves every file either done or
 pending, and the next add or sync finishes the pending ones.
 
-With an `Embedder` each file's chunks get their vectors in the same transaction as the chunks, chunks indexed
-without them (before embeddings, or by a Library without a model) get theirs at the next add or sync, and a
-search fuses the BM25 ranking with the cosine ranking (Reciprocal Rank Fusion). Without one, BM25 alone.
+Indexing has two stages. WORDS: every pending file is read, chunked and written with its BM25 (FTS5) index,
+one transaction each, so it can be searched from then on. VECTORS: with an `Embedder`, the chunks without a
+vector of its model get theirs, VECTOR_COMMIT at a time (the slow part: a small BERT over every chunk). A
+stop or a kill in either stage leaves a state that says what is left (pending files; chunks without vectors),
+and the next add or sync goes on from there. A search fuses the BM25 ranking with the cosine ranking of the
+chunks that have vectors (Reciprocal Rank Fusion): a chunk without one yet is found by its words alone.
+Vectors of another model (an index embedded by the F16 model before the Q8_0 one became the default) are
+never compared with this model's query: those chunks count as without a vector and are embedded again.
 A Library keeps the chunks' collections and the vectors (one float32 matrix) in memory between searches, read
 again when the index's generation shows a change.
 """
@@ -25,7 +30,7 @@ import numpy as np
 
 from runtime.documents.budget import MAX_FILE_SECONDS, Deadline
 from runtime.documents.extract import ExtractError, detect_format, extract
-from runtime.documents.index import Index, Vectors
+from runtime.documents.index import Index
 from runtime.documents.query import fuse, query_terms
 from runtime.documents.reading import UNKNOWN, read_found, within_roots
 from runtime.documents.walk import MAX_FILE_BYTES, Found, Passed, Refused, shown, walk
@@ -47,11 +52,19 @@ CANDIDATES = 10
 MAX_VECTOR_BYTES = 512 * 2**20
 VECTOR_BLOCK = 4096  # vectors read at a time, to load the matrix or to search without it
 MAX_TOP = 1000  # the most hits one search returns: each is a passage of up to 400 tokens
+# Vectors written per transaction in the VECTORS stage: a stop loses at most this many chunks' work (seconds),
+# and progress moves within a long file.
+VECTOR_COMMIT = 64
+
+
+WORDS = "words"  # Progress.stage: files read and chunked, their words indexed (BM25): searchable from here on
+VECTORS = "vectors"  # Progress.stage: the chunks' vectors computed, a few at a time, for hybrid search
 
 
 @dataclass(frozen=True)
 class Progress:
-    """Where indexing is: files and chunks done, and bytes (the sizes of the files to do) as the time's measure."""
+    """Where indexing is. In the WORDS stage: files and chunks done, and bytes (the sizes of the files to do)
+    as the time's measure. In the VECTORS stage: files and chunks given their vectors, of `chunks_total`."""
 
     files_done: int
     files_total: int
@@ -59,6 +72,26 @@ class Progress:
     bytes_done: int
     bytes_total: int
     path: str = ""
+    stage: str = WORDS
+    chunks_total: int = 0
+
+    @property
+    def share(self) -> float:
+        """How much of this stage is done, 0 to 1: bytes read, or chunks embedded (files when unknown)."""
+        if self.stage == VECTORS and self.chunks_total:
+            share = self.chunks_done / self.chunks_total
+        elif self.bytes_total:
+            share = self.bytes_done / self.bytes_total
+        else:
+            share = self.files_done / max(self.files_total, 1)
+        return min(max(share, 0.0), 1.0)
+
+    @property
+    def finished(self) -> bool:
+        """The last report of its stage."""
+        if self.stage == VECTORS and self.chunks_total:
+            return self.chunks_done >= self.chunks_total
+        return self.files_done >= self.files_total
 
 
 @dataclass
@@ -67,7 +100,7 @@ class AddResult:
     unchanged: int = 0  # read again (size or time changed) with the same content: chunks kept
     chunks: int = 0
     removed: int = 0  # files gone from disk, forgotten by sync
-    embedded: int = 0  # chunks indexed before without vectors that got theirs in this run
+    embedded: int = 0  # chunks given their vectors in this run (after their words: new ones and older ones)
     errors: list[tuple[str, str]] = field(default_factory=list)  # (path, reason) met in this run
     passed: Passed = field(default_factory=Passed)
     cancelled: bool = False
@@ -448,28 +481,35 @@ class Library:
     def _embed_missing(
         self, result: AddResult, progress: Callable[[Progress], None] | None, cancel: threading.Event | None
     ) -> None:
-        """Vectors for chunks indexed without them (before embeddings existed, by a Library without a model,
-        or with another model), one file per transaction. Progress counts these files, with no bytes."""
+        """The VECTORS stage: vectors for every chunk without one of the embedder's model (just indexed, indexed
+        by a Library without a model or with another model, or left by a run that stopped), VECTOR_COMMIT chunks
+        per transaction, so a stop loses at most those and the next add or sync goes on from there."""
         if self.embedder is None:
             return
         model = self.embedder.name
         todo = self.index.unembedded(model)
-        for n, (fid, raw) in enumerate(todo):
-            if progress is not None:
-                progress(Progress(n, len(todo), result.chunks + result.embedded, 0, 0, shown(raw)))
-            if cancel is not None and cancel.is_set():
-                result.cancelled = True
-                return
+        total = sum(n for _, _, n in todo)
+        done = 0
+        for n, (fid, raw, _) in enumerate(todo):
             rows = self.index.chunks_without_vectors(fid, model)
-            try:
-                vectors = self.embedder.embed([text for _, text in rows], cancel)
-            except Cancelled:
-                result.cancelled = True
-                return
-            blobs = [(chunk_id, row.astype("<f4").tobytes()) for (chunk_id, _), row in zip(rows, vectors, strict=True)]
-            result.embedded += self.index.put_vectors(fid, blobs, model)
+            for start in range(0, len(rows), VECTOR_COMMIT):
+                if progress is not None:
+                    progress(Progress(n, len(todo), done, 0, 0, shown(raw), VECTORS, total))
+                if cancel is not None and cancel.is_set():
+                    result.cancelled = True
+                    return
+                part = rows[start : start + VECTOR_COMMIT]
+                try:
+                    vectors = self.embedder.embed([text for _, text in part], cancel)
+                except Cancelled:
+                    result.cancelled = True
+                    return
+                blobs = [(cid, row.astype("<f4").tobytes()) for (cid, _), row in zip(part, vectors, strict=True)]
+                written = self.index.put_vectors(fid, blobs, model)
+                result.embedded += written
+                done += len(part)
         if todo and progress is not None:
-            progress(Progress(len(todo), len(todo), result.chunks + result.embedded, 0, 0))
+            progress(Progress(len(todo), len(todo), total, 0, 0, "", VECTORS, total))
 
     def _index_file(
         self,
@@ -508,13 +548,8 @@ class Library:
             if self.index.finish(fid, read.size, read.mtime_ns, sha, None, error=str(e)):
                 result.errors.append((shown(path), str(e)))
             return
-        size, mtime_ns = read.size, read.mtime_ns
-        del read  # the bytes go before the vectors are made: one file's memory at a time
-        vectors = None
-        if self.embedder is not None and chunks:  # outside the transaction: a long file takes seconds
-            matrix = self.embedder.embed([c.text for c in chunks], cancel)
-            vectors = Vectors(self.embedder.name, [row.astype("<f4").tobytes() for row in matrix])
-        if self.index.finish(fid, size, mtime_ns, sha, chunks, vectors=vectors):
+        # Words only: the vectors follow once every file is searchable by its words (_embed_missing).
+        if self.index.finish(fid, read.size, read.mtime_ns, sha, chunks):
             result.indexed += 1
             result.chunks += len(chunks)
 
