@@ -35,9 +35,15 @@ def chat_tokens(
 
     Text runs span the template's text and the contents together, as llama.cpp's own tokenizer splits a
     string only at special tokens: an ordinary chat gets exactly the tokens of its whole rendered text."""
+    # A thinking model's earlier thought (`reasoning_content`, runtime.engine.thinking) is text the template
+    # writes too: it gets a placeholder of its own, numbered after the contents.
     contents = [m.get("content") or "" for m in messages]
-    marked = [{**m, "content": f"{_OPEN}{i}{_CLOSE}"} if text else dict(m)
-              for i, (m, text) in enumerate(zip(messages, contents, strict=True))]
+    thoughts = [m.get("reasoning_content") or "" for m in messages]
+    n = len(contents)
+    marked = [{**m, **({"content": f"{_OPEN}{i}{_CLOSE}"} if text else {}),
+               **({"reasoning_content": f"{_OPEN}{n + i}{_CLOSE}"} if thought else {})}
+              for i, (m, text, thought) in enumerate(zip(messages, contents, thoughts, strict=True))]
+    contents += thoughts
     skeleton = render(marked)
     spelled = re.compile("|".join(map(re.escape, sorted(markup, key=len, reverse=True)))) if markup else None
     tokens: list[int] = []
