@@ -17,6 +17,7 @@ from commands.bench.anchor import ANCHOR, LlamaCppRunner, missing_reason, tool_p
 from commands.bench.configs import DEFAULT_CONFIGS, GREEDY, LOOKUP, STOCK, BenchConfig, parse_config
 from commands.bench.followup import FOLLOWUP, bench_followups, format_followups
 from commands.bench.memory import measure as measure_memory
+from commands.bench.multiturn import MULTITURN, bench_multiturn, format_multiturn
 from commands.bench.report import format_table, write_plots, write_report
 from commands.bench.runners import StockRunner, agreement, batch_costs, run_engine
 from commands.bench.stats import bootstrap, cost_cap, end_to_end_cap, ngram_cap
@@ -325,7 +326,9 @@ def main_bench(
     log = lambda m: print(m, flush=True)  # noqa: E731
     # Conversations on the same documents (first question, follow-up, new question) run on engines of their own
     followups = [p for p in prompts if p["kind"] == FOLLOWUP]
-    prompts = [p for p in prompts if p["kind"] != FOLLOWUP]
+    # Conversations that edit, loop and quote (each answer may draft from everything said before it): the same
+    multiturn = [p for p in prompts if p["kind"] == MULTITURN]
+    prompts = [p for p in prompts if p["kind"] not in (FOLLOWUP, MULTITURN)]
     result: dict[str, Any] = {}
     if prompts:
         engine = Engine(model, engine_settings)
@@ -343,6 +346,14 @@ def main_bench(
             model, engine_settings, config, [{**p["conversation"], "id": p["id"]} for p in followups],
             max_tokens, repeats, log,
         )
+    if multiturn:
+        config = next((c for c in configs if not c.stock), None)
+        if config is None:
+            raise UserError("the multiturn workload runs on SpecQuant's engine: name a tier or preset in --configs")
+        result["multiturn"] = bench_multiturn(
+            model, engine_settings, config, [{"turns": p["turns"], "id": p["id"]} for p in multiturn],
+            max_tokens, repeats, log,
+        )
     if out_dir:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
@@ -354,6 +365,8 @@ def main_bench(
         print(format_table(result))
     if "followup" in result:
         print(format_followups(result["followup"]))
+    if "multiturn" in result:
+        print(format_multiturn(result["multiturn"]))
     if with_sweep:
         print(format_sweep(result["sweep"]))
     return result

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from commands.bench.followup import FOLLOWUP, conversation
+from commands.bench.multiturn import MULTITURN, turns
 from runtime.api.requests import tool_request
 from runtime.api.responses import ApiError
 from runtime.engine.tools import CHOICES, ToolRequest
@@ -172,6 +173,8 @@ def load_prompts(files: list[str] | None, quick: bool, allow_exec: bool = False)
                         "tools": _tools(item.get("tools"), item.get("tool_choice", "required"), path, n),
                         # The follow-up workload's three questions on its sources (commands.bench.followup)
                         "conversation": conversation(item) if item.get("kind") == FOLLOWUP else None,
+                        # The multi-turn workload's messages (commands.bench.multiturn)
+                        "turns": turns(item, f"{path}:{n}") if item.get("kind") == MULTITURN else None,
                     }
                 )
             except (ValueError, KeyError, TypeError, AttributeError):
@@ -184,7 +187,10 @@ def load_prompts(files: list[str] | None, quick: bool, allow_exec: bool = False)
 
 
 def _prompt(item: dict[str, Any]) -> str:
-    """The prompt as the model reads it: a grounded question is written as `chat --docs` writes it."""
+    """The prompt as the model reads it: a grounded question is written as `chat --docs` writes it; a
+    conversation's, its first message."""
+    if "turns" in item and "prompt" not in item:
+        return str(item["turns"][0]["content"])
     if "question" not in item:
         return str(item["prompt"])
     from runtime.documents.grounding import Citation, grounded_question

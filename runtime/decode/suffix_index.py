@@ -61,6 +61,10 @@ class SuffixIndex:
         self._live: int | None = None  # the document the answer in progress writes
         self.tokens = 0  # tokens held, over all documents
 
+    def clear(self) -> None:
+        """Forget everything (benchmarks: each pass starts with nothing said before)."""
+        self._docs, self._where, self._entries, self._live, self.tokens = {}, {}, 0, None, 0
+
     # --- writing -----------------------------------------------------------------------------------
     def open(self, seq: Sequence[int], party: str = "") -> int:
         """Start writing `seq` (a new answer's prompt): continue the recent document it extends, else a new
