@@ -70,6 +70,7 @@ class EngineThread(Answers):
         self.idle_unload_s = idle_unload_s  # None: an idle model stays loaded
         # The loaded Engines by model name, least recently used first, with when each last finished a job.
         self._engines: collections.OrderedDict[str, LoadedEngine] = collections.OrderedDict()
+        self._snapshot: tuple[LoadedEngine, ...] = ()  # the same, for other threads (replaced whole, never changed)
         self._last_used: dict[str, float] = {}
         self._pending: collections.deque[Job | Callable[[], None]] = collections.deque()
         self._running: Job | None = None
@@ -130,13 +131,13 @@ class EngineThread(Answers):
     @property
     def engine(self) -> LoadedEngine | None:
         """The most recently used Engine (None before the first load)."""
-        engines = list(self._engines.values())
+        engines = self._snapshot
         return engines[-1] if engines else None
 
     @property
     def loaded(self) -> list[str]:
         """The models loaded now, least recently used first."""
-        return list(self._engines)
+        return [e.model.name for e in self._snapshot]
 
     @property
     def alive(self) -> bool:
@@ -226,8 +227,11 @@ class EngineThread(Answers):
                 _tell(job, Status("Measuring this machine for the auto preset (once per model)…"))
                 engine.calibration()
                 _check(job, "while measuring this machine")
-            if job.options.documents is not None:  # the window's wait says why the first words take long
+            # The window's wait says what takes the time before the first words (after a load, the prompt).
+            if job.options.documents is not None:
                 _tell(job, Status("Searching your documents and reading the passages found…"))
+            else:
+                _tell(job, Status("Reading the conversation…"))
             for chunk in engine.stream_chat(job.messages, job.options, job.cancel):
                 _tell(job, chunk)
         except Cancelled:  # a Stop needs no reason (the window shows none)
@@ -237,7 +241,8 @@ class EngineThread(Answers):
             if failure.kind == "internal":
                 log.debug("generation failed", exc_info=True)
                 damaged = job.model or (self.engine.model.name if self.engine is not None else None)
-                self._drop_engine(damaged)  # a damaged or half-loaded engine is rebuilt for the next job
+                if damaged is not None:  # a damaged or half-loaded engine is rebuilt for the next job
+                    self._drop_engine(damaged)
             _tell(job, failure)
         else:
             self._durations.append(time.monotonic() - started)
@@ -251,8 +256,10 @@ class EngineThread(Answers):
         e = self._engines.get(name) if name is not None else None
         if e is not None and e.settings == job.settings:
             self._engines.move_to_end(e.model.name)
+            self._snapshot = tuple(self._engines.values())
             return e
-        self._drop_engine(name)  # the same model with other settings
+        if e is not None:  # the same model with other settings
+            self._drop_engine(e.model.name)
         while len(self._engines) >= self.max_models:
             oldest = next(iter(self._engines))
             log.info("unloading %s to make room for %s", oldest, job.model or "the model")
@@ -261,6 +268,7 @@ class EngineThread(Answers):
         engine = open_engine(job.model, job.settings)
         self._drop_engine(engine.model.name)  # only when `job.model` was None and named it another way
         self._engines[engine.model.name] = engine
+        self._snapshot = tuple(self._engines.values())
         return engine
 
     def _drop_engine(self, name: str | None = None) -> None:
@@ -268,6 +276,7 @@ class EngineThread(Answers):
         names = list(self._engines) if name is None else [name] if name in self._engines else []
         for n in names:
             engine = self._engines.pop(n)  # forgotten even if closing it fails: the next job builds anew
+            self._snapshot = tuple(self._engines.values())
             self._last_used.pop(n, None)
             engine.close()
 
