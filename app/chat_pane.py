@@ -187,11 +187,13 @@ class ChatPane(QWidget):
 
     def _on_chunks(self, chunks: list[Chunk]) -> None:
         """A batch of the answer (app.turn_runner paces them by what the GUI thread spends): one redraw for all."""
-        for chunk in chunks:
+        live = self.chat.live
+        shown = live is None or live.conversation == self.conversation  # another chat's figures stay off
+        for chunk in chunks if shown else ():
             self.stats.chart.add_chunk(chunk)  # a point per cycle; the chart repaints on its own timer
         if chunks[-1].done:
-            live = self.chat.live
-            self.stats.show_answer(chunks[-1], self.model, live.text if live is not None else "")
+            if shown:
+                self.stats.show_answer(chunks[-1], self.model, live.text if live is not None else "")
             return
         self._render_live()  # the text and the status bar's words
         self.chunk_shown.emit(chunks[-1])
@@ -227,7 +229,9 @@ class ChatPane(QWidget):
         """What the answer waits for before its first words ("" once they come), in the status line and where
         the answer will appear."""
         self.wait = text
-        self.stats.show_wait(text)
+        live = self.chat.live
+        if live is None or live.conversation == self.conversation:
+            self.stats.show_wait(text)
         self._render_live()
 
     @staticmethod

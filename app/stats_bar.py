@@ -28,11 +28,11 @@ def _label(name: str, tip: str = "") -> QLabel:
 
 
 class StatsBar:
-    """Permanent widgets of a QStatusBar (they stay on the right; messages show on the left)."""
+    """The widgets of a QStatusBar: the plain line stretched on the left, the rest on the right."""
 
     def __init__(self, bar: QStatusBar) -> None:
         self.plain = _label("Answer summary")
-        self.plain.setMinimumWidth(0)  # a long wait's words wrap into the tooltip rather than push the rest off
+        self.plain.setMinimumWidth(0)  # a narrow window cuts the line, not the figures; its tooltip holds it whole
         self.details_button = QToolButton()
         self.details_button.setText("Details")
         self.details_button.setCheckable(True)
