@@ -189,8 +189,9 @@ def load_prompts(files: list[str] | None, quick: bool, allow_exec: bool = False)
 def _prompt(item: dict[str, Any]) -> str:
     """The prompt as the model reads it: a grounded question is written as `chat --docs` writes it; a
     conversation's, its first message."""
-    if "turns" in item and "prompt" not in item:
-        return str(item["turns"][0]["content"])
+    if "turns" in item and "prompt" not in item:  # checked by `turns` (commands.bench.multiturn)
+        said = item["turns"] if isinstance(item["turns"], list) else []
+        return next((m["content"] for m in said if isinstance(m, dict) and isinstance(m.get("content"), str)), "")
     if "question" not in item:
         return str(item["prompt"])
     from runtime.documents.grounding import Citation, grounded_question
