@@ -1,13 +1,14 @@
 """The window's main screens as PNGs, each checked for text that does not fit its widget (#51).
 
     xvfb-run -a -s "-screen 0 1600x1000x24" env QT_QPA_PLATFORM=xcb \\
-        python scripts/window_screenshots.py [--out docs] [--screens first answer tools models about]
+        python scripts/window_screenshots.py [--out docs] [--screens first answer text tools models about]
 
-Screens: `first` (an empty chat: the example prompts), `answer` (the demo model answers one of them: the text
-as written, the status line), `tools` (the Tools tab), `models` (Models…), `about` (Help → About). Writes
-window-<screen>.png at 1100x720 (the window's default size) and prints one line per screen; any cut-off text
-is listed and the exit status is 1. The window runs on a temporary history and settings folder; the demo model
-is converted into a temporary cache when $SPECQUANT_CACHE_DIR does not hold it. tests/test_app_xvfb.py runs it.
+Screens: `first` (an empty chat: the example prompts), `answer` (the demo model answers one of them; the
+status line), `text` (a stored answer with a poem, a list and code, shown as written), `tools` (the Tools
+tab), `models` (Models…), `about` (Help → About). Writes window-<screen>.png at 1100x720 (the window's
+default size) and prints one line per screen; any cut-off text is listed and the exit status is 1. The window
+runs on a temporary history and settings folder; the demo model is converted into a temporary cache when
+$SPECQUANT_CACHE_DIR does not hold it. tests/test_app_xvfb.py runs it.
 """
 
 from __future__ import annotations
@@ -24,8 +25,25 @@ if TYPE_CHECKING:
     from PySide6.QtWidgets import QWidget
 
 REPO = Path(__file__).resolve().parents[1]
-SCREENS = ("first", "answer", "tools", "models", "about")
+SCREENS = ("first", "answer", "text", "tools", "models", "about")
+# The `text` screen's stored answer (written here, not by the demo model): lines, a list and code as written.
+TEXT_QUESTION = "Write a short poem about the sea, then a shopping list and a Python one-liner."
+TEXT_ANSWER = """The sea is grey at morning,
+and silver by the noon;
+it sings the boats to harbour
+and hums beneath the moon.
+
+Shopping list:
+- bread
+- apples,
+  the green ones
+- coffee
+
+```python
+print(sum(range(10)))
+```"""
 SIZE = (1100, 720)
+ANSWER_S = 600  # the answer screen waits this long at most (a loaded machine answers slowly)
 SLACK = 1  # px: rounding between the font's advance and the widget's integer geometry
 
 
@@ -150,10 +168,18 @@ def main() -> int:
             answered: list[str] = []
             window.answer_finished.connect(answered.append)
             window.pane.ask(EXAMPLES[0])
-            deadline = time.monotonic() + 180  # a model that never answers must not hang the script
+            deadline = time.monotonic() + ANSWER_S  # a model that never answers must not hang the script
             while not answered and time.monotonic() < deadline:
                 app.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 50)
                 time.sleep(0.01)
+            if not answered or not answered[0]:
+                print(f"answer: none came within {ANSWER_S} s")
+                faults += 1
+        elif screen == "text":
+            chat = window.store.create("A poem and a list")
+            window.store.add_message(chat, "user", TEXT_QUESTION)
+            window.store.add_message(chat, "assistant", TEXT_ANSWER, {})
+            window.open_conversation(chat)
         elif screen == "tools":
             window.side_tabs.setCurrentWidget(window.tools_panel)
         elif screen == "models":
