@@ -12,7 +12,7 @@ def answer_facts(last: Chunk) -> dict[str, Any]:
     """What an answer did, JSON-ready: the API's `specquant` object, what the window stores with an answer,
     and what every stats line is made of (`stats_line`)."""
     s = last.stats
-    sources = {"ngram": s.ngram_accepted}
+    sources = {"ngram": s.ngram_accepted, "suffix": s.suffix_accepted}
     if last.choice.draft:
         sources[last.choice.draft] = s.tier_accepted
     return {
@@ -87,9 +87,9 @@ def cap_text(facts: dict[str, Any]) -> str:
 
 
 def sources_text(facts: dict[str, Any]) -> str:
-    """Where the tokens not sampled one by one came from: "3 forced by the grammar, 12 from n-gram, 40 from
-    Q4_K_M" ("" when none were)."""
-    words = {"ngram": "n-gram"}
+    """Where the tokens not sampled one by one came from: "3 forced by the grammar, 12 from n-gram, 9 from
+    earlier text, 40 from Q4_K_M" ("" when none were)."""
+    words = {"ngram": "n-gram", "suffix": "earlier text"}
     parts = [f"{n} from {words.get(k, k.upper())}" for k, n in facts.get("draft_sources", {}).items() if n]
     if facts.get("forced"):
         parts.insert(0, f"{facts['forced']} forced by the grammar")
