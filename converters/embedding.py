@@ -46,6 +46,7 @@ _DROPPED = ("embeddings.position_ids", "pooler.dense.weight", "pooler.dense.bias
 _F32_TENSORS = (gguf.MODEL_TENSOR.POS_EMBD, gguf.MODEL_TENSOR.TOKEN_TYPES)
 _PHANTOM_SPACE = "\u2581"
 _MAX_WEIGHTS = 1 << 30
+Q8_SUFFIX = "-q8_0"  # runtime.documents.embed.MODEL_NAME: the default model, quantized from the F16 one
 
 
 class BadPackage(Exception):
@@ -238,10 +239,30 @@ def convert_embedding_model(dest: Path, package: Path | None = None) -> Path:
     return dest
 
 
+def quantize_embedding_model(f16: Path, dest: Path) -> Path:
+    """`dest` as the Q8_0 quantization of the F16 GGUF `f16`, by llama.cpp's quantizer as the tiers are
+    (converters.quantize: in a child, loaded there as a check), written atomically."""
+    from converters.quantize import quantize
+
+    ensure_dir(dest.parent)
+    try:
+        with replacing(dest) as tmp:
+            quantize(f16, tmp, "q8_0")
+    except OSError as e:
+        raise disk_error(dest, e) from None
+    return dest
+
+
 def ensure_embedding_model(dest: Path) -> Path:
-    """The embedding model's GGUF at `dest`, converted from the installed package the first time (a few
-    seconds, once)."""
+    """The embedding model's GGUF at `dest`, made from the installed package the first time (a few seconds,
+    once): the F16 conversion, and for a `*-q8_0.gguf` (the default, runtime.documents.embed.MODEL_NAME) its
+    Q8_0 quantization beside it."""
     if dest.is_file():
         return dest
     log.warning("setting up the embedding model %s (one time)", NAME)
-    return convert_embedding_model(dest)
+    if not dest.stem.endswith(Q8_SUFFIX):
+        return convert_embedding_model(dest)
+    f16 = dest.with_name(dest.name.replace(Q8_SUFFIX, ""))
+    if not f16.is_file():
+        convert_embedding_model(f16)
+    return quantize_embedding_model(f16, dest)

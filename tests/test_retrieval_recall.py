@@ -16,7 +16,7 @@ import pytest
 
 from converters import embedding as converter
 from runtime.documents import Embedder, Hit, Library
-from runtime.documents.embed import MODEL_NAME
+from runtime.documents.embed import F16_NAME, MODEL_NAME
 from runtime.machine.hardware import ensure_backends, physical_cores
 from tests.conftest import REPO
 
@@ -27,16 +27,27 @@ TOP = 5
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Embedder]]:
-    """The docs indexed once with the embedding model: (the index, the model)."""
-    folder = tmp_path_factory.mktemp("recall")
-    embedder = Embedder(converter.convert_embedding_model(folder / f"{MODEL_NAME}.gguf"), physical_cores(),
-                        prepare=ensure_backends)
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The F16 conversion and the default, its Q8_0 quantization: name -> GGUF."""
+    folder = tmp_path_factory.mktemp("models")
+    f16 = converter.convert_embedding_model(folder / f"{F16_NAME}.gguf")
+    return {F16_NAME: f16, MODEL_NAME: converter.quantize_embedding_model(f16, folder / f"{MODEL_NAME}.gguf")}
+
+
+def _indexed(folder: Path, gguf: Path) -> tuple[Path, Embedder]:
+    embedder = Embedder(gguf, physical_cores(), prepare=ensure_backends)
     files = [*sorted((REPO / "docs").glob("*.md")), REPO / "README.md"]
     with Library(folder / "documents.sqlite3", embedder=embedder) as lib:
         result = lib.add(files, collection="docs")
         assert (result.indexed, result.errors) == (len(files), [])
-    yield folder / "documents.sqlite3", embedder
+    return folder / "documents.sqlite3", embedder
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory, models: dict[str, Path]) -> Iterator[tuple[Path, Embedder]]:
+    """The docs indexed once with the default embedding model (Q8_0): (the index, the model)."""
+    db, embedder = _indexed(tmp_path_factory.mktemp("recall"), models[MODEL_NAME])
+    yield db, embedder
     embedder.close()
 
 
@@ -70,3 +81,20 @@ def test_hybrid_recall_at_5_is_at_least_0_9_and_not_below_bm25(corpus: tuple[Pat
     print(f"\n{report}\nhybrid missed: {hybrid_missed}\nBM25 missed: {bm25_missed}")
     assert hybrid >= 0.9, f"{report}; hybrid missed {hybrid_missed}"
     assert hybrid >= bm25, report
+
+
+def test_the_q8_0_default_recalls_within_0_02_of_f16(corpus: tuple[Path, Embedder], models: dict[str, Path],
+                                                      tmp_path: Path) -> None:
+    """#53: the default model is the Q8_0 quantization only while it finds what the F16 model finds."""
+    db, q8 = corpus
+    f16_db, f16 = _indexed(tmp_path, models[F16_NAME])
+    try:
+        with Library(f16_db, embedder=f16) as lib:
+            f16_recall, f16_missed = _recall(lib)
+    finally:
+        f16.close()
+    with Library(db, embedder=q8) as lib:
+        q8_recall, q8_missed = _recall(lib)
+    report = f"recall@{TOP} over {len(QUESTIONS)} questions: Q8_0 {q8_recall:.3f}, F16 {f16_recall:.3f}"
+    print(f"\n{report}\nQ8_0 missed: {q8_missed}\nF16 missed: {f16_missed}")
+    assert q8_recall >= f16_recall - 0.02, report

@@ -6,10 +6,12 @@ prefix that fits: its vector then stands for that prefix, and BM25 still reads t
 sentence-transformers cuts this model's inputs (the model was trained on shorter texts still; its 512
 positions go unused beyond that), and it halves the cost of indexing a 400-token chunk.
 
-Only llama-cpp-python's public `Llama` class is used (`tokenize`, `embed`). One text per llama.cpp batch is
-as fast as it gets for chunks: a non-causal batch attends over all its tokens at once, so packing several
-400-token texts into one batch costs more (measured: 3,300 tokens/s with 512-token batches, 2,400 with 1,024,
-840 with 2,048 on 2 cores) without giving anything back. Short texts (queries) are still packed together.
+Only llama-cpp-python's public `Llama` class is used (`tokenize`, `embed`). Several chunks go into one
+llama.cpp batch (BATCH_TOKENS, 8 cut chunks), each its own sequence, with flash attention: its CPU kernel skips
+the masked pairs across two sequences, so packing costs no attention between chunks, and one llama_decode of
+2,048 tokens replaces eight of 256 (fewer graph runs and thread barriers, larger matrix products). Without
+flash attention packing cost more than it gave (3,300 tokens/s with 512-token batches, 2,400 with 1,024 on 2
+cores). scripts/measure_embedding.py compares the settings side by side (#53).
 """
 
 from __future__ import annotations
@@ -25,11 +27,16 @@ import numpy as np
 
 from runtime.errors import Cancelled, SpecQuantError, UserError
 
-MODEL_NAME = "all-minilm-l6-v2"  # what collections.embedding_model records and the API answers as `model`
+# A model's name is its file's stem in MODEL_FOLDER: what the index records beside each vector (and
+# collections.embedding_model) and the API answers as `model`. Vectors of one name are never compared with a
+# query embedded by another: an index embedded by the F16 model (before #53) is embedded again, chunk by
+# chunk, by the next add or sync, and searched by words alone where a chunk has no vector of this model yet.
+F16_NAME = "all-minilm-l6-v2"  # the package's weights as F16 (converters.embedding): the quantizer's source
+MODEL_NAME = "all-minilm-l6-v2-q8_0"  # the default: F16 quantized to Q8_0 by llama.cpp's quantizer, as tiers are
 MODEL_FOLDER = "_embeddings"  # no model name starts with "_": `specquant list` never takes it for a model
 MAX_WORD_PIECES = 256  # sentence-transformers' max_seq_length for this model (its sentence_bert_config.json)
-BATCH_TOKENS = MAX_WORD_PIECES  # a llama.cpp batch: one cut chunk, or several short texts (queries)
-GROUP = 16  # texts handed to llama.cpp at a time: a cancel is seen between groups
+BATCH_TOKENS = 8 * MAX_WORD_PIECES  # a llama.cpp batch (and micro-batch): 8 cut chunks, or more shorter texts
+GROUP = 32  # texts handed to llama.cpp at a time (4 batches of cut chunks): a cancel is seen between groups
 
 
 def model_path(cache_root: Path, name: str = MODEL_NAME) -> Path:
@@ -39,22 +46,25 @@ def model_path(cache_root: Path, name: str = MODEL_NAME) -> Path:
 
 class Embedder:
     """One embedding model, loaded on first use. `threads`: llama.cpp's threads (explicit: its own default is
-    half the logical CPUs). `prepare`: called before the model loads (again after a failure), to convert it on
-    first use and make ggml's CPU backend ready (converters.embedding, runtime.machine.hardware.ensure_backends:
-    layers this one may not import). Safe to share between threads: one embedding runs at a time."""
+    half the logical CPUs). `name`: the model's identity in the index (default: the file's stem). `prepare`:
+    called before the model loads (again after a failure), to convert it on first use and make ggml's CPU
+    backend ready (converters.embedding, runtime.machine.hardware.ensure_backends: layers this one may not
+    import). Safe to share between threads: one embedding runs at a time."""
 
     def __init__(
         self,
         path: Path,
         threads: int,
-        name: str = MODEL_NAME,
+        name: str | None = None,
         prepare: Callable[[], object] | None = None,
         batch_tokens: int = BATCH_TOKENS,
+        flash_attn: bool = True,
     ) -> None:
         self.path = Path(path)
-        self.name = name
+        self.name = name or self.path.stem  # the model's identity in the index: its file's name
         self.threads = max(1, threads)
         self.batch_tokens = batch_tokens
+        self.flash_attn = flash_attn
         self._prepare = prepare
         self._llama: Any = None
         self._limit = 0  # max_tokens, known once loaded
@@ -95,6 +105,7 @@ class Embedder:
                     n_threads=self.threads,
                     n_threads_batch=self.threads,
                     n_gpu_layers=0,
+                    flash_attn=self.flash_attn,  # skips the pairs across packed chunks (see the docstring)
                     verbose=True,
                 )
         except ValueError as e:
