@@ -90,6 +90,36 @@ def test_reasoning_effort_is_a_budget_and_bad_values_are_named() -> None:
         budget_for("huge")
 
 
+
+def test_the_apis_fields_become_thinking_options_and_bad_values_a_400_naming_them() -> None:
+    from runtime.api.anthropic_request import parse_messages
+    from runtime.api.requests import parse_chat
+    from runtime.api.responses import ApiError
+
+    chat = [{"role": "user", "content": "Hi"}]
+
+    def options(**body: Any) -> ChatOptions:
+        return parse_chat({"messages": chat, **body}, ChatOptions(), 4096).options
+
+    assert options(reasoning_effort="low").thinking_budget == 512
+    assert options(reasoning_effort=300).thinking_budget == 300
+    assert options(reasoning_effort="none").thinking is False
+    assert options(chat_template_kwargs={"enable_thinking": False}).thinking is False
+    for body, param in [({"reasoning_effort": "huge"}, "reasoning_effort"),
+                        ({"reasoning_effort": -3}, "reasoning_effort"),
+                        ({"chat_template_kwargs": {"add_vision_id": True}}, "chat_template_kwargs.add_vision_id")]:
+        with pytest.raises(ApiError) as e:
+            options(**body)
+        assert e.value.status == 400 and e.value.param == param
+    enabled = parse_messages({"max_tokens": 64, "messages": chat, "thinking": {"type": "enabled", "budget_tokens": 99}},
+                             ChatOptions(), 4096)
+    assert enabled.options.thinking_budget == 99
+    off = parse_messages({"max_tokens": 64, "messages": chat, "thinking": {"type": "disabled"}}, ChatOptions(), 4096)
+    assert off.options.thinking is False
+    with pytest.raises(ApiError) as e:
+        parse_messages({"max_tokens": 64, "messages": chat, "thinking": {"type": "enabled"}}, ChatOptions(), 4096)
+    assert e.value.param == "thinking.budget_tokens"
+
 def test_qwen3s_template_keeps_the_last_turns_thought_and_drops_earlier_ones() -> None:
     chat = [
         {"role": "user", "content": "First?"},
