@@ -70,6 +70,24 @@ def test_nothing_pays_so_the_controller_runs_plain_steps() -> None:
     assert decision.rate == pytest.approx(1 / STEP)
 
 
+def test_a_draft_that_cannot_pay_even_if_all_were_accepted_is_not_weighed_and_nothing_else_changes() -> None:
+    # The demo's Q4_K_M on a build where it is about as dear as F16: even perfect acceptance cannot pay.
+    dear = table(VERIFY, {"q4_k_m": ("tier", [1.0] * 8, 0.09), NGRAM: ("ngram", [0.1] * 12, 0.0002)})
+    controller = Controller(dear)
+    offers = [Offer("q4_k_m", "tier", 8), Offer(NGRAM, NGRAM, 10)]
+    assert controller.ceiling(offers[0], STEP) <= 1.03 / STEP < controller.ceiling(offers[1], STEP)
+    assert controller.plan_cycle(offers, remaining=200).source != "q4_k_m"
+    assert set(controller._hopeless) == {"q4_k_m"}  # not weighed again for a while; the n-gram source is
+    # The same plans as weighing every source every cycle, for drafts dear and cheap, accurate and not.
+    for step_s in (0.01, 0.03, 0.06, 0.09, 0.12):
+        for a in (0.2, 0.6, 0.95, 1.0):
+            est = table(VERIFY, {"q4_k_m": ("tier", [a] * 8, step_s), NGRAM: ("ngram", [a / 2] * 12, 0.0002)})
+            skipping, weighing = Controller(copy.deepcopy(est)), Controller(copy.deepcopy(est))
+            weighing._hopeless_now = lambda *_: False  # type: ignore[method-assign]
+            for remaining in (8, 200, 200):
+                assert skipping.plan_cycle(offers, remaining) == weighing.plan_cycle(offers, remaining)
+
+
 def test_a_cheap_accurate_draft_gets_a_long_k_and_a_better_one_wins() -> None:
     est = table(VERIFY, {"q4_k_m": ("tier", [0.9] * 8, 0.03), NGRAM: ("ngram", [0.97] * 12, 0.0002)})
     controller = Controller(est)

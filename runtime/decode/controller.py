@@ -54,6 +54,10 @@ ANSWER_DECAY = 0.8  # evidence carried from one answer into the next: old refusa
 UCB_Z = 1.28  # the one-sided 90% bound used for exploring
 EXPLORE_SHARE = 0.03  # tries may lose at most this share of the answer's tokens so far, in parent steps
 MIN_RATE_GAIN = 1.03  # speculate only when it predicts at least 3% more tokens per second than plain
+# A source that could not beat plain even with every proposal accepted, at this machine's measured costs (a
+# draft tier about as dear as the parent, as Q4_K_M of the 135M demo on some builds), is not weighed again for
+# this many cycles: weighing every k each cycle cost about 2% of the demo's step, for nothing.
+HOPELESS_RECHECK = 32
 K_MAX = {k.name: k.k_max for k in OFFERED}  # the longest proposal per kind
 V_MAX = 1 + max(K_MAX.values())  # the largest verify batch the controller considers
 
@@ -357,6 +361,7 @@ class Controller:
         self.cycles = 0
         self._faded: set[str] = set()
         self._exploring = False
+        self._hopeless: dict[str, int] = {}  # source -> the cycle up to which it is not weighed (hopeless)
 
     def _costs(self, offer: Offer, k: int, step: float) -> tuple[float, float]:
         """(seconds of k proposals, seconds paid once first: the catch-up of a draft that fell behind)."""
@@ -402,7 +407,7 @@ class Controller:
         plain = 1.0 / step
         best = CyclePlan(None, 0, plain, plain)
         horizon = max(1, remaining)
-        live = [o for o in offers if o.max_k > 0]
+        live = [o for o in offers if o.max_k > 0 and (self.fixed_k or not self._hopeless_now(o, step, plain))]
         for offer in live:
             k, rate = self._best_k(offer, step, horizon)
             beats = rate > best.rate * (1.0 if best.source else MIN_RATE_GAIN)
@@ -426,6 +431,28 @@ class Controller:
                 self._exploring = True
                 return CyclePlan(offer.name, k, best.rate, plain, explore=True)
         return best
+
+    def ceiling(self, offer: Offer, step: float) -> float:
+        """The most tokens per second `offer` could give at the measured costs if every proposal were
+        accepted and nothing had to be caught up: an upper bound of every rate `_best_k` predicts for it."""
+        top = min(offer.max_k, KINDS[offer.kind].k_max)
+        best = 0.0
+        for k in range(1, top + 1):
+            draft, _ = self._costs(offer, k, step)
+            best = max(best, (k + 1) / (draft + (self.estimates.verify_s(k + 1) or step)))
+        return best
+
+    def _hopeless_now(self, offer: Offer, step: float, plain: float) -> bool:
+        """Whether `offer` cannot beat plain decoding even at its ceiling (then it could be neither chosen nor
+        explored); the verdict holds for HOPELESS_RECHECK cycles, then the costs, refined meanwhile, decide again."""
+        until = self._hopeless.get(offer.stats_key)
+        if until is not None and self.cycles <= until:
+            return True
+        if self.ceiling(offer, step) > plain * MIN_RATE_GAIN:
+            self._hopeless.pop(offer.stats_key, None)
+            return False
+        self._hopeless[offer.stats_key] = self.cycles + HOPELESS_RECHECK
+        return True
 
     def _affordable_k(self, offer: Offer, k_max: int, step: float) -> int:
         """The largest k up to `k_max` whose worst case (every draft refused) fits the exploration budget, 0 if
