@@ -95,6 +95,7 @@ class ModelsDialog(QDialog):
         self.tree = QTreeWidget()
         self.tree.setHeaderLabels(["Model", "Size", "Notes"])
         # Sizes and notes are never cut: each column is as wide as its contents (the list scrolls sideways).
+        self.tree.header().setStretchLastSection(False)  # a stretched last column is as wide as the space left
         for column in (0, 1, 2):
             self.tree.header().setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
         self.tree.setAccessibleName("Cached models")

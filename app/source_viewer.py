@@ -9,6 +9,8 @@ from typing import Any
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QPlainTextEdit, QVBoxLayout, QWidget
 
+from app.transcript import source_label
+
 
 def passages_of(messages: list[Any], path: str) -> list[dict[str, Any]]:
     """The citations of `path` among the messages' stored answers (their meta), each passage once."""
@@ -21,21 +23,6 @@ def passages_of(messages: list[Any], path: str) -> list[dict[str, Any]]:
                 seen.add(key)
                 found.append(c)
     return found
-
-
-def where(c: dict[str, Any]) -> str:
-    """"page 3", "lines 3-20", "whole document", with the heading: where the passage sits in its file."""
-    parts = []
-    if c.get("whole"):
-        parts.append("whole document")
-    if isinstance(c.get("page"), int):
-        parts.append(f"page {c['page']}")
-    if c.get("lines"):
-        first, last = c["lines"]
-        parts.append(f"lines {first}-{last}")
-    if c.get("heading"):
-        parts.append(f"“{c['heading']}”")
-    return ", ".join(parts) or "passage"
 
 
 class SourceViewer(QDialog):
@@ -55,7 +42,7 @@ class SourceViewer(QDialog):
         self.text.setReadOnly(True)
         self.text.setAccessibleName("Passages")
         # Plain text kept as the index stored it: a passage is the file's own words, never rendered as markup.
-        self.text.setPlainText("\n\n".join(f"[{c.get('n', '')}] {where(c)}\n{c.get('text', '')}" for c in passages)
+        self.text.setPlainText("\n\n".join(f"{source_label(c)}\n{c.get('text', '')}" for c in passages)
                                or "The answer kept no passage of this file.")
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         buttons.rejected.connect(self.reject)

@@ -177,8 +177,9 @@ class ToolsPanel(QWidget):
         self.tree.setAccessibleName("Servers and tools")
         self.tree.setHeaderLabels(["Server / tool", "State"])
         # Names are never cut: the name column is as wide as its longest name, and the tree scrolls sideways.
-        self.tree.header().setStretchLastSection(True)
+        self.tree.header().setStretchLastSection(False)  # a stretched last column is as wide as the space left
         self.tree.header().setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
+        self.tree.header().setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
         self.tree.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
         self.tree.itemChanged.connect(self._on_switch)
         self.tree.currentItemChanged.connect(lambda *_: self._enable())

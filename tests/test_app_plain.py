@@ -21,7 +21,7 @@ from app.store import TOOLS_UNUSED, Store
 from runtime.engine.answer import Chunk
 from runtime.engine.plain_estimate import LOAD_BAND
 from runtime.engine.summary import answer_facts
-from tests.test_app import ask, open_window
+from tests.test_app import ANSWER_MS, ask, open_window
 from tests.test_app_tools import ASK, SERVER, TURN_MS, question, send, servers
 from tests.test_app_tools import window as tools_window
 
@@ -47,7 +47,7 @@ def test_the_status_line_is_plain_the_details_wait_behind_a_toggle_and_a_new_cha
 
     # The first answer loads the model, and says so in the status line and where the answer appears.
     waits = [s for s in seen if s[0]]
-    assert waits and waits[0][0].startswith("Loading"), seen
+    assert waits and waits[0][0].startswith("Loading") and waits[-1][0] == "Reading the conversation…", seen
     assert all(line == text and text in shown for text, line, shown in waits)
     assert seen[-1][0] == "" and w.stats.plain.text() != waits[-1][0]  # the wait ended with the first words
 
@@ -72,6 +72,12 @@ def test_the_status_line_is_plain_the_details_wait_behind_a_toggle_and_a_new_cha
     assert w.badge.level == "" and w.speed_chart.points == []
     w.open_conversation(chat)
     assert w.stats.plain.text() == ""
+    # An answer streaming in one chat shows nothing in another: not its waits, not its figures.
+    w.input.setPlainText("Now name three animals.")
+    with qtbot.waitSignal(w.answer_finished, timeout=ANSWER_MS):
+        w.send()
+        w.new_conversation()
+    assert w.stats.plain.text() == "" and w.precision.text() == "" and w.speed_chart.points == []
 
     # A slowdown names its cause: the answer's record says the machine ran far slower than measured.
     slow = chunks[-1].stats
@@ -144,7 +150,7 @@ def test_a_source_no_application_opens_is_shown_at_its_passage(qtbot, tmp_path: 
     assert isinstance(viewer, SourceViewer) and viewer.isVisible()
     assert "/docs/install.md" in viewer.path_label.text() and "install.md" in viewer.windowTitle()
     text = viewer.text.toPlainText()
-    assert "lines 1-4, “Install”" in text and "Run pip install frobnicator.\nThen restart." in text
+    assert '[1] install.md — lines 1-4, "Install"' in text and "Run pip install frobnicator.\nThen restart." in text
     assert "Unrelated" not in text
     viewer.close()
     w.close()
@@ -180,6 +186,8 @@ def test_the_tools_tab_shows_a_tool_not_offered_with_its_reason_and_names_whole(
     metrics = QFontMetrics(panel.tree.font())
     assert metrics.horizontalAdvance(name) <= panel.tree.columnWidth(0)
     assert all(metrics.horizontalAdvance(t) + panel.tree.indentation() <= panel.tree.columnWidth(0) for t in rows)
+    states = [top.text(1), *(item.text(1) for item in rows.values())]
+    assert all(metrics.horizontalAdvance(t) <= panel.tree.columnWidth(1) for t in states)
     w.close()
 
 
