@@ -44,6 +44,8 @@ class AppSettings:
     top_p: float = LLAMA_DEFAULTS.top_p
     top_k: int = LLAMA_DEFAULTS.top_k
     max_tokens: int = ChatOptions.max_tokens
+    thinking: bool = True  # a thinking model thinks before it answers (off: its template's switch, if any)
+    thinking_budget: int = 0  # tokens of thought before the answer begins; 0: 3/4 of the answer's room
     n_ctx: int = EngineSettings.n_ctx
     placement: str = PlacementSettings.mode  # one of runtime.plan.placement.PLACEMENT_MODES
     max_memory_gb: float = 0.0  # memory the model may use; 0: what is available, less a margin
@@ -96,6 +98,8 @@ class AppSettings:
             no_spec=not self.speculation,
             k=self.draft_length or None,
             max_tokens=self.max_tokens,
+            thinking=None if self.thinking else False,
+            thinking_budget=self.thinking_budget or None,
             sampling_overrides=(("seed", self.seed),) if self.seed >= 0 else (),
             sampling=None
             if self.model_sampling

@@ -85,6 +85,14 @@ class SettingsDialog(QDialog):
             box.setEnabled(not s.model_sampling)
             self.model_sampling.toggled.connect(lambda on, box=box: box.setEnabled(not on))
         self.max_tokens = QSpinBox(minimum=1, maximum=32768, value=s.max_tokens)
+        self.thinking = QCheckBox("Let thinking models think before they answer")
+        self.thinking.setToolTip("Qwen3, SmolLM3, DeepSeek-R1, Phi-4-reasoning: their thoughts show above the answer")
+        self.thinking.setChecked(s.thinking)
+        self.thinking_budget = QSpinBox(minimum=0, maximum=32768, value=s.thinking_budget)
+        self.thinking_budget.setSpecialValueText("Automatic")
+        self.thinking_budget.setToolTip("Tokens of thought before the answer begins (automatic: 3/4 of its room)")
+        self.thinking_budget.setEnabled(s.thinking)
+        self.thinking.toggled.connect(self.thinking_budget.setEnabled)
         self.n_ctx = QSpinBox(minimum=256, maximum=262144, singleStep=256, value=s.n_ctx)
         self.placement = _combo(PLACEMENTS, s.placement, "Placement")
         self.max_memory = QDoubleSpinBox(decimals=1, minimum=0.0, maximum=4096.0, singleStep=1.0, value=s.max_memory_gb)
@@ -126,6 +134,8 @@ class SettingsDialog(QDialog):
         form.addRow("&Temperature:", self.temperature)
         form.addRow("Top-&p:", self.top_p)
         form.addRow("Top-&k:", self.top_k)
+        form.addRow("", self.thinking)
+        form.addRow("T&hinking budget:", self.thinking_budget)
         form.addRow("&Context size:", self.n_ctx)
         form.addRow("Placem&ent:", self.placement)
         form.addRow("&Memory budget:", self.max_memory)
@@ -152,6 +162,8 @@ class SettingsDialog(QDialog):
             top_p=self.top_p.value(),
             top_k=self.top_k.value(),
             max_tokens=self.max_tokens.value(),
+            thinking=self.thinking.isChecked(),
+            thinking_budget=self.thinking_budget.value(),
             n_ctx=self.n_ctx.value(),
             placement=self.placement.currentData(),
             max_memory_gb=self.max_memory.value(),
