@@ -119,6 +119,13 @@ def test_the_apis_fields_become_thinking_options_and_bad_values_a_400_naming_the
     with pytest.raises(ApiError) as e:
         parse_messages({"max_tokens": 64, "messages": chat, "thinking": {"type": "enabled"}}, ChatOptions(), 4096)
     assert e.value.param == "thinking.budget_tokens"
+    from runtime.api.responses_request import parse_responses
+
+    thought = {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "T"}]}
+    said = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "A"}]}
+    items = parse_responses({"input": [*chat, thought, said, {"role": "user", "content": "More?"}]}, ChatOptions(),
+                            4096).messages
+    assert items[1] == {"role": "assistant", "content": "A", "reasoning_content": "T"}
 
 def test_qwen3s_template_keeps_the_last_turns_thought_and_drops_earlier_ones() -> None:
     chat = [

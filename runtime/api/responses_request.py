@@ -108,6 +108,7 @@ def _input(given: dict[str, Any]) -> list[dict[str, Any]]:
     if len(value) > MAX_MESSAGES:
         raise ApiError(400, f"input holds {len(value)} items; at most {MAX_MESSAGES}", "input")
     out: list[dict[str, Any]] = []
+    thought = ""  # an earlier `reasoning` item's text: the next assistant turn's reasoning_content
     for i, item in enumerate(value):
         where = f"input[{i}]"
         if not isinstance(item, dict):
@@ -122,7 +123,11 @@ def _input(given: dict[str, Any]) -> list[dict[str, Any]]:
                 last.setdefault("tool_calls", []).append(call)
             else:
                 out.append({"role": "assistant", "content": "", "tool_calls": [call]})
-        elif kind == "function_call_output":
+        if thought and kind in ("message", "function_call") and out[-1]["role"] == "assistant":
+            out[-1]["reasoning_content"], thought = thought, ""  # the turn the thought came before
+        if kind in ("message", "function_call"):
+            continue
+        if kind == "function_call_output":
             _fields(item, {"type", "call_id", "output", "id", "status"}, where)
             call_id = item.get("call_id")
             if not isinstance(call_id, str) or not call_id:
@@ -130,12 +135,26 @@ def _input(given: dict[str, Any]) -> list[dict[str, Any]]:
                                f"{where}.call_id")
             out.append({"role": "tool", "tool_call_id": call_id, "content": _content(item.get("output"),
                                                                                       f"{where}.output")})
-        elif kind != "reasoning":  # an earlier answer's reasoning: nothing here reasons, it is not shown
+        elif kind == "reasoning":  # a thinking model's earlier thought: its template keeps or drops it
+            thought += _reasoning_text(item)
+        else:
             raise ApiError(400, f"{where}.type {short(kind)} is not supported by SpecQuant (it reads message, "
                            "function_call and function_call_output items)", f"{where}.type")
     if not out:
         raise ApiError(400, "input holds no message", "input")
     return out
+
+
+def _reasoning_text(item: dict[str, Any]) -> str:
+    """A `reasoning` item's text: its `reasoning_text` content, else its summary's text (malformed parts and an
+    encrypted one from another server are nothing to show)."""
+    for key in ("content", "summary"):
+        parts = item.get(key)
+        texts = [p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)] \
+            if isinstance(parts, list) else []
+        if texts:
+            return "\n".join(texts)
+    return ""
 
 
 def _fields(item: dict[str, Any], allowed: set[str], where: str) -> None:
