@@ -291,3 +291,26 @@ def test_the_collection_dialog_shows_its_whole_title(qtbot) -> None:
     assert QFontMetrics(dialog.font()).horizontalAdvance(dialog.windowTitle()) < dialog.width()
     assert dialog.width() >= dialog.title_width()
     dialog.reject()
+
+
+def test_the_documents_panel_says_when_it_sets_up_the_embedding_model(qtbot, tmp_path: Path, monkeypatch) -> None:
+    from app.documents_panel import SETTING_UP
+
+    (tmp_path / "data").mkdir()
+    monkeypatch.setenv("SPECQUANT_DATA_DIR", str(tmp_path / "data"))
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "install.md").write_text("# Installing\n\nRun `pip install frobnicator`.\n")
+    w = open_window(tmp_path / "data")
+    qtbot.addWidget(w)
+    panel = w.documents
+    said: list[str] = []
+    panel.worker.setting_up.connect(said.append, Qt.ConnectionType.DirectConnection)  # as the worker says it
+    shown: list[str] = []
+    set_text = panel.status.setText
+    monkeypatch.setattr(panel.status, "setText", lambda text: (shown.append(text), set_text(text)))  # every line
+    panel.add([str(docs)], "frob")
+    qtbot.waitUntil(lambda: panel.jobs == 0, timeout=60_000)
+    assert said == [SETTING_UP] and SETTING_UP in shown  # once, at the first embedding, in the panel's line
+    assert shown[-1].startswith("Added to frob: 1 file indexed") and shown.index(SETTING_UP) < len(shown) - 1
+    w.close()
