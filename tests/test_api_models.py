@@ -18,8 +18,10 @@ import anthropic
 import openai
 import pytest
 
+from runtime.machine.hardware import Inventory
 from runtime.models.cache import ModelDir
-from runtime.plan.residency import Residency, models_that_fit
+from runtime.plan.placement import PlacementSettings
+from runtime.plan.residency import Residency, manifest_tiers, models_that_fit, residency
 from tests.conftest import copy_of_demo
 from tests.test_server import DEMO, Served
 
@@ -159,3 +161,17 @@ def test_the_default_count_is_how_many_fit_together_smallest_first() -> None:
     assert models_that_fit(models, 400) == 2  # small and mid
     assert models_that_fit(models, 1000) == 3
     assert models_that_fit(models, 50) == 1  # one always may load (it is refused on its own if it cannot)
+
+
+def test_a_models_resident_set_is_its_plan_and_its_prompt_cache(demo_model: ModelDir, micro_model: ModelDir) -> None:
+    """The demo and the micro model on a machine with 8 GB available, and with a 200 MB budget."""
+    machine = Inventory("cpu", 2, 16 * 10**9, 8 * 10**9)
+    tiers = {m.name: manifest_tiers(m.read_manifest() or {}, 4096) for m in (demo_model, micro_model)}
+    roomy = {n: residency(n, t, machine, PlacementSettings(), 10**8) for n, t in tiers.items()}
+    assert all(r.fits for r in roomy.values())
+    assert roomy[demo_model.name].ram_bytes > roomy[micro_model.name].ram_bytes > 10**8  # the cache counted
+    small = PlacementSettings(max_memory_bytes=2 * 10**8)
+    tight = {n: residency(n, t, machine, small, 10**8) for n, t in tiers.items()}
+    assert tight[micro_model.name].fits  # its f16 without a draft
+    assert not tight[demo_model.name].fits and "not enough memory" in tight[demo_model.name].why
+    assert models_that_fit(list(roomy.values()), 10**12) == 2
