@@ -6,6 +6,7 @@ what a zip's headers declare); where the harm is memory, a child process reports
 from __future__ import annotations
 
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -265,6 +266,58 @@ def test_a_docx_bomb_behind_stored_padding_is_refused(tmp_path: Path) -> None:
     )
     with pytest.raises(ExtractError, match=r"word/document\.xml declares 25 MB .*zip bomb"):
         extract(data, "docx", "padded.docx")
+
+
+def test_one_files_memory_budget_is_a_few_hundred_mb_at_most_and_less_on_a_small_machine() -> None:
+    from runtime.documents.budget import FILE_MEMORY_MAX, FILE_MEMORY_MIN, file_memory_budget
+
+    gib = 2**30
+    assert FILE_MEMORY_MAX <= 300 * 2**20 and file_memory_budget() <= FILE_MEMORY_MAX  # this machine's
+    assert [file_memory_budget(n * gib) // 2**20 for n in (2, 4, 8, 16, 64)] == [64, 128, 256, 300, 300]
+    assert file_memory_budget(512 * 2**20) == FILE_MEMORY_MIN
+
+
+def _xml_part(name: str, xml_bytes: int) -> tuple[str, bytes, int, int, int]:
+    """A deflated zip member of about `xml_bytes` of WordprocessingML paragraphs of varied words: it compresses
+    as text does, well under the bomb ratio, and declares its true size."""
+    words = [f"word{i % 9973}" for i in range(xml_bytes // 12)]
+    body = "".join(f"<w:p><w:r><w:t>{' '.join(words[i:i + 12])}</w:t></w:r></w:p>" for i in range(0, len(words), 12))
+    xml = ('<?xml version="1.0"?><w:document xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/'
+           f'main"><w:body>{body}</w:body></w:document>').encode()
+    packer = zlib.compressobj(6, zlib.DEFLATED, -15)
+    return name, packer.compress(xml) + packer.flush(), 8, len(xml), zlib.crc32(xml)
+
+
+def _docx(*parts: tuple[str, bytes, int, int, int]) -> bytes:
+    return _zip([_stored("[Content_Types].xml", _TYPES), _stored("_rels/.rels", _RELS), *parts])
+
+
+def test_a_docx_past_a_small_machines_memory_budget_is_refused_and_its_reason_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#53: 7-8 MiB of real XML fits the 300 MiB budget of a large machine, not the 64 MiB of a 2 GB one (5 MiB
+    of XML): refused from what a part declares, or from what its parts expand to together, counted in blocks
+    as they are decompressed (never more than the budget's XML in memory)."""
+    from runtime.documents import budget
+    from runtime.documents.office import unpacked_docx
+
+    honest = _docx(_xml_part("word/document.xml", 8 * 2**20))
+    half = 7 * 2**19  # 3.5 MiB: each part fits, together they do not
+    halves = _docx(_xml_part("word/document.xml", half), _xml_part("word/header1.xml", half))
+    assert len(unpacked_docx(honest, budget=300 * 2**20)) > 7 * 2**20
+    said = "of XML one file may take (64 MiB of memory on this machine)"
+    with pytest.raises(ExtractError, match=r"word/document\.xml declares [78] MiB, over the 5 MiB " + re.escape(said)):
+        unpacked_docx(honest, budget=64 * 2**20)
+    with pytest.raises(ExtractError, match=r"its XML expands past the 5 MiB " + re.escape(said)):
+        unpacked_docx(halves, budget=64 * 2**20)
+
+    monkeypatch.setattr(budget, "_total_ram", lambda: 2 * 2**30)  # a 2 GB machine: its file's row says why
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "report.docx").write_bytes(honest)
+    with Library(tmp_path / "documents.sqlite3") as lib:
+        (path, reason), = lib.add([tmp_path / "notes"]).errors
+        assert path.endswith("report.docx") and reason.endswith(said) and "\n" not in reason
+        assert [(f.state, f.error) for f in lib.list_files()] == [("error", reason)]
 
 
 def test_a_long_markdown_heading_line_is_linear() -> None:

@@ -9,14 +9,15 @@ import zipfile
 from typing import Any
 
 from runtime.documents.blocks import Block, ExtractError, Trail, text_blocks
-from runtime.documents.budget import NO_DEADLINE, Deadline
+from runtime.documents.budget import NO_DEADLINE, Deadline, file_memory_budget
 from runtime.documents.decode import lines_of
 
-# A DOCX's XML parts are decompressed here, in blocks, to at most this many bytes in all, whatever the zip's
-# headers declare (zipfile asks zlib for up to 2 GB at once when a member is read whole: a 6 MB DOCX whose
-# headers said 200 KB peaked at 2.2 GB). python-docx and lxml then take about 11 bytes a byte of XML (15 MiB of
-# it: 176 MB), so 24 MiB keeps a DOCX under 300 MB. A 500-page report's document.xml is 5-20 MB.
-DOCX_MAX_XML_BYTES = 24 * 1024 * 1024
+# A DOCX's XML parts are decompressed here, in blocks, to at most the file's memory budget (budget.py: 300 MiB,
+# less on a small machine) / XML_MEMORY_FACTOR bytes in all, whatever the zip's headers declare (zipfile asks
+# zlib for up to 2 GB at once when a member is read whole: a 6 MB DOCX whose headers said 200 KB peaked at
+# 2.2 GB). python-docx and lxml then take about 11 bytes a byte of XML (15 MiB of it: 176 MB), and the XML
+# itself one more: 25 MiB of XML in 300 MiB. A 500-page report's document.xml is 5-20 MB.
+XML_MEMORY_FACTOR = 12
 DOCX_MAX_RATIO = 200  # per member: a real document's XML compresses 5-20x; zip bombs reach 1000x
 DOCX_RATIO_FLOOR = 1024 * 1024  # members smaller than this may compress better (a part of repeated tags)
 DOCX_MAX_MEMBERS = 10_000
@@ -66,9 +67,21 @@ def pdf_blocks(data: bytes, deadline: Deadline = NO_DEADLINE, max_pages: int = P
     return blocks
 
 
-def check_zip(infos: list[zipfile.ZipInfo], what: str = "DOCX") -> None:
-    """Refuse a zip whose XML members declare too much (a zip bomb) before anything is decompressed: each
-    member's declared size and ratio on its own (a stored member of padding pulls a zip-wide ratio down)."""
+def max_xml_bytes(budget: int) -> int:
+    """The XML one DOCX may decompress to within `budget` bytes of memory (budget.file_memory_budget)."""
+    return budget // XML_MEMORY_FACTOR
+
+
+def _over_budget(budget: int) -> str:
+    return f"the {max_xml_bytes(budget) / 2**20:.0f} MiB of XML one file may take ({budget / 2**20:.0f} MiB of " \
+        "memory on this machine)"
+
+
+def check_zip(infos: list[zipfile.ZipInfo], what: str = "DOCX", budget: int | None = None) -> None:
+    """Refuse a zip whose XML members declare too much (a zip bomb, or more than `budget` bytes of memory
+    allow; None: this machine's file_memory_budget) before anything is decompressed: each member's declared
+    size and ratio on its own (a stored member of padding pulls a zip-wide ratio down)."""
+    budget = budget or file_memory_budget()
     if len(infos) > DOCX_MAX_MEMBERS:
         raise ExtractError(f"{what} refused: {len(infos):,} members in its zip (a zip bomb?)")
     for info in infos:
@@ -82,10 +95,10 @@ def check_zip(infos: list[zipfile.ZipInfo], what: str = "DOCX") -> None:
                 f"{what} refused: {info.filename} declares {info.file_size / 1e6:.0f} MB uncompressed from "
                 f"{info.compress_size / 1e6:.1f} MB (a zip bomb?)"
             )
-        if info.file_size > DOCX_MAX_XML_BYTES:
+        if info.file_size > max_xml_bytes(budget):
             raise ExtractError(
-                f"{what} refused: {info.filename} declares {info.file_size / 1e6:.0f} MB, over the "
-                f"{DOCX_MAX_XML_BYTES / 1e6:.0f} MB a part may have"
+                f"{what} refused: {info.filename} declares {info.file_size / 2**20:.0f} MiB, over "
+                f"{_over_budget(budget)}"
             )
 
 
@@ -93,16 +106,18 @@ def _xml_part(name: str) -> bool:
     return name.lower().endswith((".xml", ".rels"))
 
 
-def unpacked_docx(data: bytes) -> bytes:
+def unpacked_docx(data: bytes, budget: int | None = None) -> bytes:
     """The DOCX's zip written again with its XML parts (`.xml`, `.rels`) decompressed in blocks, at most
-    DOCX_MAX_XML_BYTES in all whatever the headers say, and stored; other parts (images, fonts, embedded files:
-    no text) are left empty. python-docx then reads nothing that was not counted."""
+    max_xml_bytes(budget) in all whatever the headers say (`budget`: the file's memory, None: this machine's
+    file_memory_budget), and stored; other parts (images, fonts, embedded files: no text) are left empty.
+    python-docx then reads nothing that was not counted."""
+    budget = budget or file_memory_budget()
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as z:
             infos = z.infolist()
-            check_zip(infos)
+            check_zip(infos, budget=budget)
             out = io.BytesIO()
-            left = DOCX_MAX_XML_BYTES
+            left = max_xml_bytes(budget)
             with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as w:
                 names: set[str] = set()
                 for info in infos:
@@ -117,10 +132,7 @@ def unpacked_docx(data: bytes) -> bytes:
                         while block := member.read(_DOCX_BLOCK):
                             left -= len(block)
                             if left < 0:
-                                raise ExtractError(
-                                    f"DOCX refused: its XML expands past {DOCX_MAX_XML_BYTES / 2**20:.0f} MiB "
-                                    "(a zip bomb?)"
-                                )
+                                raise ExtractError(f"DOCX refused: its XML expands past {_over_budget(budget)}")
                             parts.append(block)
                     w.writestr(info.filename, b"".join(parts))
     except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError) as e:
