@@ -49,6 +49,7 @@ def main(args: argparse.Namespace) -> int:
             "n_ctx": engine.settings.n_ctx,
             "workers": [w.as_dict() for w in engine.workers],
             "tool_calls": _call_format(engine).name,
+            "thinking": _thinking(engine),
         }
         costs = None
         if args.costs:
@@ -68,6 +69,10 @@ def main(args: argparse.Namespace) -> int:
             )
             print(f"kernels {ensure_backends().describe()}")
             print(f"tools   {_call_format(engine).describe()}")
+            if out["thinking"] is not None:
+                t = out["thinking"]
+                switch = "switched by its template (enable_thinking)" if t["switchable"] else "no switch"
+                print(f"thinks  between {t['open']} and {t['close']}; {switch}")
             for w in engine.workers:
                 mem = sum(t for _, t in w.devices) / 1e9
                 print(
@@ -86,9 +91,23 @@ def main(args: argparse.Namespace) -> int:
 
 def _call_format(engine: Any) -> CallFormat:
     """How the model writes a tool call, from its chat template (runtime.engine.call_formats)."""
+    return detect(_template(engine))
+
+
+def _thinking(engine: Any) -> dict[str, Any] | None:
+    """Whether the model thinks before it answers, from its chat template (runtime.engine.thinking)."""
+    from dataclasses import asdict
+
+    from runtime.engine.thinking import syntax_for
+
+    syntax = syntax_for(_template(engine))
+    return None if syntax is None else asdict(syntax)
+
+
+def _template(engine: Any) -> str | None:
     import gguf
 
     model = ModelDir(engine.model.root, engine.model.name)
     path = model.tier_path(next(iter(engine.manifest["tiers"])))  # every tier carries the same template
     field = gguf.GGUFReader(path).fields.get("tokenizer.chat_template")
-    return detect(field.contents() if field is not None else None)
+    return field.contents() if field is not None else None

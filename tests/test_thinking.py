@@ -251,6 +251,10 @@ def test_the_cli_shows_thoughts_apart_and_hides_them_when_asked(thinker: ModelDi
     assert shown.returncode == hidden.returncode == 0, shown.stderr + hidden.stderr
     assert shown.stdout.startswith(out["thinking"]) and "\x1b[" not in shown.stdout  # piped: plain
     assert out["thinking"] not in hidden.stdout and hidden.stdout.strip() == out["text"].strip()
+    info = run_cli("info", "--model", "thinker", "--threads", "2", "--json", env=env)
+    assert info.returncode == 0, info.stderr
+    assert json.loads(info.stdout)["thinking"] == {"open": "<think>", "close": "</think>", "switchable": True,
+                                                   "reads_reasoning": True}
 
 
 def test_the_bench_reports_thought_and_answer_tokens_apart(engine: Engine) -> None:
