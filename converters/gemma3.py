@@ -21,9 +21,11 @@ ARCHS = ("Gemma3ForCausalLM", "Gemma3ForConditionalGeneration")
 SWA_PATTERN = 6  # llama.cpp: layers il % 6 < 5 slide, the 6th attends globally
 LOCAL_ROPE_BASE = 10000.0  # llama.cpp's rope_freq_base_train_swa for gemma3
 NORM_SHIFT = 1.0  # Gemma3RMSNorm multiplies by (1 + w); llama.cpp's norm by w
-# Gemma3TextConfig's defaults, for configs that leave them out.
+# Gemma3TextConfig's defaults, for configs that leave them out (Gemma 3 4B's text_config gives only its sizes,
+# layers, rope_scaling and sliding_window).
 _DEFAULTS = {"head_dim": 256, "rope_theta": 1_000_000.0, "rms_norm_eps": 1e-6, "max_position_embeddings": 131072,
-             "sliding_window": 4096, "rope_local_base_freq": LOCAL_ROPE_BASE, "num_key_value_heads": 4}
+             "sliding_window": 4096, "rope_local_base_freq": LOCAL_ROPE_BASE, "num_attention_heads": 8,
+             "num_key_value_heads": 4, "vocab_size": 262_208, "query_pre_attn_scalar": 256}
 _VISION_PREFIXES = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.")
 
 

@@ -68,7 +68,7 @@ def test_gemma3_config_llama_cpp_would_run_differently(micro_hf: Path, tmp_path:
     differs is refused by name rather than converted into a model that answers wrongly."""
     d = hf_copy(micro_hf, tmp_path / "gemma3")
     cfg = json.loads((d / "config.json").read_text())
-    cfg |= {"architectures": ["Gemma3ForCausalLM"], "head_dim": 64, **change}
+    cfg |= {"architectures": ["Gemma3ForCausalLM"], "head_dim": 64, "query_pre_attn_scalar": 64, **change}
     (d / "config.json").write_text(json.dumps(cfg))
     assert_one_line_error(run_cli("convert", str(d)), "config.json", needle)
 
