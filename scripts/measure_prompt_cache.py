@@ -98,7 +98,7 @@ def step(args: argparse.Namespace) -> None:
         first, tokens, text, reused = None, [], [], 0
         for chunk in engine.stream_chat(ask, options):
             first = first if first is not None else time.perf_counter() - t0
-            tokens += chunk.token_ids
+            tokens += chunk.tokens
             text.append(chunk.text)
             reused = chunk.stats.reused_tokens
         print(json.dumps({"ttft_s": first, "tokens": tokens, "text": "".join(text), "reused_tokens": reused,
