@@ -384,10 +384,12 @@ class Controller:
         ks = [min(self.fixed_k, offer.max_k)] if self.fixed_k else range(1, top + 1)
         accept = (src.optimistic if optimistic else src.acceptance)(max(ks))
         best_k, best_rate = 0, 0.0
+        draft_k, draft_once, once = self._unit_costs(offer, step)  # the same for every k: worked out once
+        curve = self.estimates.curve()
         for k in ks:
             tokens = expected_tokens(accept[:k])
-            draft, once = self._costs(offer, k, step)
-            cycle = draft + (self.estimates.verify_s(k + 1) or step)
+            draft = k * draft_k + draft_once
+            cycle = draft + ((interpolate(curve, k + 1) if curve else None) or step)
             # A catch-up is paid once and repaid over the rest of the answer, if the answer is long enough.
             rate = horizon / (once + horizon * cycle / tokens)
             if rate > best_rate:
@@ -437,10 +439,18 @@ class Controller:
         accepted and nothing had to be caught up: an upper bound of every rate `_best_k` predicts for it."""
         top = min(offer.max_k, KINDS[offer.kind].k_max)
         best = 0.0
+        draft_k, draft_once, _ = self._unit_costs(offer, step)
+        curve = self.estimates.curve()
         for k in range(1, top + 1):
-            draft, _ = self._costs(offer, k, step)
-            best = max(best, (k + 1) / (draft + (self.estimates.verify_s(k + 1) or step)))
+            verify = (interpolate(curve, k + 1) if curve else None) or step
+            best = max(best, (k + 1) / (k * draft_k + draft_once + verify))
         return best
+
+    def _unit_costs(self, offer: Offer, step: float) -> tuple[float, float, float]:
+        """`_costs` as (seconds per proposed token, seconds per proposal, seconds paid once): a model's
+        steps scale with k, a lookup's time does not."""
+        first, once = self._costs(offer, 1, step)
+        return (first, 0.0, once) if KINDS[offer.kind].decodes else (0.0, first, once)
 
     def _hopeless_now(self, offer: Offer, step: float, plain: float) -> bool:
         """Whether `offer` cannot beat plain decoding even at its ceiling (then it could be neither chosen nor
