@@ -185,6 +185,11 @@ def _search(lib: Library, args: argparse.Namespace) -> int:
     if not args.query.strip():
         raise UserError("give something to search for")
     hits = lib.search(args.query, args.collection, args.top)
+    if lib.embedder is not None:  # chunks a stopped add left, or embedded by another model: words alone
+        with_vectors, chunks = lib.index.vector_coverage(lib.embedder.name)
+        if with_vectors < chunks:
+            print(f"note: {chunks - with_vectors:,} of {chunks:,} chunks have no vector of {lib.embedder.name} yet "
+                  "and were searched by their words alone; `specquant docs sync` computes them", file=sys.stderr)
     if args.json:
         print(json.dumps([h.as_dict() for h in hits], indent=2))
         return 0

@@ -191,3 +191,17 @@ def test_the_bar_follows_bytes_not_files() -> None:
     # One file of two done, but it was the small one: a quarter of the bytes, a quarter of the bar.
     assert progress_text(Progress(1, 2, 3, 250, 1000, "b.pdf")).startswith("[#####---------------]  25% 1/2 files")
     assert progress_text(Progress(1, 4, 0, 0, 0)).startswith("[#####---------------]  25% 1/4 files")  # no sizes
+
+
+def test_search_notes_chunks_without_a_vector_of_the_model(tmp_path: Path, folder: Path) -> None:
+    """#53: chunks indexed without vectors (a stopped add, another model, no model) are found by their words, and
+    `docs search` says how many and what computes them."""
+    from runtime.documents import Library
+
+    data = tmp_path / "data"
+    with Library(data / "documents.sqlite3") as lib:  # no embedding model: words alone
+        lib.add([folder])
+    found = docs("search", "lighthouse", data=data)
+    assert found.returncode == 0 and "guide.md" in found.stdout, found.stderr
+    assert "note: 3 of 3 chunks have no vector of all-minilm-l6-v2-q8_0 yet" in found.stderr  # guide, 2 pages
+    assert "`specquant docs sync` computes them" in found.stderr
