@@ -183,7 +183,7 @@ class ChatPane(QWidget):
         self.approval.close()  # denies: the turn ends (its cancel is set just below)
         if self.chat.stop():
             self.composer.stop_button.setEnabled(False)
-            self.status.showMessage("Stopping…", 2000)
+            self.stats.show_wait("Stopping…")  # in the status line until the stopped answer's figures replace it
 
     def _on_chunks(self, chunks: list[Chunk]) -> None:
         """A batch of the answer (app.turn_runner paces them by what the GUI thread spends): one redraw for all."""
