@@ -46,7 +46,7 @@ _DROPPED = ("embeddings.position_ids", "pooler.dense.weight", "pooler.dense.bias
 _F32_TENSORS = (gguf.MODEL_TENSOR.POS_EMBD, gguf.MODEL_TENSOR.TOKEN_TYPES)
 _PHANTOM_SPACE = "\u2581"
 _MAX_WEIGHTS = 1 << 30
-Q8_SUFFIX = "-q8_0"  # runtime.documents.embed.MODEL_NAME: the default model, quantized from the F16 one
+Q8_SUFFIX = "-q8_0"  # runtime.documents.embed.Q8_NAME: quantized from the F16 model
 
 
 class BadPackage(Exception):
@@ -255,8 +255,8 @@ def quantize_embedding_model(f16: Path, dest: Path) -> Path:
 
 def ensure_embedding_model(dest: Path) -> Path:
     """The embedding model's GGUF at `dest`, made from the installed package the first time (a few seconds,
-    once): the F16 conversion, and for a `*-q8_0.gguf` (the default, runtime.documents.embed.MODEL_NAME) its
-    Q8_0 quantization beside it."""
+    once): the F16 conversion, and for a `*-q8_0.gguf` (runtime.documents.embed.Q8_NAME) its Q8_0
+    quantization beside it."""
     if dest.is_file():
         return dest
     log.warning("setting up the embedding model %s (one time)", NAME)

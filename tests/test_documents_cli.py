@@ -203,5 +203,5 @@ def test_search_notes_chunks_without_a_vector_of_the_model(tmp_path: Path, folde
         lib.add([folder])
     found = docs("search", "lighthouse", data=data)
     assert found.returncode == 0 and "guide.md" in found.stdout, found.stderr
-    assert "note: 3 of 3 chunks have no vector of all-minilm-l6-v2-q8_0 yet" in found.stderr  # guide, 2 pages
+    assert "note: 3 of 3 chunks have no vector of all-minilm-l6-v2 yet" in found.stderr  # guide, 2 pages
     assert "`specquant docs sync` computes them" in found.stderr

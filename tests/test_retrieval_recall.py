@@ -16,7 +16,7 @@ import pytest
 
 from converters import embedding as converter
 from runtime.documents import Embedder, Hit, Library
-from runtime.documents.embed import F16_NAME, MODEL_NAME
+from runtime.documents.embed import F16_NAME, MODEL_NAME, Q8_NAME
 from runtime.machine.hardware import ensure_backends, physical_cores
 from tests.conftest import REPO
 
@@ -28,10 +28,10 @@ TOP = 5
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The F16 conversion and the default, its Q8_0 quantization: name -> GGUF."""
+    """The F16 conversion (the default) and its Q8_0 quantization: name -> GGUF."""
     folder = tmp_path_factory.mktemp("models")
     f16 = converter.convert_embedding_model(folder / f"{F16_NAME}.gguf")
-    return {F16_NAME: f16, MODEL_NAME: converter.quantize_embedding_model(f16, folder / f"{MODEL_NAME}.gguf")}
+    return {F16_NAME: f16, Q8_NAME: converter.quantize_embedding_model(f16, folder / f"{Q8_NAME}.gguf")}
 
 
 def _indexed(folder: Path, gguf: Path) -> tuple[Path, Embedder]:
@@ -45,7 +45,7 @@ def _indexed(folder: Path, gguf: Path) -> tuple[Path, Embedder]:
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory, models: dict[str, Path]) -> Iterator[tuple[Path, Embedder]]:
-    """The docs indexed once with the default embedding model (Q8_0): (the index, the model)."""
+    """The docs indexed once with the default embedding model: (the index, the model)."""
     db, embedder = _indexed(tmp_path_factory.mktemp("recall"), models[MODEL_NAME])
     yield db, embedder
     embedder.close()
@@ -83,18 +83,20 @@ def test_hybrid_recall_at_5_is_at_least_0_9_and_not_below_bm25(corpus: tuple[Pat
     assert hybrid >= bm25, report
 
 
-def test_the_q8_0_default_recalls_within_0_02_of_f16(corpus: tuple[Path, Embedder], models: dict[str, Path],
-                                                      tmp_path: Path) -> None:
-    """#53: the default model is the Q8_0 quantization only while it finds what the F16 model finds."""
-    db, q8 = corpus
-    f16_db, f16 = _indexed(tmp_path, models[F16_NAME])
+def test_q8_0_is_the_default_only_if_it_recalls_within_0_02_of_f16(corpus: tuple[Path, Embedder],
+                                                                   models: dict[str, Path], tmp_path: Path) -> None:
+    """#53: the Q8_0 quantization is faster to load and smaller; it is the default exactly when its recall@5
+    stays within 0.02 of F16's (measured: 0.907 against 0.930, so F16 stays)."""
+    db, f16 = corpus
+    assert f16.name == F16_NAME == MODEL_NAME or MODEL_NAME == Q8_NAME
+    q8_db, q8 = _indexed(tmp_path, models[Q8_NAME])
     try:
-        with Library(f16_db, embedder=f16) as lib:
-            f16_recall, f16_missed = _recall(lib)
+        with Library(q8_db, embedder=q8) as lib:
+            q8_recall, q8_missed = _recall(lib)
     finally:
-        f16.close()
-    with Library(db, embedder=q8) as lib:
-        q8_recall, q8_missed = _recall(lib)
+        q8.close()
+    with Library(db, embedder=f16) as lib:
+        f16_recall, f16_missed = _recall(lib)
     report = f"recall@{TOP} over {len(QUESTIONS)} questions: Q8_0 {q8_recall:.3f}, F16 {f16_recall:.3f}"
     print(f"\n{report}\nQ8_0 missed: {q8_missed}\nF16 missed: {f16_missed}")
-    assert q8_recall >= f16_recall - 0.02, report
+    assert (MODEL_NAME == Q8_NAME) == (q8_recall >= f16_recall - 0.02), report
