@@ -36,6 +36,9 @@ ORDERS = Tool("orders__get_order_status", "The shipping status of an order", {
 # writes greedily to the same prompt under the auto grammar (measured 2026-12-06 with the bench model's GGUF):
 # the same call pretty-printed in a ```json fence, which llama.cpp's Hermes trigger accepts too.
 CODER_ANSWER = '{"name": "orders__get_order_status", "arguments": {"order_id": "A-4521"}}'
+# What it answered in a later run (the issue's own text): the call in its template's doubled braces, which the
+# template shows literally (`{{"name": <function-name>, "arguments": <args-json-object>}}`).
+CODER_DOUBLED = '{{"name": "orders__get_order_status", "arguments": {"order_id": "A-4521"}}}'
 CODER_FENCED = ('```json\n{\n  "name": "orders__get_order_status",\n  "arguments": {\n    "order_id": "A-4521"\n  }\n}'
                 '\n```')
 
@@ -184,7 +187,7 @@ def test_qwen_coder_s_untagged_call_is_a_call_under_auto(demo_gguf: Path) -> Non
     assert c.is_accepting
     tagged = call_text("orders__get_order_status", {"order_id": "A-4521"}, fmt)
     code = "```python\nprint(1)\n```"
-    for text in [CODER_ANSWER, CODER_FENCED, tagged, "Sure.\n" + tagged, code]:
+    for text in [CODER_ANSWER, CODER_DOUBLED, CODER_FENCED, tagged, "Sure.\n" + tagged, code]:
         c = auto.constraint(tokenizer)
         ids = tokenizer.tokenize_str(text)
         assert c.valid_prefix(ids) == len(ids), text
@@ -193,11 +196,12 @@ def test_qwen_coder_s_untagged_call_is_a_call_under_auto(demo_gguf: Path) -> Non
     c = auto.constraint(tokenizer)  # a fenced call of an unknown tool is no text either
     bad = tokenizer.tokenize_str(CODER_FENCED.replace("orders__", "nope__"))
     assert c.valid_prefix(bad) < len(bad)
-    for answer in (CODER_ANSWER, CODER_FENCED):
+    for answer in (CODER_ANSWER, CODER_DOUBLED, CODER_FENCED):
         for size in (1, 2, 3, 7, len(answer)):
             assert parse(fmt, answer, size) == ("", [("orders__get_order_status", {"order_id": "A-4521"})])
         assert parse(fmt, answer[:-12], 1) == ("", [])  # cut inside the arguments: no call, and no text
     assert parse(fmt, code, 2) == (code, [])
+    assert parse(fmt, '{{x}} is a Jinja expression', 3) == ('{{x}} is a Jinja expression', [])
     assert parse(fmt, '{"a": 1} is JSON', 2) == ('{"a": 1} is JSON', [])
     assert parse(fmt, "Sure.\n" + tagged, 4) == ("Sure.", [("orders__get_order_status", {"order_id": "A-4521"})])
 

@@ -228,7 +228,7 @@ def call_lark(request: ToolRequest, syntax: CallSyntax, opener: str = "", closer
         for i, tool in enumerate(tools):
             lines.append(f"BARE_{i}: /{_LOOSE_LEAD}{_LOOSE_NAME.format(name=_regex(tool.name), key=syntax.key)}/")
             lines.append(f"bare_{i}: BARE_{i} args_{i} BARE_END")
-        lines.append(r"BARE_END: /[ \t\n]{0,20}\}(\n```)?\n?/")
+        lines.append(r"BARE_END: /[ \t\n]{0,20}\}([ \t\n]{0,20}\})?(\n```)?\n?/")
         bare = " | " + " | ".join(f"bare_{i}" for i in range(len(tools)))
     if request.choice != "auto":
         lines.append(f"start: {opener} body {more}")
@@ -243,9 +243,11 @@ def call_lark(request: ToolRequest, syntax: CallSyntax, opener: str = "", closer
 
 
 # A bare call's start as the model lays it out (llama.cpp's Hermes trigger), in Lark's and in Python's regex.
-_LOOSE_LEAD = r'(```(json)?\n)?[ \t\n]{0,20}\{[ \t\n]{0,20}"name"'
+# Its braces may be doubled: Qwen2.5-Coder's template shows the call as `{{"name": ..., "arguments": ...}}`
+# (a Jinja escape its authors left in), and the model copies it (issue 50's run).
+_LOOSE_LEAD = r'(```(json)?\n)?[ \t\n]{0,20}\{([ \t\n]{0,20}\{)?[ \t\n]{0,20}"name"'
 _LOOSE_NAME = r'[ \t]{{0,4}}:[ \t]{{0,4}}"{name}"[ \t\n]{{0,20}},[ \t\n]{{0,20}}"{key}"[ \t]{{0,4}}:[ \t]{{0,4}}'
-_LOOSE_TAIL = re.compile(r"[ \t\n]{0,20}\}")
+_LOOSE_TAIL = re.compile(r"[ \t\n]{0,20}\}([ \t\n]{0,20}\})?")
 
 
 def _regex(text: str) -> str:
@@ -490,6 +492,8 @@ def _may_lead(text: str) -> bool:
     if not text.startswith("{"):
         return False
     text = text[1:].lstrip(" \t\n")
+    if text.startswith("{"):  # the doubled brace of Qwen2.5-Coder's template
+        text = text[1:].lstrip(" \t\n")
     return '"name"'.startswith(text)
 
 
