@@ -17,6 +17,7 @@ from runtime.decode.controller import Estimates
 from runtime.decode.grammar import Grammar, markup_token
 from runtime.decode.llama_backend import LlamaBackend, LoadOptions
 from runtime.decode.machine_costs import MachineCosts
+from runtime.decode.suffix_index import SuffixIndex
 from runtime.documents.library import Library
 from runtime.engine import tools
 from runtime.engine.answer import Answer, Chunk, Stats
@@ -27,7 +28,6 @@ from runtime.engine.interface import Answers
 from runtime.engine.measurements import Measurements
 from runtime.engine.options import ChatOptions, EngineSettings, Message
 from runtime.engine.prompt import ChatTemplates
-from runtime.decode.suffix_index import SuffixIndex
 from runtime.engine.prompt_cache import Identity, PromptCache
 from runtime.engine.prompt_store import PromptStore
 from runtime.engine.tools import ToolRequest
