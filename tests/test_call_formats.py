@@ -221,14 +221,14 @@ class Orders:
         return ToolResult("shipped on 2026-12-01", source="orders")
 
 
-def test_the_untagged_call_runs_through_the_tool_loop() -> None:
-    """The answers of the issue's run, replayed as the engine streams them (text through the same parser that
-    runtime/engine/generate.py feeds): the call runs, its result goes back, and the second answer is text."""
+def replay(answers: Iterator[str], choices: list[str]) -> Any:
+    """A stream that writes `answers` in turn as the engine streams them (text through the same parser that
+    runtime/engine/generate.py feeds), noting each round's tool choice."""
     fmt = detect(template("qwen2.5-coder.jinja"))
-    answers = iter([CODER_ANSWER, "Order A-4521 shipped on 2026-12-01."])
 
     def stream(chat: list[dict[str, Any]], options: ChatOptions) -> Iterator[Chunk]:
         assert options.tools is not None
+        choices.append(options.tools.choice)
         parser = CallParser(fmt, options.tools.choice != "auto")
         text = next(answers)
         for i in range(0, len(text), 5):
@@ -237,9 +237,17 @@ def test_the_untagged_call_runs_through_the_tool_loop() -> None:
         said, found = parser.feed("", final=True)
         yield Chunk(said, (), (), None, None, None, Stats(stop_reason="eos"), done=True, calls=tuple(found))  # type: ignore[arg-type]
 
+    return stream
+
+
+ASK_ORDER = [{"role": "user", "content": "What is the shipping status of order A-4521? Use the tool to look it up."}]
+
+
+def test_the_untagged_call_runs_through_the_tool_loop() -> None:
+    """The answers of the issue's run, replayed: the call runs, its result goes back, the second answer is text."""
+    stream = replay(iter([CODER_ANSWER, "Order A-4521 shipped on 2026-12-01."]), [])
     orders = Orders()
-    ask = [{"role": "user", "content": "What is the shipping status of order A-4521? Use the tool to look it up."}]
-    events = list(run_tool_loop(stream, ask, ChatOptions(), orders, lambda call, source: True))
+    events = list(run_tool_loop(stream, ASK_ORDER, ChatOptions(), orders, lambda call, source: True))
     assert orders.calls == [{"order_id": "A-4521"}]
     assert [e.result.text for e in events if isinstance(e, CallFinished)] == ["shipped on 2026-12-01"]
     end = events[-1]
@@ -278,3 +286,23 @@ def test_a_control_token_opener_is_not_in_the_text_and_the_call_is_still_read(mi
     assert calls and "".join(c.text for c in chunks) == ""
     assert calls[0]["function"]["name"] in ("get_weather", "add")
     json.loads(calls[0]["function"]["arguments"])
+
+
+def test_a_call_repeated_with_its_result_in_hand_is_not_run_again() -> None:
+    """What the bench model did greedily on the issue's question (2026-12-06): after the result it called again
+    with the same arguments (laid out differently), round after round, then said nothing. The repeat is not run;
+    the next round must answer (tool choice none), and does, from the result it has."""
+    choices: list[str] = []
+    answers = iter([CODER_FENCED, CODER_DOUBLED, "Order A-4521 shipped on 2026-12-01."])
+    orders = Orders()
+    events = list(run_tool_loop(replay(answers, choices), ASK_ORDER, ChatOptions(), orders, lambda c, s: True))
+    assert orders.calls == [{"order_id": "A-4521"}]
+    assert choices == ["auto", "auto", "none"]
+    end = events[-1]
+    assert isinstance(end, LoopFinished) and end.rounds == 3
+    assert [m["role"] for m in end.messages] == ["user", "assistant", "tool", "assistant"]  # no repeat kept
+    assert end.messages[-1]["content"] == "Order A-4521 shipped on 2026-12-01."
+    other = iter([CODER_ANSWER, CODER_ANSWER.replace("A-4521", "B-7"), "Both looked up."])
+    orders = Orders()  # other arguments are another call: it runs
+    list(run_tool_loop(replay(other, []), ASK_ORDER, ChatOptions(), orders, lambda c, s: True))
+    assert orders.calls == [{"order_id": "A-4521"}, {"order_id": "B-7"}]

@@ -125,9 +125,10 @@ def run_tool_loop(
     chat = [dict(m) for m in messages]
     done: list[tuple[ToolCall, bool, ToolResult]] = []
     rounds: list[Chunk] = []
+    answer_now = False  # the last round only repeated calls whose results the model has: it must answer
     for n in range(1, max_rounds + 1):
         yield RoundStarted(n)
-        choice = (first_choice if n == 1 else "auto") if n < max_rounds else "none"
+        choice = (first_choice if n == 1 else "auto") if n < max_rounds and not answer_now else "none"
         request = ToolRequest(tools, choice, parallel=False) if tools else None  # a call, its result, then on
         text: list[str] = []
         thought: list[str] = []
@@ -150,6 +151,12 @@ def run_tool_loop(
             chat.append({"role": "assistant", "content": said, **thinking})
             yield LoopFinished(chat, last, n, done, rounds)
             return
+        if n > 1 and all(_key(c) in {_key(d[0]) for d in done} for c in calls):
+            # Small models often call again with the same arguments after the result came back (Qwen2.5-Coder
+            # 1.5B, greedy, on issue 50's question, until the rounds ran out, then said nothing): the model
+            # has those results, so the calls are not run again and the next round must answer with text.
+            answer_now = True
+            continue
         chat.append({"role": "assistant", "content": said, **thinking, "tool_calls": [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls
         ]})
@@ -167,6 +174,14 @@ def run_tool_loop(
             yield CallFinished(call, result)
             chat.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": result.text})
     raise AssertionError("unreachable: the last round cannot call")  # pragma: no cover
+
+
+def _key(call: ToolCall) -> tuple[str, str]:
+    """A call's name and arguments, the same however the model laid the JSON out."""
+    try:
+        return call.name, json.dumps(json.loads(call.arguments), sort_keys=True)
+    except ValueError:
+        return call.name, call.arguments
 
 
 def _run(toolbox: Toolbox, call: ToolCall, source: str, cancel: threading.Event) -> ToolResult:
