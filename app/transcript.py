@@ -52,7 +52,7 @@ from PySide6.QtWidgets import QApplication, QTextBrowser, QWidget
 from app import thinking_block
 from app.code_highlight import highlight, language_label, mix
 from app.open_source import open_source, source_url
-from app.plain_words import meta_line
+from app.plain_words import meta_line, meta_tooltip
 from app.store import StoredMessage, tool_rounds
 
 _FENCE = re.compile(r"^(```|~~~)[ \t]*([\w+#.-]*)[^\n]*$", re.MULTILINE)
@@ -336,11 +336,12 @@ class TranscriptView(QTextBrowser):
         citations = meta.get("citations") if role == "assistant" else None
         if isinstance(citations, list) and citations:
             self._sources([c for c in citations if isinstance(c, dict) and c.get("path")])
-        line = meta_line(meta) if role == "assistant" else ""
+        line = meta_line(meta, content) if role == "assistant" else ""
         if line:
             small = QTextCharFormat()
             small.setForeground(palette.color(QPalette.ColorRole.PlaceholderText))
             small.setFontPointSize(max(7.0, self.font().pointSizeF() * 0.85))
+            small.setToolTip(meta_tooltip(meta))  # the technical line, on demand (#51)
             self._new_block(top_margin=self._line() * 0.2).insertText(line, small)
 
     def _body(self, content: str, flags: list[bool] | None, live: bool) -> None:

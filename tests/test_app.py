@@ -85,7 +85,11 @@ def test_send_streams_text_then_stats(qtbot, window: MainWindow) -> None:
     stored = window.store.messages(window.conversation)
     assert [m.role for m in stored] == ["user", "assistant"] and stored[1].content.strip() == answer
     assert stored[1].meta["pair"] == "F16 ← Q4_K_M" and stored[1].meta["tokens"] > 0
-    assert "Low · F16 ← Q4_K_M" in window.transcript.toPlainText()
+    # Under the answer, plain words; the technical line is the small line's tooltip (#51).
+    text = window.transcript.toPlainText()
+    assert "Exact answer" in text and "F16 ← Q4_K_M" not in text and "acceptance" not in text
+    cursor = window.transcript.document().find("Exact answer")
+    assert cursor.charFormat().toolTip().startswith("Low · F16 ← Q4_K_M")
     assert window.input.toPlainText() == "" and window.composer.send_button.isEnabled()
 
 
@@ -166,7 +170,7 @@ def test_conversation_persists_across_restart(qtbot, demo_cache: Path, tmp_path:
     assert second.chats.conversations.count() == 1
     second.chats.conversations.setCurrentRow(0)
     text = second.transcript.toPlainText()
-    assert "Name three primary colors." in text and answer.split()[0] in text and "tok/s" in text
+    assert "Name three primary colors." in text and answer.split()[0] in text and "words/s" in text
     second.close()
 
 

@@ -13,7 +13,7 @@ from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QApplication
 
 from app.pace import DELIVER_MS, GUI_SHARE, Pace
-from app.plain_words import BUSY
+from app.plain_words import BUSY, gain_text
 from app.settings import load_settings
 from app.speed_chart import MAX_POINTS, REPAINT_MS, SpeedChart
 from app.turn_runner import TurnRequest, TurnRunner
@@ -133,7 +133,10 @@ def test_status_bar_and_meta_line_show_the_speedup_and_the_chart_one_point_per_c
         check_speedup_text(w.stats.speedup.text(), s, "f16")
         assert w.stats.speedup.text() == speedup_text(answer_facts(last))
         assert f"{s.elapsed_s:.2f} s" in w.stats.speedup.toolTip()
-        check_speedup_text(w.transcript.toPlainText(), s, "f16")  # the meta line under the answer
+        # The small line under the answer says it in plain words, the technical line is its tooltip (#51).
+        assert gain_text(answer_facts(last)) in w.transcript.toPlainText()
+        line = w.transcript.document().find(gain_text(answer_facts(last)))
+        check_speedup_text(line.charFormat().toolTip(), s, "f16")
         assert stored["speedup"] == pytest.approx(s.speedup, abs=1e-3)
 
     # A new answer starts a new chart.
