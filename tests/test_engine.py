@@ -12,6 +12,7 @@ from runtime.decode.sampling import SamplingParams
 from runtime.decode.text_stream import split_stop
 from runtime.engine.engine import ChatOptions, Engine, EngineSettings
 from runtime.engine.prompt import fit_context
+from runtime.engine.thread import reading_text
 from runtime.errors import Cancelled, ContextTooLong, UserError
 from runtime.models.cache import DEMO_NAME, ModelDir
 from tests.conftest import copy_of_demo
@@ -274,3 +275,29 @@ def test_costs_measured_under_load_are_measured_again_at_most_once_in_a_while(en
     assert engine.costs("f16")[1] is False  # measured again
     engine.measurements.mark_stale("f16")
     assert engine.costs("f16")[1] is True  # just measured: kept
+
+
+def test_the_wait_before_the_first_token_names_the_tokens_to_read_and_learns_the_speed(engine: Engine) -> None:
+    """`on_reading` gets the prompt's tokens that are not cached; an answer that read enough of them teaches
+    the engine its reading speed, which the next wait's estimate uses (the window's "Reading … (about 40 s)")."""
+    engine.reset_caches()
+    engine.read_rate = None
+    told: list[tuple[int, float | None]] = []
+    long = user("Summarise this: " + " ".join(f"item {i} is on shelf {i % 7}." for i in range(60)))
+    chunks = list(engine.stream_chat(long, ChatOptions(max_tokens=4), on_reading=lambda n, r: told.append((n, r))))
+    s = chunks[-1].stats
+    assert told == [(s.prompt_tokens - s.reused_tokens, None)] and s.prompt_tokens - s.reused_tokens >= 128
+    assert engine.read_rate == pytest.approx((s.prompt_tokens - s.reused_tokens) / s.ttft_s)
+    told.clear()
+    follow = [*long, {"role": "assistant", "content": chunks_text(chunks)}, {"role": "user", "content": "Thanks."}]
+    chunks = list(engine.stream_chat(follow, ChatOptions(max_tokens=4), on_reading=lambda n, r: told.append((n, r))))
+    s = chunks[-1].stats
+    assert told[0][0] == s.prompt_tokens - s.reused_tokens < 128  # the conversation so far was cached
+    assert told[0][1] is not None and told[0][1] > 0
+    assert reading_text(3412, 85.0, True) == "Reading 3,412 tokens of your documents and the conversation (about 40 s)…"
+    assert reading_text(40, 85.0, False) == "Reading 40 tokens of the conversation…"  # under 2 s: no estimate
+    assert reading_text(3412, None, False) == "Reading 3,412 tokens of the conversation…"
+
+
+def chunks_text(chunks: list) -> str:
+    return "".join(c.text for c in chunks)

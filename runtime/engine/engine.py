@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +64,9 @@ def resolve_model(name: str | None, root: Path | None = None) -> ModelDir:
     raise UserError(f"{len(complete)} models in {root} ({', '.join(complete)}): choose one with --model NAME")
 
 
+READ_RATE_MIN = 128  # prompt tokens read before the first token that make a reading speed worth keeping
+
+
 class Engine(Answers):
     """Owns the loaded tiers of one model and answers chats with them."""
 
@@ -102,6 +105,9 @@ class Engine(Answers):
         # ... and on disk, for long stable prefixes (documents, long system prompts), across restarts
         self.prompt_store = PromptStore(max_bytes=self.settings.prompt_store_bytes)
         self._stored: tuple[Identity, LlamaBackend, int] | None = None  # the answer's state to save after it
+        # Prompt tokens this machine read per second before the first token, from the last answer that read
+        # enough of them to tell (None before): the estimate of a long wait (`stream_chat`'s on_reading).
+        self.read_rate: float | None = None
         self._libraries: dict[str | None, Library] = {}  # documents indexes grounded answers read, by path
         router.warm_up()
 
@@ -113,12 +119,32 @@ class Engine(Answers):
         return prepare(self, messages, options or ChatOptions(), cancel)
 
     def stream_chat(
-        self, messages: Sequence[Message], options: ChatOptions | None = None, cancel: threading.Event | None = None
+        self,
+        messages: Sequence[Message],
+        options: ChatOptions | None = None,
+        cancel: threading.Event | None = None,
+        *,
+        on_reading: Callable[[int, float | None], None] | None = None,
     ) -> Iterator[Chunk]:
         """Answer `messages` with the next assistant turn, streaming Chunks; the last has done=True. The chat
-        may end with any role: after an assistant's or a system message the model writes a new turn."""
-        yield from run(self.prepare(messages, options, cancel), cancel)
+        may end with any role: after an assistant's or a system message the model writes a new turn.
+        `on_reading(tokens, read_rate)`: once the prompt is built, how many of its tokens are still to read
+        (the rest is cached) and this machine's last measured reading speed (a window's wait says so)."""
+        plan = self.prepare(messages, options, cancel)
+        if on_reading is not None:
+            on_reading(len(plan.prompt) - plan.reused, self.read_rate)
+        last: Chunk | None = None
+        for last in run(plan, cancel):
+            yield last
+        if last is not None:
+            self._learn_read_rate(last.stats)
         self.store_prompt()
+
+    def _learn_read_rate(self, stats: Stats) -> None:
+        """The reading speed of an answer that read at least READ_RATE_MIN tokens (fewer: overheads dominate)."""
+        read = stats.prompt_tokens - stats.reused_tokens
+        if read >= READ_RATE_MIN and stats.ttft_s > 0:
+            self.read_rate = read / stats.ttft_s
 
     def store_prompt(self) -> None:
         """After an answer whose prompt has a long stable prefix: its state on disk, if none is there yet."""

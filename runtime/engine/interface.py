@@ -55,6 +55,18 @@ class LoadedEngine(ChatEngine, Protocol):
     hardware: Inventory
     workers: list[WorkerProbe]
 
+    def stream_chat(
+        self,
+        messages: Sequence[Message],
+        options: ChatOptions | None = None,
+        cancel: threading.Event | None = None,
+        *,
+        on_reading: Callable[[int, float | None], None] | None = None,
+    ) -> Iterator[Chunk]:
+        """As ChatEngine's; `on_reading(tokens, read_rate)` once the prompt is built: the tokens still to read
+        and the machine's last measured reading speed (tokens per second; None before it is known)."""
+        ...
+
     @property
     def calibrated(self) -> bool: ...
 

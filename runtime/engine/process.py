@@ -18,7 +18,7 @@ import logging
 import multiprocessing
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from multiprocessing.connection import Connection
 from typing import Any
@@ -153,10 +153,16 @@ class EngineProcess(Answers):
         self._ask("reset_caches")
 
     def stream_chat(
-        self, messages: Sequence[Message], options: ChatOptions | None = None, cancel: threading.Event | None = None
+        self,
+        messages: Sequence[Message],
+        options: ChatOptions | None = None,
+        cancel: threading.Event | None = None,
+        *,
+        on_reading: Callable[[int, float | None], None] | None = None,
     ) -> Iterator[Chunk]:
         """The child's answer, one request at a time. As with a JobReader, a caller that leaves before the end
-        cancels the answer (here: the child's, read on to its end so the next request starts clean)."""
+        cancels the answer (here: the child's, read on to its end so the next request starts clean).
+        `on_reading` is not called: the prompt is built in the child, which sends Chunks only."""
         with self._lock:
             self._ensure_child()
             self._cancel.clear()

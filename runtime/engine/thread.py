@@ -49,6 +49,15 @@ class QueueFull(SpecQuantError):
         self.retry_after_s = retry_after_s
 
 
+def reading_text(tokens: int, rate: float | None, documents: bool) -> str:
+    """The wait before the first words, once the prompt is built: "Reading 3,412 tokens of your documents and
+    the conversation (about 40 s)…"; the time only where the machine's reading speed is known and it is long."""
+    what = "your documents and the conversation" if documents else "the conversation"
+    estimate = tokens / rate if rate else 0.0
+    about = f" (about {estimate:.0f} s)" if estimate >= 2 else ""
+    return f"Reading {tokens:,} tokens of {what}{about}…"
+
+
 class EngineThread(Answers):
     """A thread with one Engine and a FIFO of jobs. `max_queue`: waiting jobs allowed (None: no bound).
     The window and the API post `Job`s through their JobReaders; `stream_chat` (the ChatEngine Protocol) is
@@ -228,11 +237,16 @@ class EngineThread(Answers):
                 engine.calibration()
                 _check(job, "while measuring this machine")
             # The window's wait says what takes the time before the first words (after a load, the prompt).
-            if job.options.documents is not None:
-                _tell(job, Status("Searching your documents and reading the passages found…"))
+            documents = job.options.documents is not None
+            if documents:
+                _tell(job, Status("Searching your documents…"))
             else:
                 _tell(job, Status("Reading the conversation…"))
-            for chunk in engine.stream_chat(job.messages, job.options, job.cancel):
+
+            def reading(tokens: int, rate: float | None) -> None:
+                _tell(job, Status(reading_text(tokens, rate, documents)))
+
+            for chunk in engine.stream_chat(job.messages, job.options, job.cancel, on_reading=reading):
                 _tell(job, chunk)
         except Cancelled:  # a Stop needs no reason (the window shows none)
             _tell(job, Failure("", "cancelled"))
