@@ -45,11 +45,12 @@ class AtHighestPrecision(Exception):
 @dataclass
 class Choices:
     """What a chat answers with: its documents (None: none, "": every collection, else one), its system-prompt
-    preset (None: none) and whether it may call tools."""
+    preset (None: none), whether it may call tools, and whether a thinking model thinks (None: as Settings say)."""
 
     documents: str | None = None
     preset: str | None = None
     tools: bool = False
+    thinking: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -128,11 +129,12 @@ class ChatController(QObject):
         if conversation is None:
             return self.unsent
         s = self.store
-        return Choices(s.documents(conversation), s.preset(conversation), s.tools(conversation))
+        return Choices(s.documents(conversation), s.preset(conversation), s.tools(conversation),
+                       s.thinking(conversation))
 
     def choose(self, conversation: int | None, what: str, value: Any) -> None:
-        """Keep a chat's `what` ("documents", "preset" or "tools") with the conversation (a new chat's until its
-        first message); UserError when the history refuses it (locked, full, read-only)."""
+        """Keep a chat's `what` ("documents", "preset", "tools" or "thinking") with the conversation (a new
+        chat's until its first message); UserError when the history refuses it (locked, full, read-only)."""
         if conversation is None:
             setattr(self.unsent, what, value)
         else:
@@ -149,6 +151,8 @@ class ChatController(QObject):
             conversation = self.store.create(title[:TITLE_CHARS] + ellipsis, u.documents, u.preset, model)
             if u.tools:
                 self.store.set_tools(conversation, True)
+            if u.thinking is not None:
+                self.store.set_thinking(conversation, u.thinking)
         self.store.add_message(conversation, "user", text)
         return Turn(conversation, self.store.messages(conversation))
 
@@ -178,6 +182,8 @@ class ChatController(QObject):
         them when `search`). UserError when the history or mcp.json refuses."""
         c, choices, index = turn.conversation, self.choices(turn.conversation), self.documents_index
         options = settings.chat_options(parent=turn.parent)
+        if choices.thinking is not None:  # this chat's switch over the Settings' default
+            options = replace(options, thinking=None if choices.thinking else False)
         if choices.documents is not None:
             options = replace(options, documents=Grounding(choices.documents or None, index=str(index)))
         preset, missing = self.presets.for_answer(choices.preset, settings)

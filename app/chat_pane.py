@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import Signal
+from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QStatusBar, QVBoxLayout, QWidget
 
 from app.approval_dialog import ApprovalPrompt
@@ -50,6 +51,7 @@ class ChatPane(QWidget):
         self.chat, self.store, self.stats, self.status, self.banner = chat, chat.store, stats, status, banner
         self.chats, self.tools_panel, self.settings = chats, tools_panel, settings
         self.conversation: int | None = None
+        self.think_switch: QAction | None = None  # the Chat menu's "Let the model think": this chat's switch
         self.transcript, self.composer = TranscriptView(), Composer()
         self.approval = ApprovalPrompt(self, chat.answer_approval)
         layout = QVBoxLayout(self)
@@ -98,6 +100,7 @@ class ChatPane(QWidget):
         self.composer.show_documents(choices.documents)
         self.composer.show_preset(choices.preset)
         self.tools_panel.show_chat_tools(choices.tools)
+        self.show_thinking()
         live = self.chat.live
         if live is not None and live.conversation == c:
             self.transcript.begin_live()
@@ -117,6 +120,16 @@ class ChatPane(QWidget):
         elif self.chats.confirm_delete(conversation):
             self.store.delete(conversation)
             self.open_conversation(None)
+
+    def show_thinking(self) -> None:
+        """The Chat menu's switch as this chat has it (a chat never switched: as Settings say)."""
+        if self.think_switch is not None:
+            chosen = self.chat.choices(self.conversation).thinking
+            self.think_switch.setChecked(self.settings().thinking if chosen is None else chosen)
+
+    def choose_thinking(self, on: bool) -> None:
+        """This chat's thinking on or off (a thinking model's: others have nothing to switch)."""
+        self.store_call(self.chat.choose, self.conversation, "thinking", on)
 
     def choose_documents(self, documents: str | None) -> None:
         """What this chat answers from, as the Answer-from box says: None no documents, "" all, else one."""

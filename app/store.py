@@ -35,10 +35,12 @@ log = logging.getLogger("specquant.app")
 # 2: conversations.documents (what a chat answers from). 3: conversations.preset (its system-prompt preset)
 # and conversations.model (the model it answers with). An older file is upgraded in place when opened: its
 # chats load with no documents, no preset and the window's current model. conversations.tools (whether the
-# chat may call tools) came later without a new number: a reader of schema 3 selects the columns it knows, so
-# an older SpecQuant still opens a file that has it, and a file without it gains it when opened.
+# chat may call tools) and conversations.thinking (its thinking switch) came later without a new number: a
+# reader of schema 3 selects the columns it knows, so an older SpecQuant still opens a file that has them, and
+# a file without them gains them when opened.
 SCHEMA_VERSION = 3
-ADDED_COLUMNS = ("documents", "preset", "model", "tools")  # nullable TEXT columns added since version 1, in order
+# Nullable TEXT columns added since version 1, in order.
+ADDED_COLUMNS = ("documents", "preset", "model", "tools", "thinking")
 TOOL_TURN = "tool_turn"  # an answer's meta: the rounds of tool calls before its last words (`tool_rounds`)
 TOOLS_UNUSED = "tools_unused"  # an answer's meta: True when tools were offered and the model called none
 THINKING = "thinking"  # an answer's meta: a thinking model's thought, apart from its content (old files: none)
@@ -58,7 +60,8 @@ CREATE TABLE IF NOT EXISTS conversations (
     documents TEXT,  -- what answers come from: NULL no documents, '' every collection, else a collection's name
     preset TEXT,  -- the system-prompt preset's name (runtime.engine.system_presets); NULL none
     model TEXT,  -- the model the chat answers with; NULL the window's current one
-    tools TEXT  -- '1': its answers may call the Tools panel's tools; NULL they may not
+    tools TEXT,  -- '1': its answers may call the Tools panel's tools; NULL they may not
+    thinking TEXT  -- '1' a thinking model thinks in this chat, '0' it does not; NULL as Settings say
 );
 CREATE TABLE IF NOT EXISTS messages (
     id INTEGER PRIMARY KEY,
@@ -364,6 +367,16 @@ class Store:
     def set_tools(self, conversation_id: int, on: bool) -> None:
         with self._guard():
             self.db.execute("UPDATE conversations SET tools = ? WHERE id = ?", ("1" if on else None, conversation_id))
+
+    def thinking(self, conversation_id: int) -> bool | None:
+        """Whether a thinking model thinks in this chat (the Chat menu's switch); None: as Settings say."""
+        value = self._text_column("thinking", conversation_id)
+        return None if value is None else value == "1"
+
+    def set_thinking(self, conversation_id: int, on: bool | None) -> None:
+        value = None if on is None else "1" if on else "0"
+        with self._guard():
+            self.db.execute("UPDATE conversations SET thinking = ? WHERE id = ?", (value, conversation_id))
 
     def model(self, conversation_id: int) -> str | None:
         """The model the conversation last answered with (or was switched to); None if never recorded."""

@@ -55,6 +55,7 @@ class MainWindow(QMainWindow):
         self.models, self.presets_dialog = ModelsDialog(self.release_engine, self), PresetsDialog(self)
         self._build()
         self.menus = Menus(self, self.settings.highlight_draft, self.settings.speed_chart)
+        self.pane.think_switch = self.menus.thinking_toggle
         self._connect()
         self.refresh_models()
         self.refresh_presets()
@@ -220,6 +221,7 @@ class MainWindow(QMainWindow):
         self.stats.show_api(self.api.url)
         apply_look(s)
         self.menus.show_view(s.highlight_draft, s.speed_chart)
+        self.pane.show_thinking()  # a chat never switched follows the Settings' default
         self.transcript.highlight_draft = s.highlight_draft
         self.stats.chart.setVisible(s.speed_chart)
         self.open_conversation(self.conversation)
@@ -228,6 +230,9 @@ class MainWindow(QMainWindow):
         m = self.menus
         self.apply_settings(replace(self.settings, highlight_draft=m.highlight_toggle.isChecked(),
                                     speed_chart=m.chart_toggle.isChecked()))
+
+    def toggle_thinking(self) -> None:
+        self.pane.choose_thinking(self.menus.thinking_toggle.isChecked())
 
     def regenerate(self, higher: bool) -> None:
         self.pane.regenerate(higher)

@@ -343,6 +343,10 @@ class Menus:
         _act(chat, "&Regenerate", lambda: w.regenerate(higher=False), "Ctrl+R")
         _act(chat, "Regenerate at &higher precision", lambda: w.regenerate(higher=True), "Ctrl+Shift+R")
         chat.addSeparator()
+        # A thinking model's (Qwen3, SmolLM3…) switch for this chat; Settings → Advanced holds the default.
+        self.thinking_toggle = _act(chat, "Let the model &think before answering", w.toggle_thinking)
+        self.thinking_toggle.setCheckable(True)
+        self.thinking_toggle.setToolTip("For models that think aloud (Qwen3, SmolLM3, DeepSeek-R1): in this chat only")
         _act(chat, "Manage &instructions…", w.show_presets)
         view = bar.addMenu("&View")
         _act(view, "Zoom &in", lambda: w.zoom(+1), [QKeySequence("Ctrl++"), QKeySequence("Ctrl+=")])

@@ -306,5 +306,22 @@ def test_the_window_shows_the_thought_as_a_closed_block_and_stores_it_apart(
         shown = w.transcript.toPlainText()
         assert "▸ Thinking · " in shown and thought not in shown  # closed once the answer began
         assert shown.index("Thinking") < shown.index(stored.content.strip()[:20])
+
+        # Thinking off in this chat (the Chat menu's switch): its next answer has no thought; a new chat
+        # follows Settings (on); the first chat keeps its switch when opened again.
+        switch, thinking_chat = w.menus.thinking_toggle, w.conversation
+        assert switch.isChecked()  # as Settings say
+        switch.trigger()
+        assert not switch.isChecked() and w.store.thinking(thinking_chat) is False
+        ask(qtbot, w, "And why is the sunset red?", timeout=120_000)
+        after = w.store.messages(thinking_chat)[-1]
+        assert after.content and not after.meta.get("thinking")
+        w.new_conversation()
+        assert switch.isChecked()
+        ask(qtbot, w, "Why is grass green?", timeout=120_000)
+        assert w.store.messages(w.conversation)[-1].meta.get("thinking")
+        assert w.store.thinking(w.conversation) is None
+        w.open_conversation(thinking_chat)
+        assert not switch.isChecked()
     finally:
         w.close()
