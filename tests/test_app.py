@@ -338,7 +338,8 @@ def test_model_manager_adds_uses_and_deletes_a_model(
     assert names == sorted([DEMO_NAME, "micro-added"])
     assert w.model == "micro-added" and w.model_bar.model_box.currentData() == "micro-added"  # the new model is used
     item = dialog.tree.findItems("micro-added", Qt.MatchFlag.MatchExactly)[0]
-    assert [item.child(i).text(0) for i in range(item.childCount())] == ["F16", "Q8_0", "Q4_K_M"]
+    tiers = [item.child(i).text(0) for i in range(item.childCount())]  # in words, the tier's name after
+    assert tiers == ["Full model (F16)", "Compressed, 8-bit (Q8_0)", "Compressed, 4-bit (Q4_K_M)"]
     dialog.tree.setCurrentItem(item)
     monkeypatch.setattr("app.models_dialog.QMessageBox.question", lambda *a, **k: QMessageBox.StandardButton.Yes)
     qtbot.mouseClick(dialog.delete_button, Qt.MouseButton.LeftButton)

@@ -359,7 +359,9 @@ def test_linux_bundle_installs_and_passes_its_self_test(tmp_path: Path) -> None:
     here = tuple(int(n) for n in platform.libc_ver()[1].split(".")[:2])
     checks = contents.check(tarballs[0], "linux", "x86_64", floor=max(here, GLIBC_FLOOR))
     print(f"contents check: {'; '.join(checks)}")
-    assert checks[:2] == ["contents: 12 parts present", "OpenMP runtime libgomp.so.1 bundled"], checks
+    # llama.cpp's libgomp.so.1, and sentencepiece's own copy (auditwheel renames what its wheel carries).
+    assert checks[0] == "contents: 12 parts present", checks
+    assert checks[1].startswith("OpenMP runtime ") and "libgomp.so.1" in checks[1].split(), checks
 
     # The release job's own self-test (installer/selftest.py): installed from and into folders named with a
     # space and an accent, the glibc floor, the self-test offscreen and in a window on Xvfb.

@@ -70,11 +70,17 @@ class ModelRoom:
             return self._judged[key]
 
     def models_max(self) -> int:
-        """How many of the converted models fit in memory together (the default of --models-max)."""
+        """How many of the converted models fit in memory together (the default of --models-max); one where
+        RPC workers hold parents (their memory is theirs: only the engine, connected to them, can plan it)."""
+        if self.settings.rpc:
+            return 1
         return models_that_fit([self.of(m) for m in complete_models()], self.budget)
 
     def check(self, name: str) -> None:
-        """A 400 naming the models that fit, if model `name` (a complete model in the cache) does not."""
+        """A 400 naming the models that fit, if model `name` (a complete model in the cache) does not. With RPC
+        workers the engine judges, connected to them: a worker that is down is its 503, not a 400 here."""
+        if self.settings.rpc:
+            return
         md = ModelDir(cache_root(), name)
         r = self.of(CachedModel(name, md.path, md.read_manifest(), ()))
         if r.fits:
