@@ -41,6 +41,10 @@ def test_an_answer_asked_again_is_drafted_from_the_first(root: Path) -> None:
         again, drafted, accepted = answer(engine, QUESTION, lookup)
         assert first == plain and again == plain
         assert accepted > 0 and drafted >= accepted
+        engine.reset_caches()  # a benchmark's next run: it must not draft the answer it repeats
+        assert engine.said.tokens == 0
+        repeat, drafted, _ = answer(engine, QUESTION, lookup)
+        assert repeat == plain and drafted == 0
     finally:
         engine.close()
 

@@ -67,6 +67,7 @@ def main(args: argparse.Namespace) -> int:
             n_ctx=args.ctx,
             n_threads=args.threads,
             placement=PlacementSettings(max_memory_bytes=memory_budget(args)),
+            prompt_store_bytes=0,  # each run reads its prompt: a state saved on disk by an earlier run would not
         ),
         with_sweep=args.sweep,
         allow_exec=args.allow_exec,

@@ -243,10 +243,13 @@ class Engine(Answers):
         return parent, draft
 
     def reset_caches(self) -> None:
-        """Forget every KV cache, saved prompts too (benchmarks: each run pays the same prefill)."""
+        """Forget every KV cache, the prompts kept in RAM and everything said before (benchmarks: each run pays
+        the same prefill, and a repeat cannot draft the answer it repeats); the disk's prompt states stay."""
         for b in self._backends.values():
             b.truncate(0)
         self.prompt_cache.clear()
+        if self.said is not None:
+            self.said.clear()
 
     def llama_seconds(self) -> float:
         """Time spent inside llama_decode across the loaded tiers."""
