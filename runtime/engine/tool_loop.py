@@ -151,7 +151,7 @@ def run_tool_loop(
             chat.append({"role": "assistant", "content": said, **thinking})
             yield LoopFinished(chat, last, n, done, rounds)
             return
-        if n > 1 and all(_key(c) in {_key(d[0]) for d in done} for c in calls):
+        if {_key(c) for c in calls} <= {_key(call) for call, _, _ in done}:
             # Small models often call again with the same arguments after the result came back (Qwen2.5-Coder
             # 1.5B, greedy, on issue 50's question, until the rounds ran out, then said nothing): the model
             # has those results, so the calls are not run again and the next round must answer with text.
