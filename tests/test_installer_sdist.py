@@ -13,6 +13,7 @@ import pytest
 
 from installer import contents, flavour, sdist
 from runtime.errors import SpecQuantError, UserError
+from runtime.machine import cpu_variant
 from tests.test_installer_systems import macho, macos_app, pe, stand_in, windows_bundle, with_cli
 
 
@@ -175,3 +176,12 @@ def test_the_arm_bundles_hold_their_baseline_kernels_within_their_floors(tmp_pat
         contents.check_folder(win, "windows", "arm64")
     assert contents.baseline_cpu("windows", "arm64") == contents.baseline_cpu("linux", "arm64") == "armv8.0_1"
     assert contents.baseline_cpu("macos", "arm64") == "apple_m1"
+
+
+def test_the_runtime_finds_the_arm_variants_by_their_dotted_names(tmp_path: Path) -> None:
+    """SpecQuant's own choice of CPU kernels (runtime.machine.cpu_variant) must see ARM's variants, whose names
+    hold a dot; without them it would say that this CPU is not supported."""
+    lib = linux_arm_bundle(tmp_path / "arm", "2.39") / "_internal/llama_cpp/lib"
+    found = cpu_variant.variant_libraries(lib)
+    assert [cpu_variant.variant_name(p) for p in found] == sorted(contents.CPU_VARIANTS[("linux", "aarch64")])
+    assert [p.name for p in cpu_variant.other_backends(lib)] == ["libggml-rpc.so"]
