@@ -14,7 +14,7 @@ import pytest
 from installer import contents, flavour, sdist
 from runtime.errors import SpecQuantError, UserError
 from runtime.machine import cpu_variant
-from tests.test_installer_systems import macho, macos_app, pe, stand_in, windows_bundle, with_cli
+from tests.test_installer_systems import macho, macos_app, stand_in, windows_bundle, with_cli
 
 
 @pytest.fixture(scope="module")
@@ -75,8 +75,8 @@ def test_cmake_args_now_decide_metal_on_an_intel_mac(source: Path, tmp_path: Pat
 
 
 def test_the_contents_check_expects_the_variants_ggml_really_builds(source: Path, tmp_path: Path) -> None:
-    ggml = (source / sdist.GGML).read_text()
-    x86 = branch(ggml, 'if (GGML_SYSTEM_ARCH STREQUAL "x86")', "elseif(GGML_SYSTEM_ARCH")
+    ggml = branch((source / sdist.GGML).read_text(), "if (GGML_CPU_ALL_VARIANTS)", "elseif (GGML_CPU)")
+    x86 = branch(ggml, 'if (GGML_SYSTEM_ARCH STREQUAL "x86")', 'elseif(GGML_SYSTEM_ARCH STREQUAL "ARM")')
     assert sorted(variants_in(x86)) == sorted(contents.CPU_VARIANTS[("macos", "x86_64")])  # GCC and clang's
     linux_arm = branch(ggml, 'if (CMAKE_SYSTEM_NAME MATCHES "Linux")\n            # Many', "elseif")
     assert variants_in(linux_arm) == list(contents.CPU_VARIANTS[("linux", "aarch64")])

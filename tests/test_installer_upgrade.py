@@ -55,7 +55,7 @@ else:
     titles = [c.title for c in store.conversations()]
     index = Index()
     print(json.dumps({"titles": titles, "collections": [n for _, n in index.collections()],
-                      "font": QSettings(ORGANIZATION, APPLICATION).value("window/font_size")}))
+                      "font": QSettings(ORGANIZATION, APPLICATION).value("window/font_size", type=int)}))
 """
 
 
