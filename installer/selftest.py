@@ -179,6 +179,25 @@ def linux_install(tarball: Path, work: Path) -> LinuxInstall:
     return installed
 
 
+def files_under(folder: Path) -> dict[str, int]:
+    """Each file under `folder` with its size: what an upgrade must leave as it was."""
+    return {str(p.relative_to(folder)): p.stat().st_size for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def kept(folder: Path, before: dict[str, int], what: str) -> None:
+    if not folder.is_dir() or files_under(folder) != before:
+        raise SpecQuantError(f"{what} changed or lost the user's models ({folder})")
+
+
+def linux_reinstall(tarball: Path, installed: LinuxInstall, work: Path) -> None:
+    """Install the same file again over the installed copy, as an upgrade does: the user's models stay."""
+    before = files_under(installed.models)
+    top = unpack(tarball, work / ODD / "again")
+    checked(["sh", top / "install.sh"], installed.env(), "install.sh over the installed copy")
+    shutil.rmtree(top.parent)
+    kept(installed.models, before, "installing again over the installed copy")
+
+
 def linux_uninstall(installed: LinuxInstall) -> None:
     checked(["sh", installed.program / "uninstall.sh"], installed.env(), "uninstall.sh")
     if installed.program.exists() or (installed.home / ".local/bin/specquant").exists():
@@ -205,6 +224,8 @@ def linux(tarball: Path, work: Path, xvfb: bool = True, floor: tuple[int, ...] =
         checks.append("self-test in a window on Xvfb")
     routes(installed.program / "specquant", installed.env())
     checks.append("specquant route")
+    linux_reinstall(tarball, installed, work)
+    checks.append("installing again keeps the models")
     linux_uninstall(installed)
     checks.append("uninstall keeps the models")
     return checks
@@ -219,7 +240,8 @@ def windows(setup: Path, work: Path, png: Path | None = None) -> list[str]:
     folder, models = work / ODD / "SpecQuant", work / ODD / "models"
     quiet = ["/VERYSILENT", "/SUPPRESSMSGBOXES", "/NORESTART"]
     setup_log = LOG[0].with_name("setup-install.log") if LOG else work / "setup.log"  # kept as evidence
-    checked([setup, *quiet, "/CURRENTUSER", f"/DIR={folder}", f"/LOG={setup_log}"], os.environ, setup.name)
+    install = [setup, *quiet, "/CURRENTUSER", f"/DIR={folder}", f"/LOG={setup_log}"]
+    checked(install, os.environ, setup.name)
     checks = [f"installed per user into '{ODD}'"]
     # The models go to a scratch folder rather than the runner's own AppData.
     env = dict(os.environ, SPECQUANT_CACHE_DIR=str(models))
@@ -229,6 +251,10 @@ def windows(setup: Path, work: Path, png: Path | None = None) -> list[str]:
         checks.append(window_screenshot(folder / "specquant-app.exe", env, png))
     routes(folder / "specquant.exe", env)
     checks.append("specquant route")
+    before = files_under(models)
+    checked(install, os.environ, f"{setup.name}, again over the installed copy")  # as an upgrade runs
+    kept(models, before, "installing again over the installed copy")
+    checks.append("installing again keeps the models")
     checked([folder / "unins000.exe", *quiet], os.environ, "the uninstaller")
     # The uninstaller hands over to a copy of itself in %TEMP% and returns at once: wait for it to finish.
     for _ in range(120):

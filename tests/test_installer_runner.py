@@ -48,7 +48,8 @@ def stand_in_tarball(folder: Path, record: Path) -> Path:
     program = bundle / "specquant-app"
     program.write_text(f'#!/bin/sh\necho "$1 ${{QT_QPA_PLATFORM:-unset}}" >> "{record}"\n'
                        'case "$1" in\n'
-                       '  --self-test) mkdir -p "$HOME/.local/share/specquant/models"; echo "self-test passed" ;;\n'
+                       '  --self-test) mkdir -p "$HOME/.local/share/specquant/models"\n'
+                       '    echo GGUF > "$HOME/.local/share/specquant/models/demo.gguf"; echo "self-test passed" ;;\n'
                        '  route) echo \'{"level": 0}\' ;;\n'
                        'esac\n')
     program.chmod(0o755)
@@ -66,13 +67,27 @@ def test_every_run_that_wants_no_window_says_offscreen_and_its_output_is_kept(tm
     monkeypatch.setattr(selftest, "LOG", [log])
     monkeypatch.setenv("QT_QPA_PLATFORM", "xcb")  # a runner's desktop session says otherwise
     checks = selftest.linux(stand_in_tarball(tmp_path / "src", record), tmp_path / "work", xvfb=False)
-    assert checks[-1] == "uninstall keeps the models" and "self-test offscreen" in checks
+    assert checks[-2:] == ["installing again keeps the models", "uninstall keeps the models"]
+    assert "self-test offscreen" in checks
     runs = record.read_text().splitlines()
     assert "--self-test offscreen" in runs and "route offscreen" in runs
     assert not [r for r in runs if r.split()[0] in ("--self-test", "route") and not r.endswith("offscreen")]
     kept = log.read_text()
     assert "=== self-test offscreen: " in kept and "self-test passed" in kept and "=== install.sh: sh " in kept
     assert selftest.no_window({"QT_QPA_PLATFORM": "windows"}) == {"QT_QPA_PLATFORM": "offscreen"}
+    assert "=== install.sh over the installed copy: sh " in kept
+
+
+def test_installing_again_must_keep_the_models(tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    (models / "demo").mkdir(parents=True)
+    (models / "demo" / "tier.gguf").write_bytes(b"GGUF")
+    before = selftest.files_under(models)
+    assert before == {"demo/tier.gguf": 4}
+    selftest.kept(models, before, "installing again")
+    (models / "demo" / "tier.gguf").unlink()
+    with pytest.raises(SpecQuantError, match=r"^installing again changed or lost the user's models \("):
+        selftest.kept(models, before, "installing again")
 
 
 def test_windows_error_boxes_are_off_for_the_self_test_and_its_children() -> None:
