@@ -4,6 +4,7 @@ setup is compiled with the pinned Inno Setup, which says which one it used."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import struct
 import sys
@@ -117,6 +118,11 @@ def test_the_build_keeps_its_logs_beside_the_artefacts(tmp_path: Path, monkeypat
     assert sorted(p.name for p in kept) == ["build-cpu-all-variants.log", "pyinstaller.log", "warn-specquant.txt"]
     assert (out / "logs" / "warn-specquant.txt").read_text() == "missing module named foo"
     assert build.keep_logs("cuda", tmp_path / "empty") == []  # nothing built yet: nothing to keep, no error
+    stale = os.stat(work / "pyinstaller.log").st_mtime - 3600
+    os.utime(work / "pyinstaller.log", (stale, stale))  # an earlier build's log: not this build's evidence
+    later = tmp_path / "dist2"
+    later.mkdir()
+    assert "pyinstaller.log" not in [p.name for p in build.keep_logs("cpu-all-variants", later, stale + 1800)]
 
 
 # --- the pinned Inno Setup --------------------------------------------------------------------------------
