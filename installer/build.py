@@ -89,9 +89,33 @@ def package(bundle: Path, dist: Path, out: Path, meta: Meta) -> list[Path]:
     raise UserError(f"no installer for {sys.platform}: build on Linux, Windows or macOS")
 
 
+def keep_logs(flavour: str, out: Path, since: float = 0.0) -> list[Path]:
+    """Copy the logs this build wrote (modified at `since`, a time.time(), or later) into OUT/logs, whether it
+    passed or failed: the wheel's compile log, PyInstaller's log and its warn file (the modules it could not
+    find). A failed release job uploads that folder; an older build's logs would mislead, so they stay out."""
+    pyinstaller = cache_dir() / f"pyinstaller-{flavour}"
+    found = [default_wheel_dir(flavour).parent / f"build-{flavour}.log", pyinstaller / "pyinstaller.log",
+             *sorted(pyinstaller.glob("*/warn-*.txt"))]
+    kept = []
+    for log in found:
+        if log.is_file() and log.stat().st_mtime >= since:
+            (out / "logs").mkdir(exist_ok=True)
+            kept.append(out / "logs" / log.name)
+            shutil.copyfile(log, kept[-1])
+    return kept
+
+
 def build(args: argparse.Namespace) -> tuple[list[Path], int, float]:
     """Artefacts, the bundle's unpacked size and PyInstaller's time."""
     out = writable_folder(args.out)
+    started = time.time() - 1  # file times may be rounded down to the second
+    try:
+        return _build(args, out)
+    finally:
+        keep_logs(args.flavour, out, started)
+
+
+def _build(args: argparse.Namespace, out: Path) -> tuple[list[Path], int, float]:
     meta = read_meta(REPO, args.name, args.with_demo_model)
     wheel = portable_wheel(args.flavour, args.wheels)
     python = ensure_environment(cache_dir() / f"build-venv-{args.flavour}", wheel, REPO)

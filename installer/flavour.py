@@ -15,7 +15,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from installer import progress
+from installer import progress, sdist
+from installer.retry import timed_run
 from runtime.errors import UserError
 from runtime.models.cache import default_wheel_dir
 
@@ -41,7 +42,10 @@ _CPU_SINGLE = re.compile(r"(^|[/\\])(lib)?ggml-cpu\.(so|dll|dylib)$")
 #   thread pool replaces it (llama.cpp's own Windows releases either copy the DLL or do the same).
 # - macOS on Intel: no Metal. llama-cpp-python turns Metal on for every Apple build, and an Intel Mac's GPU
 #   gains nothing from it; the runner's paravirtual one aborts on missing ops.
-SYSTEM_FLAGS = {("windows", "x86_64"): " -DGGML_OPENMP=OFF", ("macos", "x86_64"): " -DGGML_METAL=OFF"}
+#   The -D only holds because installer/sdist.py drops the FORCE with which llama-cpp-python sets it ON.
+# - Windows on Arm: no OpenMP either (libomp140.aarch64.dll, the same story).
+SYSTEM_FLAGS = {("windows", "x86_64"): " -DGGML_OPENMP=OFF", ("windows", "arm64"): " -DGGML_OPENMP=OFF",
+                ("macos", "x86_64"): " -DGGML_METAL=OFF"}
 
 
 def this_system() -> str:
@@ -103,11 +107,34 @@ def check_wheel(folder: Path) -> Path:
     return wheel
 
 
+SDIST = f"llama_cpp_python-{LLAMA_VERSION}.tar.gz"
+
+
+def fetch_sdist(cache: Path, timeout: float = 600) -> Path:
+    """llama-cpp-python's source archive: the copy in `cache`, or downloaded there from PyPI once."""
+    found = cache / SDIST
+    if found.is_file():
+        return found
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache) as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
+               f"llama-cpp-python=={LLAMA_VERSION}", "-d", tmp]
+        done = timed_run(cmd, "downloading llama-cpp-python's source", timeout, capture_output=True, text=True)
+        got = Path(tmp) / SDIST
+        if done.returncode != 0 or not got.is_file():
+            said = " | ".join((done.stdout + done.stderr).strip().splitlines()[-2:])
+            raise UserError(f"could not download llama-cpp-python {LLAMA_VERSION}'s source: {said or 'no output'}")
+        got.replace(found)  # whole, or not at all
+    return found
+
+
 def build_wheel(flavour: str, folder: Path) -> Path:
     """Compile llama-cpp-python with the flavour's flags into `folder` (6 to 25 minutes on 2 cores, once),
     showing the compiler's progress; its whole log stays in `folder`'s parent as build-FLAVOUR.log.
 
-    `pip wheel --no-cache-dir`: pip's wheel cache ignores CMAKE_ARGS and could return another flavour.
+    It is built from the source archive with installer/sdist.py's patch applied, so that CMAKE_ARGS decide
+    Metal on every Mac and the CPU variants on Windows on Arm. `pip wheel --no-cache-dir`: pip's wheel cache
+    ignores CMAKE_ARGS and could return another flavour.
     """
     flags = cmake_args(flavour)
     print(
@@ -118,7 +145,12 @@ def build_wheel(flavour: str, folder: Path) -> Path:
     env = dict(os.environ, CMAKE_ARGS=flags, CMAKE_BUILD_PARALLEL_LEVEL=str(os.cpu_count() or 2))
     folder.parent.mkdir(parents=True, exist_ok=True)
     log = folder.parent / f"build-{flavour}.log"
+    source = fetch_sdist(folder.parent / "sdist")
     with tempfile.TemporaryDirectory() as tmp:
+        tree = sdist.unpack(source, Path(tmp) / "src")
+        unforced = sdist.patch_tree(tree)
+        print(f"build_installer: patched llama-cpp-python's build files ({unforced} forced switches freed, "
+              "installer/sdist.py)", file=sys.stderr)
         cmd = [
             sys.executable,
             "-m",
@@ -127,7 +159,7 @@ def build_wheel(flavour: str, folder: Path) -> Path:
             "-v",  # ninja's "[done/total]" lines, for the progress
             "--no-deps",
             "--no-cache-dir",
-            f"llama-cpp-python=={LLAMA_VERSION}",
+            str(tree),
             "-w",
             tmp,
         ]

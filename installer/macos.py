@@ -7,17 +7,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from installer import binaries, contents
-from installer.artefact import TEMPLATES
+from installer.artefact import TEMPLATES, fill
 from installer.bundle import link_cli
 from installer.metadata import BUNDLE_ID, PUBLISHER, Meta, this_arch
 from installer.release import TARGETS
-from installer.retry import run_retrying
+from installer.retry import run_retrying, timed_run
 from runtime.errors import SpecQuantError
 
 
@@ -43,6 +42,15 @@ def info_plist(meta: Meta) -> dict[str, Any]:
         "NSHighResolutionCapable": True,
         "NSHumanReadableCopyright": f"© {PUBLISHER}; licence notices in the app's assets/licences",
     }
+
+
+README = "Read me first.txt"  # beside the app in the disk image
+
+
+def dmg_readme(meta: Meta) -> str:
+    """What the disk image says beside the app: how to open an app that is not notarised, per macOS version
+    (15 and later no longer let Control-click > Open skip Gatekeeper), and where the user's data stays."""
+    return fill("dmg-readme.txt", name=meta.name, version=meta.version, floor=floor())
 
 
 def codesign_command(app: Path, identity: str) -> list[str]:
@@ -86,7 +94,7 @@ def repair_rpaths(app: Path, identity: str) -> list[Path]:
     broken = unresolved_backends(app)
     for lib in broken:
         for cmd in rpath_commands(lib, identity):
-            if subprocess.run(cmd).returncode != 0:
+            if timed_run(cmd, f"repairing {lib.name}'s rpath", timeout=300).returncode != 0:
                 raise SpecQuantError(f"`{' '.join(cmd[:3])}` failed on {lib.name}")
     still = unresolved_backends(app)
     if still:
@@ -107,7 +115,7 @@ def package(dist: Path, out: Path, meta: Meta) -> list[Path]:
     repaired = repair_rpaths(app, identity)
     if repaired:
         print(f"build_installer: gave {len(repaired)} of llama.cpp's libraries the rpath @loader_path")
-    if subprocess.run(codesign_command(app, identity)).returncode != 0:
+    if timed_run(codesign_command(app, identity), f"sealing {app.name}", timeout=1200).returncode != 0:
         raise SpecQuantError(f"codesign could not sign {app.name} as {identity!r}")
     hdiutil = shutil.which("hdiutil")
     if hdiutil is None:
@@ -116,6 +124,7 @@ def package(dist: Path, out: Path, meta: Meta) -> list[Path]:
     with tempfile.TemporaryDirectory(dir=out) as tmp:
         shutil.copytree(app, Path(tmp) / app.name, symlinks=True)
         (Path(tmp) / "Applications").symlink_to("/Applications")
+        (Path(tmp) / README).write_text(dmg_readme(meta), encoding="utf-8")
         cmd = [hdiutil, "create", "-quiet", "-volname", meta.name, "-srcfolder", tmp, "-ov", "-format", "UDZO",
                str(partial)]
         try:

@@ -34,7 +34,7 @@ RECORD = ".selftest.json"  # beside each file in a job's upload: where it was bu
 @dataclass(frozen=True)
 class Target:
     os: str  # linux, windows, macos: the name build_installer.py gives the system
-    arch: str  # x86_64, arm64
+    arch: str  # x86_64, arm64, aarch64: as installer.metadata.this_arch() says it on that runner
     runner: str  # the GitHub-hosted runner that builds and self-tests it
     suffix: str  # what follows the base name in the file build_installer.py makes
     system: str  # as the README's download table names it: the floor below, in words
@@ -51,19 +51,32 @@ class Target:
 # Linux on Ubuntu 22.04's glibc 2.35, the oldest GitHub still hosts: the bundle then runs on Ubuntu 22.04 and
 # later, Debian 12, Fedora 36 and later, Mint 21, Arch (docs/installers.md). A manylinux container's older
 # glibc would reach further, but its Pythons have no shared libpython, which PyInstaller needs.
+# ARM Linux on Ubuntu 24.04's glibc 2.39: PySide6's aarch64 wheels (manylinux_2_39) need it, whatever the runner.
+# macOS on macos-15 (the macos-14 images were retired on 2 November 2026) and macos-15-intel (the last Intel
+# image, supported until August 2027); the floor stays macOS 14 through MACOSX_DEPLOYMENT_TARGET.
 TARGETS = {
     t.key: t
     for t in (
         Target("linux", "x86_64", "ubuntu-22.04", ".tar.gz", "Linux with glibc 2.35 or later, x86-64", (2, 35)),
+        Target("linux", "aarch64", "ubuntu-24.04-arm", ".tar.gz", "Linux with glibc 2.39 or later, ARM64 (aarch64)",
+               (2, 39)),
         Target("windows", "x86_64", "windows-2022", "-setup.exe", "Windows 10 (1903 or later) or 11, x86-64",
                (10, 0, 18362)),
+        # Windows 11 (build 22000): Qt 6 supports Windows on Arm from 11 on.
+        Target("windows", "arm64", "windows-11-arm", "-setup.exe", "Windows 11 on Arm", (10, 0, 22000)),
         # macOS 14: numpy's wheels for macOS 14 and later use Accelerate, and pip picks them on these runners;
         # PySide6 6.11 needs 13.
-        Target("macos", "arm64", "macos-14", ".dmg", "macOS 14 or later, Apple silicon", (14, 0)),
+        Target("macos", "arm64", "macos-15", ".dmg", "macOS 14 or later, Apple silicon", (14, 0)),
         Target("macos", "x86_64", "macos-15-intel", ".dmg", "macOS 14 or later, Intel", (14, 0)),
     )
 }
-GLIBC_FLOOR = TARGETS["linux-x86_64"].floor  # the Linux bundle may need no newer glibc than Ubuntu 22.04's
+GLIBC_FLOOR = TARGETS["linux-x86_64"].floor  # the x86-64 Linux bundle may need no newer glibc than Ubuntu 22.04's
+
+
+def floor_of(system: str, arch: str) -> tuple[int, ...]:
+    """The floor of the release target built for `system` on `arch` (x86_64 where no target has that arch)."""
+    t = TARGETS.get(f"{system}-{arch}") or TARGETS[f"{system}-x86_64"]
+    return t.floor
 
 
 def target(key: str) -> Target:

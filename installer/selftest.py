@@ -9,6 +9,11 @@ self-test twice: offscreen, and in a window on a virtual X display (xvfb-run). W
 with the system's own Qt platform on the runner's desktop and keep a screenshot of the window after its answer
 (FILE.window.png beside the file, uploaded as its own artifact). Each check passed goes into a record beside
 the file, which `release collect` uploads and the release notes cite.
+
+On a runner nobody closes a dialog, so nothing it starts may open one: Windows' error boxes are off for it and
+its children (SetErrorMode), every run that wants no window says so (QT_QPA_PLATFORM=offscreen), and every
+command has a time limit that, when it runs out, names the step and the command. Every command's output also
+goes to OUT/logs/selftest-TARGET.log, which the workflow keeps when a job fails.
 """
 
 from __future__ import annotations
@@ -18,7 +23,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -28,8 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from installer.linux import glibc_needed
-from installer.release import GLIBC_FLOOR, RECORD, Target, release_file, target, version
-from installer.retry import run_retrying
+from installer.release import RECORD, TARGETS, Target, release_file, target, version
+from installer.retry import run_retrying, timed_run
 from runtime.errors import SpecQuantError, UserError, run_command
 
 ODD = "Programme für alle"  # every folder the check installs into has a space and a non-ASCII letter
@@ -37,14 +41,48 @@ CLEAN_PATH = "/usr/bin:/bin"  # Linux and macOS: no Python, nothing of the build
 XVFB = ["xvfb-run", "--auto-servernum", "env", "QT_QPA_PLATFORM=xcb"]  # the app defaults to offscreen otherwise
 
 
-def checked(cmd: Sequence[str | Path], env: Mapping[str, str], what: str, timeout: float = 900) -> str:
-    """Run `cmd`; its stdout, or an error naming `what` with the end of its output."""
-    done = subprocess.run([str(c) for c in cmd], env=dict(env), capture_output=True, text=True, timeout=timeout,
-                          encoding="utf-8", errors="replace")
+# Where each command's whole output goes (main sets it): the evidence a failed job uploads.
+LOG: list[Path] = []
+STEP_TIMEOUT_S = 900  # one command; the workflow's step has its own limit above all of them
+
+
+def log_output(what: str, cmd: Sequence[str], out: str) -> None:
+    if LOG:
+        with open(LOG[0], "a", encoding="utf-8") as f:
+            f.write(f"=== {what}: {' '.join(cmd)}\n{out.rstrip()}\n\n")
+
+
+def checked(cmd: Sequence[str | Path], env: Mapping[str, str], what: str, timeout: float = STEP_TIMEOUT_S) -> str:
+    """Run `cmd`; its stdout, or an error naming `what` with the end of its output (or, when it hangs past
+    `timeout`, naming `what` and the command)."""
+    args = [str(c) for c in cmd]
+    done = timed_run(args, what, timeout, env=dict(env), capture_output=True, text=True, encoding="utf-8",
+                     errors="replace")
+    log_output(what, args, done.stdout + done.stderr)
     if done.returncode != 0:
         tail = " | ".join((done.stdout + done.stderr).strip().splitlines()[-8:])
         raise SpecQuantError(f"{what} failed with exit code {done.returncode}: {tail or 'no output'}")
     return done.stdout
+
+
+# SEM_FAILCRITICALERRORS | SEM_NOGPFAULTERRORBOX | SEM_NOOPENFILEERRORBOX: no "program has stopped working" or
+# "cannot find DLL" box waits for a click; the program fails instead, and its exit code says so.
+NO_ERROR_BOXES = 0x0001 | 0x0002 | 0x8000
+
+
+def no_error_boxes() -> int | None:
+    """Turn Windows' error boxes off for this process; the programs it starts inherit the mode. Elsewhere None."""
+    if sys.platform != "win32":
+        return None
+    import ctypes
+
+    ctypes.windll.kernel32.SetErrorMode(NO_ERROR_BOXES)  # type: ignore[attr-defined]
+    return NO_ERROR_BOXES
+
+
+def no_window(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` for a run that wants no window: Qt's offscreen platform, whatever the runner's environment says."""
+    return {**env, "QT_QPA_PLATFORM": "offscreen"}
 
 
 def self_test(program: Path, env: Mapping[str, str], what: str, wrap: Sequence[str] = (),
@@ -92,7 +130,7 @@ def window_screenshot(program: Path, env: Mapping[str, str], png: Path, platform
 
 def routes(cli: Path, env: Mapping[str, str]) -> None:
     """The command line answers too (on Windows a separate console program)."""
-    out = checked([cli, "route", "hello", "--json"], env, f"{cli.name} route")
+    out = checked([cli, "route", "hello", "--json"], no_window(env), f"{cli.name} route")
     if '"level"' not in out:
         raise SpecQuantError(f"{cli.name} route printed no level: {out.strip()[-300:]}")
 
@@ -141,6 +179,25 @@ def linux_install(tarball: Path, work: Path) -> LinuxInstall:
     return installed
 
 
+def files_under(folder: Path) -> dict[str, int]:
+    """Each file under `folder` with its size: what an upgrade must leave as it was."""
+    return {str(p.relative_to(folder)): p.stat().st_size for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def kept(folder: Path, before: dict[str, int], what: str) -> None:
+    if not folder.is_dir() or files_under(folder) != before:
+        raise SpecQuantError(f"{what} changed or lost the user's models ({folder})")
+
+
+def linux_reinstall(tarball: Path, installed: LinuxInstall, work: Path) -> None:
+    """Install the same file again over the installed copy, as an upgrade does: the user's models stay."""
+    before = files_under(installed.models)
+    top = unpack(tarball, work / ODD / "again")
+    checked(["sh", top / "install.sh"], installed.env(), "install.sh over the installed copy")
+    shutil.rmtree(top.parent)
+    kept(installed.models, before, "installing again over the installed copy")
+
+
 def linux_uninstall(installed: LinuxInstall) -> None:
     checked(["sh", installed.program / "uninstall.sh"], installed.env(), "uninstall.sh")
     if installed.program.exists() or (installed.home / ".local/bin/specquant").exists():
@@ -149,15 +206,16 @@ def linux_uninstall(installed: LinuxInstall) -> None:
         raise SpecQuantError(f"uninstall.sh deleted the user's models ({installed.models})")
 
 
-def linux(tarball: Path, work: Path, xvfb: bool = True) -> list[str]:
+def linux(tarball: Path, work: Path, xvfb: bool = True, floor: tuple[int, ...] = (2, 35),
+          runner: str = "ubuntu-22.04") -> list[str]:
     installed = linux_install(tarball, work)
     checks = [f"installed into '{ODD}', menu entry and icon"]
     needed, by = glibc_needed(installed.program)
-    if needed > GLIBC_FLOOR:
-        floor, where = ".".join(map(str, GLIBC_FLOOR)), by.relative_to(installed.program) if by else "?"
-        raise SpecQuantError(f"{where} needs glibc {needed[0]}.{needed[1]}, newer than {floor}: build on Ubuntu 22.04")
+    if needed > floor:
+        most, where = ".".join(map(str, floor)), by.relative_to(installed.program) if by else "?"
+        raise SpecQuantError(f"{where} needs glibc {needed[0]}.{needed[1]}, newer than {most}: build on {runner}")
     checks.append(f"needs glibc {needed[0]}.{needed[1]}")
-    self_test(installed.program / "specquant-app", installed.env(QT_QPA_PLATFORM="offscreen"), "self-test offscreen")
+    self_test(installed.program / "specquant-app", no_window(installed.env()), "self-test offscreen")
     checks.append("self-test offscreen")
     if xvfb:
         if shutil.which("xvfb-run", path=CLEAN_PATH) is None:
@@ -166,6 +224,8 @@ def linux(tarball: Path, work: Path, xvfb: bool = True) -> list[str]:
         checks.append("self-test in a window on Xvfb")
     routes(installed.program / "specquant", installed.env())
     checks.append("specquant route")
+    linux_reinstall(tarball, installed, work)
+    checks.append("installing again keeps the models")
     linux_uninstall(installed)
     checks.append("uninstall keeps the models")
     return checks
@@ -179,16 +239,22 @@ def windows(setup: Path, work: Path, png: Path | None = None) -> list[str]:
     and a silent uninstall."""
     folder, models = work / ODD / "SpecQuant", work / ODD / "models"
     quiet = ["/VERYSILENT", "/SUPPRESSMSGBOXES", "/NORESTART"]
-    checked([setup, *quiet, "/CURRENTUSER", f"/DIR={folder}", f"/LOG={work / 'setup.log'}"], os.environ, setup.name)
+    setup_log = LOG[0].with_name("setup-install.log") if LOG else work / "setup.log"  # kept as evidence
+    install = [setup, *quiet, "/CURRENTUSER", f"/DIR={folder}", f"/LOG={setup_log}"]
+    checked(install, os.environ, setup.name)
     checks = [f"installed per user into '{ODD}'"]
     # The models go to a scratch folder rather than the runner's own AppData.
     env = dict(os.environ, SPECQUANT_CACHE_DIR=str(models))
-    self_test(folder / "specquant-app.exe", env, "self-test")
+    self_test(folder / "specquant-app.exe", no_window(env), "self-test")
     checks.append("self-test offscreen")
     if png is not None:
         checks.append(window_screenshot(folder / "specquant-app.exe", env, png))
     routes(folder / "specquant.exe", env)
     checks.append("specquant route")
+    before = files_under(models)
+    checked(install, os.environ, f"{setup.name}, again over the installed copy")  # as an upgrade runs
+    kept(models, before, "installing again over the installed copy")
+    checks.append("installing again keeps the models")
     checked([folder / "unins000.exe", *quiet], os.environ, "the uninstaller")
     # The uninstaller hands over to a copy of itself in %TEMP% and returns at once: wait for it to finish.
     for _ in range(120):
@@ -223,7 +289,7 @@ def macos(dmg: Path, work: Path, png: Path | None = None) -> list[str]:
     home = work / ODD / "home"
     home.mkdir()
     env = {"HOME": str(home), "PATH": CLEAN_PATH}
-    self_test(app / "Contents/MacOS/specquant-app", env, "self-test")
+    self_test(app / "Contents/MacOS/specquant-app", no_window(env), "self-test")
     checks.append("self-test offscreen")
     if png is not None:
         checks.append(window_screenshot(app / "Contents/MacOS/specquant-app", env, png))
@@ -256,7 +322,7 @@ def run_checks(t: Target, artefact: Path, work: Path, xvfb: bool) -> list[str]:
     if sys.platform != expected:
         raise UserError(f"{artefact.name} is checked on {t.os}, and this is {sys.platform}")
     if t.os == "linux":
-        return linux(artefact, work, xvfb)
+        return linux(artefact, work, xvfb, t.floor, t.runner)
     # Windows and macOS runners have a desktop: the app opens there too, and its picture is kept.
     if t.os == "windows":
         return windows(artefact, work, screenshot_file(artefact))
@@ -265,7 +331,7 @@ def run_checks(t: Target, artefact: Path, work: Path, xvfb: bool) -> list[str]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m installer.selftest", description=__doc__.splitlines()[0])
-    p.add_argument("target", help="linux-x86_64, windows-x86_64, macos-arm64 or macos-x86_64")
+    p.add_argument("target", help="one of " + ", ".join(TARGETS))
     p.add_argument("--out", type=Path, default=Path("dist"), help="build_installer.py's --out (default: dist)")
     p.add_argument("--no-xvfb", action="store_true", help="Linux: skip the run on a virtual display (recorded)")
     return p
@@ -279,6 +345,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         artefact = args.out / release_file(t, version())
         if not artefact.is_file():
             raise UserError(f"{artefact} does not exist: build it with build_installer.py --with-demo-model")
+        no_error_boxes()
+        logs = args.out / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        LOG[:] = [logs / f"selftest-{t.key}.log"]
+        LOG[0].write_text("", encoding="utf-8")
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="specquant-selftest-", ignore_cleanup_errors=True) as work:
             checks = run_checks(t, artefact, Path(work), xvfb=not args.no_xvfb)

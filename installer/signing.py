@@ -21,7 +21,6 @@ import json
 import os
 import secrets
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -30,6 +29,7 @@ from pathlib import Path
 
 from installer import windows
 from installer.metadata import Meta, read_meta
+from installer.retry import timed_run
 from runtime.errors import SpecQuantError, UserError, run_command
 
 REPO = Path(__file__).resolve().parents[1]
@@ -89,9 +89,10 @@ def decoded(name: str, value: str, into: Path) -> Path:
     return into
 
 
-def _run(cmd: Sequence[str], what: str) -> None:
-    """Run a signing tool; its arguments hold passwords, so a failure names the step, never the command."""
-    if subprocess.run(list(cmd)).returncode != 0:
+def _run(cmd: Sequence[str], what: str, timeout: float = 1800) -> None:
+    """Run a signing tool; its arguments hold passwords, so a failure (or a hang) names the step, never the
+    command's arguments."""
+    if timed_run(cmd, what, timeout, secret=True).returncode != 0:
         raise SpecQuantError(f"{what} failed (the tool's message is above)")
 
 
@@ -130,9 +131,8 @@ def sign_windows(out: Path, meta: Meta, env: Mapping[str, str]) -> Path:
     folder = out / meta.artefact_base("windows")
     if not (folder / "specquant-app.exe").is_file():
         raise UserError(f"{folder} holds no specquant-app.exe: run build_installer.py --with-demo-model first")
-    iscc = windows.find_iscc()
-    if iscc is None:
-        raise UserError("Inno Setup's ISCC.exe is neither on PATH nor in Program Files: `choco install innosetup`")
+    iscc = windows.pinned_iscc().path
+    print(f"signing: compiling the setup with Inno Setup {windows.INNO_SETUP_VERSION} at {iscc}")
     values = decide(WINDOWS, env)
     if values is None:
         print(skipped(WINDOWS, env))
@@ -176,8 +176,8 @@ def macos_keychain(env: Mapping[str, str]) -> None:
         p12 = decoded("MACOS_CERTIFICATE", values["MACOS_CERTIFICATE"], Path(tmp) / "certificate.p12")
         for cmd in keychain_commands(p12, values["MACOS_CERTIFICATE_PASSWORD"], secrets.token_hex(16)):
             _run(cmd, f"`security {cmd[1]}`")
-    found = subprocess.run(["security", "find-identity", "-v", "-p", "codesigning", KEYCHAIN],
-                           capture_output=True, text=True).stdout
+    found = timed_run(["security", "find-identity", "-v", "-p", "codesigning", KEYCHAIN],
+                      "listing the keychain's identities", 120, capture_output=True, text=True).stdout
     if values["MACOS_SIGNING_IDENTITY"] not in found:
         raise UserError("MACOS_SIGNING_IDENTITY names no identity in MACOS_CERTIFICATE "
                         "(it should read \"Developer ID Application: NAME (TEAMID)\")")
@@ -210,7 +210,8 @@ def macos_notarise(out: Path, meta: Meta, env: Mapping[str, str]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         key = decoded("MACOS_NOTARY_KEY", notary["MACOS_NOTARY_KEY"], Path(tmp) / "notary-key.p8")
         cmd = notarytool_command(dmg, key, notary["MACOS_NOTARY_KEY_ID"], notary["MACOS_NOTARY_ISSUER"])
-        done = subprocess.run(cmd, capture_output=True, text=True)
+        # notarytool --wait: Apple's queue, usually minutes.
+        done = timed_run(cmd, f"notarising {dmg.name}", 3600, secret=True, capture_output=True, text=True)
     try:
         answer = json.loads(done.stdout)
     except ValueError:

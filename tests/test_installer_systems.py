@@ -132,20 +132,6 @@ def test_the_setup_refuses_windows_older_than_1903() -> None:
     assert release.TARGETS["windows-x86_64"].floor == (10, 0, 18362)
 
 
-def test_inno_setup_is_found_in_the_pinned_versions_folder_first(tmp_path: Path) -> None:
-    major = windows.INNO_SETUP_VERSION.split(".")[0]
-    for folder in (f"Inno Setup {major}", "Inno Setup 5"):
-        (tmp_path / folder).mkdir()
-        (tmp_path / folder / "ISCC.exe").write_text("")
-    env = {"PATH": str(tmp_path / "nothing"), "PROGRAMFILES(X86)": str(tmp_path)}
-    assert windows.find_iscc(env) == str(tmp_path / f"Inno Setup {major}" / "ISCC.exe")
-    shutil.rmtree(tmp_path / f"Inno Setup {major}")
-    assert windows.find_iscc(env) == str(tmp_path / "Inno Setup 5" / "ISCC.exe")  # another version, still found
-    assert windows.find_iscc({"PATH": str(tmp_path / "nothing")}) is None
-    flow = (REPO / ".github" / "workflows" / "release.yml").read_text()
-    assert f"choco install innosetup --version={windows.INNO_SETUP_VERSION} " in flow
-
-
 # --- 7. The embedding model in the bundle ------------------------------------------------------------------------
 
 
@@ -269,7 +255,7 @@ def stand_in(root: Path, files: dict[str, bytes]) -> Path:
     return root
 
 
-def windows_bundle(root: Path, omp: bool = False, manifest: bool = True) -> Path:
+def windows_bundle(root: Path, omp: bool = False, manifest: bool = True, arch: str = "x86_64") -> Path:
     code_page = windows.MANIFEST.read_bytes() if manifest else b""
     exe = pe(["KERNEL32.dll", "python311.dll"], (6, 0), code_page)
     cpu = pe(["KERNEL32.dll", "ggml-base.dll", *(["libomp140.x86_64.dll"] if omp else [])])
@@ -279,7 +265,7 @@ def windows_bundle(root: Path, omp: bool = False, manifest: bool = True) -> Path
         "_internal/PySide6/plugins/platforms/qwindows.dll": pe(["USER32.dll"]),
         "_internal/PySide6/plugins/platforms/qoffscreen.dll": pe(["USER32.dll"]),
         **{f"{lib}{n}.dll": pe(["KERNEL32.dll"]) for n in ("llama", "ggml", "ggml-base", "ggml-rpc")},
-        f"{lib}ggml-cpu-x64.dll": cpu, f"{lib}ggml-cpu-haswell.dll": cpu,
+        **{f"{lib}ggml-cpu-{v}.dll": cpu for v in contents.CPU_VARIANTS[("windows", arch)]},
         "_internal/llguidance/_lib.pyd": pe(["KERNEL32.dll"]),
         f"_internal/{contents.DEMO}": b"GGUF", f"_internal/{contents.EMBEDDING}": b"PK",
     })
@@ -287,8 +273,9 @@ def windows_bundle(root: Path, omp: bool = False, manifest: bool = True) -> Path
 
 def test_contents_check_passes_a_whole_windows_bundle_and_names_each_gap(tmp_path: Path) -> None:
     checks = contents.check_folder(windows_bundle(tmp_path / "ok"), "windows", "x86_64")
-    assert checks[1] == "no OpenMP runtime linked" and "Windows 10.0.18362" in checks[2]
-    omp = r"^ggml-cpu-haswell.dll links the OpenMP runtime libomp140.x86_64.dll, which the bundle lacks \(and 1 more\)$"
+    assert checks[-2] == "no OpenMP runtime linked" and "Windows 10.0.18362" in checks[-1]
+    omp = (r"^ggml-cpu-alderlake.dll links the OpenMP runtime libomp140.x86_64.dll, which the bundle lacks "
+           r"\(and 13 more\)$")
     with pytest.raises(SpecQuantError, match=omp):
         contents.check_folder(windows_bundle(tmp_path / "omp", omp=True), "windows", "x86_64")
     bundled = windows_bundle(tmp_path / "omp-bundled", omp=True)
@@ -328,7 +315,7 @@ def macos_app(root: Path, arch: str = "arm64", rpath: bool = True, minos: tuple[
         f"{lib}libggml.dylib": macho(["@rpath/libggml-base.dylib"], ["@loader_path"]),
         f"{lib}libggml-base.dylib": base,
         f"{lib}libggml-rpc.so": module,
-        f"{lib}libggml-cpu-{contents.BASELINE_CPU[arch]}.so": module,
+        **{f"{lib}libggml-cpu-{v}.so": module for v in contents.CPU_VARIANTS[("macos", arch)]},
         "Contents/Frameworks/llguidance/_lib.abi3.so": macho(),
         f"Contents/Resources/{contents.DEMO}": b"GGUF",
         f"Contents/Resources/{contents.EMBEDDING}": b"PK",
@@ -342,12 +329,13 @@ def with_cli(app: Path) -> Path:
 
 def test_contents_check_on_a_mac_app_reads_rpaths_floor_and_metal(tmp_path: Path) -> None:
     checks = contents.check_folder(with_cli(macos_app(tmp_path / "ok")), "macos", "arm64")
-    assert "macOS 14.0" in checks[2]
+    assert "macOS 14.0" in checks[-1]
     broken = with_cli(macos_app(tmp_path / "no-rpath", rpath=False))
     gap = r"libggml-cpu-apple_m1.so cannot find @rpath/libggml-base.dylib .*no rpath"
     with pytest.raises(SpecQuantError, match=gap):
         contents.check_folder(broken, "macos", "arm64")
-    assert sorted(p.name for p in macos.unresolved_backends(broken)) == ["libggml-cpu-apple_m1.so", "libggml-rpc.so"]
+    modules = [f"libggml-cpu-{v}.so" for v in contents.CPU_VARIANTS[("macos", "arm64")]] + ["libggml-rpc.so"]
+    assert sorted(p.name for p in macos.unresolved_backends(broken)) == sorted(modules)
     with pytest.raises(SpecQuantError, match=r"libggml-base.dylib needs macOS 15.0, newer than 14.0"):
         contents.check_folder(with_cli(macos_app(tmp_path / "new", minos=(15, 0))), "macos", "arm64")
     intel = with_cli(macos_app(tmp_path / "intel", arch="x86_64"))

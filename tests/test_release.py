@@ -119,7 +119,7 @@ def test_release_runs_one_at_a_time_and_uploads_screenshots_apart_from_the_files
     steps = flow["jobs"]["build"]["steps"]
     uploads = [s for s in steps if s.get("uses", "").startswith("actions/upload-artifact@")]
     names = sorted(s["with"]["name"] for s in uploads)
-    assert names == ["release-${{ matrix.target }}", "screenshot-${{ matrix.target }}"]
+    assert names == ["logs-${{ matrix.target }}", "release-${{ matrix.target }}", "screenshot-${{ matrix.target }}"]
     shot = next(s for s in uploads if s["with"]["name"].startswith("screenshot"))
     assert shot["if"] == "runner.os != 'Linux'" and shot["with"]["path"] == "dist/*.window.png"
     order = [s.get("name", s.get("uses", "")) for s in steps]
@@ -139,7 +139,7 @@ def test_every_script_the_workflows_call_exists_with_that_subcommand() -> None:
     for path in WORKFLOWS:
         for _, _, script in run_steps(yaml.safe_load(path.read_text())):
             for line in script.splitlines():
-                if match := re.search(r"python -m (installer\.\S+) (.*)", line):
+                if match := re.search(r"python -m (installer\.\S+) (.*?)(?: 2>&1 \| tee \S+)?$", line):
                     module, args = match[1], re.sub(r"\$\{\{.*?\}\}", "linux-x86_64", match[2])
                     parsers[module].parse_args(shlex.split(args.replace('"$GITHUB_REF_NAME"', "v1")))
                     called.add(module)
@@ -201,6 +201,44 @@ def test_release_file_names_are_what_build_installer_makes_here() -> None:
     names = {key: release.release_file(t, "1.2.3") for key, t in release.TARGETS.items()}
     assert names["windows-x86_64"] == "SpecQuant-1.2.3-windows-x86_64-demo-setup.exe"
     assert names["macos-arm64"] == "SpecQuant-1.2.3-macos-arm64-demo.dmg"
+    # ARM: each system's own name for it, as platform.machine() says it on that runner (installer.metadata).
+    assert names["windows-arm64"] == "SpecQuant-1.2.3-windows-arm64-demo-setup.exe"
+    assert names["linux-aarch64"] == "SpecQuant-1.2.3-linux-aarch64-demo.tar.gz"
+
+
+def test_every_target_has_its_runner_floor_and_setup() -> None:
+    """Issue 64: macOS on macos-15 with the floor kept at 14; the ARM files on GitHub's arm64 runners, each with
+    the floor its own dependencies set (PySide6's aarch64 wheels: glibc 2.39; Qt on Windows on Arm: 11)."""
+    runners = {key: t.runner for key, t in release.TARGETS.items()}
+    assert runners == {"linux-x86_64": "ubuntu-22.04", "linux-aarch64": "ubuntu-24.04-arm",
+                       "windows-x86_64": "windows-2022", "windows-arm64": "windows-11-arm",
+                       "macos-arm64": "macos-15", "macos-x86_64": "macos-15-intel"}
+    assert release.floor_of("macos", "arm64") == release.floor_of("macos", "x86_64") == (14, 0)
+    assert release.floor_of("linux", "aarch64") == (2, 39) and release.floor_of("linux", "x86_64") == (2, 35)
+    assert release.floor_of("windows", "arm64") == (10, 0, 22000)
+    assert "2.39" in release.TARGETS["linux-aarch64"].system and "11" in release.TARGETS["windows-arm64"].system
+    arm = windows.inno_script(Meta("SpecQuant", "1.2.3", "x"), "b", "b-setup", arch="arm64").splitlines()
+    assert "ArchitecturesAllowed=arm64" in arm and "ArchitecturesInstallIn64BitMode=arm64" in arm
+    assert "MinVersion=10.0.22000" in arm
+    x64 = windows.inno_script(Meta("SpecQuant", "1.2.3", "x"), "b", "b-setup", arch="x86_64").splitlines()
+    assert "ArchitecturesAllowed=x64compatible" in x64 and "MinVersion=10.0.18362" in x64
+    with pytest.raises(release.UserError, match="no Windows setup for the architecture 'riscv64'"):
+        windows.inno_script(Meta("SpecQuant", "1.2.3", "x"), "b", "b-setup", arch="riscv64")
+    matrix = {m["target"]: m for m in release_workflow()["jobs"]["build"]["strategy"]["matrix"]["include"]}
+    assert {m["python-arch"] for k, m in matrix.items() if "arm" in k or "aarch64" in k} == {"arm64"}
+    assert matrix["windows-arm64"]["vcvars"] == "arm64" and matrix["windows-x86_64"]["vcvars"] == "x64"
+
+
+def test_every_long_step_has_a_time_limit_and_a_failed_job_keeps_its_evidence() -> None:
+    steps = release_workflow()["jobs"]["build"]["steps"]
+    long_steps = [s for s in steps if re.search(r"build_installer|installer\.(selftest|contents|signing)|apt-get|choco",
+                                                 s.get("run", ""))]
+    assert len(long_steps) >= 9
+    assert all(0 < s.get("timeout-minutes", 0) <= 90 for s in long_steps), [s["name"] for s in long_steps]
+    logs = next(s for s in steps if s.get("with", {}).get("name") == "logs-${{ matrix.target }}")
+    assert logs["if"] == "failure() || github.event_name == 'workflow_dispatch'"
+    assert set(logs["with"]["path"].split()) == {"dist/logs/", "dist/*.window.png", "dist/*.selftest.json"}
+    assert all("tee dist/logs/contents.txt" in s["run"] for s in steps if "installer.contents" in s.get("run", ""))
 
 
 # --- tag, collect, publish ------------------------------------------------------------------------------
@@ -257,10 +295,9 @@ def test_publish_refuses_an_incomplete_release(tmp_path: Path) -> None:
 
 
 def test_collect_takes_the_file_and_its_self_test_record(tmp_path: Path) -> None:
-    here = next((t for t in release.TARGETS.values() if t.os == "linux"), None)
-    assert here is not None
-    if release.this_arch() != here.arch:
-        pytest.skip("the Linux target is x86-64")
+    here = next((t for t in release.TARGETS.values() if t.os == "linux" and t.arch == release.this_arch()), None)
+    if here is None:
+        pytest.skip(f"no Linux target is built on {release.this_arch()}")
     dist = tmp_path / "dist"
     dist.mkdir()
     name = release.release_file(here, VERSION)

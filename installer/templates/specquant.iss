@@ -16,9 +16,10 @@ DefaultDirName={autopf}\{#AppName}
 DefaultGroupName={#AppName}
 PrivilegesRequired=lowest
 PrivilegesRequiredOverridesAllowed=dialog
-ArchitecturesAllowed=x64compatible
-ArchitecturesInstallIn64BitMode=x64compatible
-; Windows 10 version 1903: the programs' manifest asks for the UTF-8 code page, which older Windows ignores.
+ArchitecturesAllowed=@ARCH@
+ArchitecturesInstallIn64BitMode=@ARCH@
+; x86-64: Windows 10 version 1903, since the programs' manifest asks for the UTF-8 code page, which older
+; Windows ignores. Arm: Windows 11, the first Qt 6 supports there.
 MinVersion=@MIN_VERSION@
 OutputDir=.
 OutputBaseFilename=@OUTPUT_BASE@

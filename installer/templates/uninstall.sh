@@ -1,7 +1,8 @@
 #!/bin/sh
 # Remove @NAME@: the program, its menu entry, icon and command links.
 #   uninstall.sh                 keeps your models and conversations (in ${XDG_DATA_HOME:-~/.local/share}/specquant)
-#   uninstall.sh --delete-data   removes them too, with the window's settings and the per-machine caches
+#   uninstall.sh --delete-data   removes them too, with your settings (the window's, presets, MCP servers), the
+#                                saved prompt states and the per-machine caches
 set -eu
 delete_data=no
 case "${1:-}" in
@@ -22,10 +23,13 @@ done
 rm -rf "$dest"
 command -v update-desktop-database >/dev/null 2>&1 && update-desktop-database -q "$data/applications" 2>/dev/null || true
 if [ "$delete_data" = yes ]; then
-  # Settings: Qt keeps them under the organisation name. Caches: only the per-machine verdicts (CPU kernels,
-  # workers); a source install's wheels stay.
+  # Settings: the window's (Qt keeps them under the organisation name) and the runtime's (presets, MCP servers,
+  # approvals). Caches: the saved prompt states and the per-machine verdicts (CPU kernels, GPUs, workers); a
+  # source install's wheels stay.
+  config=${XDG_CONFIG_HOME:-$HOME/.config}
   cache=${XDG_CACHE_HOME:-$HOME/.cache}/specquant
-  rm -rf "$data/specquant" "${XDG_CONFIG_HOME:-$HOME/.config}/SpecQuant" "$cache/cpu-variant" "$cache/rpc"
+  rm -rf "$data/specquant" "$config/SpecQuant" "$config/specquant" "$cache/prompt-states" "$cache/cpu-variant" \
+    "$cache/gpu-probe" "$cache/rpc"
   echo "@NAME@ is uninstalled, and your models and conversations ($data/specquant) are deleted."
 else
   echo "@NAME@ is uninstalled. Your models and conversations are still in $data/specquant:"

@@ -36,8 +36,8 @@ from runtime import child
 from runtime.atomic import write_text_atomic
 from runtime.errors import UserError
 
-# libggml-cpu-haswell.so, libggml-cpu-zen4.dylib, ggml-cpu-x64.dll
-_VARIANT = re.compile(r"^(?:lib)?ggml-cpu-(?P<name>[A-Za-z0-9_]+)\.(?:so|dylib|dll)$")
+# libggml-cpu-haswell.so, libggml-cpu-zen4.dylib, ggml-cpu-x64.dll; ARM's have dots: libggml-cpu-armv8.2_1.so
+_VARIANT = re.compile(r"^(?:lib)?ggml-cpu-(?P<name>[A-Za-z0-9_.]+)\.(?:so|dylib|dll)$")
 # Other dynamically loaded backends beside them (CUDA, Vulkan, RPC, BLAS, ...): loaded as they are.
 _OTHER_BACKEND = re.compile(r"^(?:lib)?ggml-(?P<name>[A-Za-z0-9_]+)\.(?:so|dylib|dll)$")
 _NOT_BACKENDS = {"base"}
