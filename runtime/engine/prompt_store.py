@@ -7,7 +7,8 @@ party) and the prefix's exact tokens. It holds the state llama.cpp serialised af
 starts with the same prefix restores it and keeps the tokens it shares, so a new question skips the
 documents and a follow-up skips the whole first turn. Written atomically (runtime.atomic) under a file lock,
 least recently used out within a byte budget. A file that is truncated, damaged or made for another identity
-or prefix is never used: one log line, and the prompt is read as if there were none.
+or prefix, or that llama.cpp refuses, is never used and never fails a request: one log line, the file is
+deleted (counted in `dropped`; the answer writes a good one) and the prompt is read as if there were none.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ class PromptStore:
         self.max_bytes = max(0, max_bytes) if max_bytes is not None else -1  # -1: decided at the first write
         self.hits = 0
         self.written = 0
+        self.dropped = 0  # files deleted as unreadable, damaged or refused by llama.cpp
         self._writer: threading.Thread | None = None
         self._seen: dict[Path, tuple[int, ...]] = {}  # the tokens of files read or written: a read is skipped
         # where the live KV cache already holds all that a file shares with the prompt
@@ -102,9 +104,7 @@ class PromptStore:
             return None
         found = decode(data, identity, prefix)
         if isinstance(found, str):
-            log.warning("prompt state %s not used: %s", path, found)
-            with contextlib.suppress(OSError):  # its name is this prompt's: the next answer writes a good one
-                path.unlink()
+            self.drop(path, found)
             return None
         with contextlib.suppress(OSError):  # least recently used goes first: a hit is a use
             os.utime(path)
@@ -128,10 +128,19 @@ class PromptStore:
         if keep <= live:
             return live
         if not backend.restore_prefix_state(tokens, state, keep):
-            log.warning("prompt state %s refused by llama.cpp, not used", self.path(identity, prompt[:stable]))
+            self.drop(self.path(identity, prompt[:stable]), "refused by llama.cpp")
             return 0
         self.hits += 1
         return keep
+
+    def drop(self, path: Path, why: str) -> None:
+        """A file not to use again: one log line, and gone (its name is this prompt's: the answer writes a good
+        one, where a kept bad file would be read, and refused, on every request)."""
+        log.warning("prompt state %s not used, deleted: %s", path, why)
+        self._seen.pop(path, None)
+        with contextlib.suppress(OSError):
+            path.unlink()
+        self.dropped += 1
 
     # --- writing ----------------------------------------------------------------------------------
     def keep(self, identity: Identity, backend: StateBackend, stable: int) -> None:
@@ -206,7 +215,8 @@ def encode(identity: Identity, tokens: Sequence[int], stable: int, state: bytes)
 
 
 def decode(data: bytes, identity: Identity, prefix: Sequence[int]) -> tuple[tuple[int, ...], bytes] | str:
-    """The tokens and state in `data`, or why they must not be used."""
+    """The tokens and state in `data`, or why they must not be used (never an exception: any file may be
+    damaged, or written by someone else)."""
     if not data.startswith(MAGIC) or len(data) < len(MAGIC) + 4:
         return "not a SpecQuant prompt state"
     at = len(MAGIC) + 4
@@ -215,8 +225,10 @@ def decode(data: bytes, identity: Identity, prefix: Sequence[int]) -> tuple[tupl
         header = json.loads(data[at : at + n])
         n_tokens, stable, size, crc = (int(header[k]) for k in ("n_tokens", "stable", "state_bytes", "crc32"))
         saved_identity = header["identity"]
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
         return "damaged header"
+    if min(n_tokens, stable, size, crc) < 0 or stable > n_tokens:
+        return "damaged header (a negative or inconsistent count)"
     if saved_identity != json.loads(json.dumps(asdict(identity))):
         return "made for another model file, build, context or party"
     at += n
