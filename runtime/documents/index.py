@@ -20,7 +20,7 @@ import numpy as np
 
 from runtime.documents.chunk import Passage
 from runtime.errors import UserError
-from runtime.paths import data_dir
+from runtime.paths import create_private, data_dir, private_dir
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,8 @@ class Index:
     def __init__(self, path: Path | str | None = None) -> None:
         self.path = Path(path) if path else default_path()
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(self.path.parent)
+            create_private(self.path)  # its -wal and -shm take its mode
         except OSError as e:
             raise UserError(f"cannot create the data folder {self.path.parent}: {e.strerror or e}") from None
         try:

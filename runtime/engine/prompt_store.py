@@ -31,6 +31,7 @@ import numpy as np
 from runtime.atomic import write_bytes_atomic
 from runtime.engine.prompt_cache import Identity, StateBackend, shared_prefix
 from runtime.errors import UserError
+from runtime.paths import cache_dir, private_dir
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +46,7 @@ def default_folder() -> Path:
     env = os.environ.get("SPECQUANT_PROMPT_STATES_DIR")
     if env:
         return Path(env).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("specquant", appauthor=False)) / "prompt-states"
+    return cache_dir() / "prompt-states"
 
 
 def stable_prefix(
@@ -166,7 +165,7 @@ class PromptStore:
 
     def _write(self, identity: Identity, tokens: tuple[int, ...], stable: int, state: bytes) -> None:
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
+            private_dir(self.folder)
             if self.max_bytes < 0:
                 self.max_bytes = default_budget(self.folder)
             data = encode(identity, tokens, stable, state)
@@ -184,7 +183,38 @@ def default_budget(folder: Path) -> int:
     """min(4 GiB, 10% of the free space where the states go)."""
     import shutil
 
+    while not folder.is_dir() and folder.parent != folder:  # not made yet: the disk it will be on
+        folder = folder.parent
     return min(DEFAULT_MAX_BYTES, shutil.disk_usage(folder).free // 10)
+
+
+def usage(folder: Path | None = None) -> tuple[int, int]:
+    """How many prompt states `folder` (default: the user's) holds, and their bytes."""
+    files = sizes(folder or default_folder())
+    return len(files), sum(files.values())
+
+
+def clear(folder: Path | None = None) -> tuple[int, int]:
+    """Remove every prompt state in `folder` (default: the user's), and leftovers of killed writes, under the
+    writers' lock (`specquant cache clear`, the window's Settings); how many states and bytes went.
+    Raises OSError (a folder that cannot be changed), filelock.Timeout (a write that does not end)."""
+    folder = folder or default_folder()
+    if not folder.is_dir():
+        return 0, 0
+    with filelock.FileLock(folder / ".lock", timeout=30):
+        files = sizes(folder)
+        for p in [*files, *folder.glob(f".*{SUFFIX}.*.partial")]:
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+    return len(files), sum(files.values())
+
+
+def sizes(folder: Path) -> dict[Path, int]:
+    found = {}
+    for p in folder.glob(f"*{SUFFIX}"):
+        with contextlib.suppress(OSError):
+            found[p] = p.stat().st_size
+    return found
 
 
 def evict(folder: Path, max_bytes: int) -> None:
