@@ -335,6 +335,17 @@ class Index:
             )
         )
 
+    def chunk_texts(self, file_id: int) -> list[str]:
+        """A file's chunk texts, in order."""
+        return [r[0] for r in self.db.execute("SELECT text FROM chunks WHERE file_id = ? ORDER BY ordinal", (file_id,))]
+
+    def note(self, file_id: int, text: str) -> bool:
+        """A line about an indexed file (its `error` column, shown as its reason); whether it is new."""
+        with self.transaction() as db:
+            cursor = db.execute("UPDATE files SET error = ? WHERE id = ? AND state = 'indexed' AND error IS NOT ?",
+                                (text, file_id, text))
+            return cursor.rowcount > 0
+
     def put_vectors(self, file_id: int, rows: list[tuple[int, bytes]], model: str) -> int:
         """Vectors for a file's existing chunks, in one transaction; chunks replaced meanwhile (another process
         re-indexed the file) are skipped. Returns how many were written."""
