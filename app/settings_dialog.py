@@ -14,8 +14,10 @@ from PySide6.QtWidgets import (
     QDialogButtonBox,
     QDoubleSpinBox,
     QFormLayout,
+    QHBoxLayout,
     QLabel,
     QLineEdit,
+    QPushButton,
     QSpinBox,
     QTabWidget,
     QVBoxLayout,
@@ -113,6 +115,13 @@ class SettingsDialog(QDialog):
         self.api_port = QSpinBox(minimum=1, maximum=65535, value=s.api_port)
         self.api_port.setEnabled(s.api_server)
         self.api_server.toggled.connect(self.api_port.setEnabled)
+        self.saved_prompts = QLabel()
+        self.saved_prompts.setToolTip("Long system prompts and documents saved after an answer, so the next chat "
+                                      "starts sooner; they hold whole chats and only you can read them")
+        self.clear_prompts = QPushButton("C&lear")
+        self.clear_prompts.setToolTip("Remove the saved prompts (as `specquant cache clear`)")
+        self.clear_prompts.clicked.connect(self._clear_prompts)
+        self._show_prompts()
         self.error = QLabel("")
         self.error.setStyleSheet("color: #b3261e;")
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
@@ -141,6 +150,10 @@ class SettingsDialog(QDialog):
         form.addRow("&Memory budget:", self.max_memory)
         form.addRow("&Workers:", self.workers)
         form.addRow("", self.highlight)
+        saved = QHBoxLayout()
+        saved.addWidget(self.saved_prompts, 1)
+        saved.addWidget(self.clear_prompts)
+        form.addRow("Saved prompts:", saved)
         self.tabs = QTabWidget()
         self.tabs.addTab(basic_page, "&Basic")
         self.tabs.addTab(advanced_page, "&Advanced")
@@ -148,6 +161,24 @@ class SettingsDialog(QDialog):
         layout.addWidget(self.tabs)
         layout.addWidget(self.error)
         layout.addWidget(buttons)
+
+    def _show_prompts(self) -> None:
+        from runtime.engine.prompt_store import default_folder, usage
+
+        files, size = usage()
+        self.saved_prompts.setText(f"{files} ({size / 1e6:.0f} MB) in {default_folder()}")
+        self.clear_prompts.setEnabled(files > 0)
+
+    def _clear_prompts(self) -> None:
+        import filelock
+
+        from runtime.engine.prompt_store import clear
+
+        try:
+            clear()
+        except (OSError, filelock.Timeout) as e:
+            self.error.setText(f"cannot clear the saved prompts: {e}")
+        self._show_prompts()
 
     def value(self) -> AppSettings:
         return replace(

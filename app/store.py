@@ -28,7 +28,7 @@ from typing import Any
 import filelock
 
 from runtime.errors import UserError
-from runtime.paths import data_dir
+from runtime.paths import create_private, data_dir, private_dir
 
 log = logging.getLogger("specquant.app")
 
@@ -172,7 +172,8 @@ class Store:
         self.recovered_from: Path | None = None  # where an unreadable old file was moved, for the banner
         self._closed = False
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(self.path.parent)
+            create_private(self.path)  # its -wal and -shm take its mode
         except OSError as e:
             raise UserError(f"cannot create the data folder {self.path.parent}: {e.strerror or e}") from None
         # Two windows writing one history would interleave their conversations' turns; SQLite alone would

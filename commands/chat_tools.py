@@ -115,11 +115,12 @@ def event_line(event: Any) -> str | None:
 
 
 def print_skipped(skipped: Iterable[SkippedTool]) -> None:
-    """One warning line on stderr per server tool that is not offered to the model, with the reason."""
+    """One warning line on stderr per server whose tools are not all offered to the model: how many, the
+    first few with why (runtime.mcp.listing.skipped_lines)."""
+    from runtime.mcp.listing import skipped_lines
     from runtime.terminal_text import visible
 
-    for s in skipped:
-        line = f"MCP server {s.server!r}: tool {s.tool[:100]!r} is left out: {s.reason}"
+    for line in skipped_lines(skipped):
         print(f"specquant: warning: {visible(line)}", file=sys.stderr)
 
 

@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # loaded inside `main`: `specquant --help` must not open SQLi
 NAME = "docs"
 HELP = "index documents in collections and search them"
 _SHOWN_ERRORS = 20  # error lines after an add or sync; `docs list` has them all
+VECTOR_SECONDS = 60.0  # an add or sync returns after this much vector work: the next one goes on (--wait)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -25,6 +26,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add = sub.add_parser("add", help="add files and folders to a collection and index them")
     add.add_argument("paths", nargs="+", metavar="PATH")
     add.add_argument("--collection", default="default", help="the collection (default: default)")
+    add.add_argument("--wait", action="store_true",
+                     help=f"compute every vector before returning (default: {VECTOR_SECONDS:g} s of them, the rest "
+                          "by the next add or sync; everything is searchable by its words at once)")
     ls = sub.add_parser("list", help="the indexed files, their state and chunks")
     ls.add_argument("--collection", help="only this collection")
     ls.add_argument("--json", action="store_true", help="print a JSON list, one object per file")
@@ -33,6 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     rm.add_argument("--collection", help="the collection to remove (with PATH: remove PATH from it only)")
     sync = sub.add_parser("sync", help="index new and changed files again, forget deleted ones")
     sync.add_argument("--collection", help="only this collection")
+    sync.add_argument("--wait", action="store_true", help="compute every vector before returning")
     find = sub.add_parser("search", help="the passages that match a query best (BM25 and embeddings)")
     find.add_argument("query")
     find.add_argument("--collection", help="only this collection")
@@ -58,6 +63,8 @@ def progress_text(p: Progress) -> str:
 
 VECTORS_NOTE = ("searchable by words now; computing vectors of {n:,} chunks for search by meaning "
                 "(Ctrl-C stops, and the next `specquant docs add` or `sync` goes on from there)")
+LEFT_NOTE = ("note: vectors for {n:,} chunks are left for the next `specquant docs add` or `sync` (or the "
+             "window's Documents tab, in the background); search uses their words meanwhile (--wait: all now)")
 PROGRESS_LINE_S = 30.0  # off a terminal (a log): one progress line this often in the vectors stage
 
 
@@ -135,13 +142,22 @@ def _run(args: argparse.Namespace) -> int:
 def _index(lib: Library, args: argparse.Namespace) -> int:
     printer = ProgressLine(sys.stderr)
     try:
+        seconds = None if args.wait else VECTOR_SECONDS
         if args.action == "add":
-            result = lib.add(args.paths, args.collection, progress=printer)
+            result = lib.add(args.paths, args.collection, progress=printer, vector_seconds=seconds)
         else:
-            result = lib.sync(args.collection, progress=printer)
+            result = lib.sync(args.collection, progress=printer, vector_seconds=seconds)
     finally:
         printer.end()
     print(_summary(result))
+    if result.vectors_left:
+        print(LEFT_NOTE.format(n=result.vectors_left), file=sys.stderr)
+    if result.keyword_only:
+        from runtime.documents.vectors import MAX_FILE_VECTORS
+
+        for path in result.keyword_only[:_SHOWN_ERRORS]:
+            print(f"  note: {visible(path)}: searchable by keyword only beyond its first {MAX_FILE_VECTORS:,} "
+                  "distinct passages (one file's vector budget)", file=sys.stderr)
     for path, reason in result.errors[:_SHOWN_ERRORS]:
         print(f"  error: {visible(path)}: {visible(reason)}", file=sys.stderr)
     if len(result.errors) > _SHOWN_ERRORS:
@@ -157,6 +173,8 @@ def _summary(r: AddResult) -> str:
         parts.append(f"{r.removed} gone from disk, forgotten")
     if r.embedded:
         parts.append(f"vectors for {r.embedded} chunks")
+    if r.keyword_only:
+        parts.append(f"{len(r.keyword_only)} past the vector budget of a file, searchable by keyword beyond it")
     if r.cancelled:
         parts.append("stopped (the next add or sync goes on from there)")
     if r.errors:
@@ -177,6 +195,7 @@ def _list(lib: Library, args: argparse.Namespace) -> int:
         return 0
     for f in files:
         what = f"{f.chunks} chunks" if f.state == "indexed" else f.state + (f": {f.error}" if f.error else "")
+        what += f" ({f.note})" if f.note else ""
         print(f"[{visible(f.collection)}] {visible(f.path)}  {visible(what)}")
     return 0
 

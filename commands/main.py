@@ -11,12 +11,12 @@ from types import ModuleType
 
 # Imported by name, not found at run time: PyInstaller's analysis follows these imports into the bundle.
 # A command module imports only what its flags need; its work's modules load inside its `main`.
-from commands import bench, chat, convert, docs, info, route, serve, worker
+from commands import bench, cache, chat, convert, docs, info, route, serve, worker
 from commands import list as list_  # bound as `list`, the module would hide the builtin here
 from commands.common import setup_logging
 from runtime.errors import run_command
 
-COMMANDS: tuple[ModuleType, ...] = (convert, list_, route, info, chat, serve, worker, bench, docs)
+COMMANDS: tuple[ModuleType, ...] = (convert, list_, route, info, chat, serve, worker, bench, docs, cache)
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -66,7 +66,7 @@ def write_tarball(bundle: Path, icon: Path, meta: Meta, path: Path) -> None:
     """BASE/{install.sh, uninstall.sh, share/SLUG.desktop, share/SLUG.png, SLUG/<the bundle>}."""
     top = path.name.removesuffix(".tar.gz")
     # Level 6: nearly level 9's size at a third of its time on a 200 MB bundle.
-    with replacing(path) as partial, tarfile.open(partial, "w:gz", compresslevel=6) as tar:
+    with replacing(path, shared=True) as partial, tarfile.open(partial, "w:gz", compresslevel=6) as tar:
         _add_text(tar, f"{top}/install.sh", install_script(meta), 0o755)
         _add_text(tar, f"{top}/uninstall.sh", uninstall_script(meta), 0o755)
         _add_text(tar, f"{top}/share/{meta.slug}.desktop", desktop_entry(meta), 0o644)
@@ -83,7 +83,7 @@ def write_appimage(bundle: Path, icon: Path, meta: Meta, path: Path, tool: str) 
         entry = desktop_entry(meta).replace('"@APPDIR@/specquant-app"', "specquant-app")
         (appdir / f"{meta.slug}.desktop").write_text(entry.replace("TryExec=@APPDIR@/specquant-app\n", ""))
         shutil.copyfile(icon, appdir / f"{meta.slug}.png")
-        with replacing(path) as partial:
+        with replacing(path, shared=True) as partial:
             env = dict(os.environ, ARCH=os.uname().machine)
             if subprocess.run([tool, "--no-appstream", str(appdir), str(partial)], env=env).returncode != 0:
                 raise SpecQuantError("appimagetool could not build the AppImage")

@@ -6,7 +6,9 @@
     python tests/mcp_server.py --garbage    # stdio, after two lines that are not JSON-RPC
     python tests/mcp_server.py --only add   # stdio, listing that one tool (tests/test_mcp_loop.py)
     python tests/mcp_server.py --hostile-tools     # stdio, also listing tools no chat can be offered
+    python tests/mcp_server.py --many-tools N      # stdio, also listing N copies of `echo` (t0, t1, ...)
     python tests/mcp_server.py --grandchild FILE   # stdio, after starting a sleeping child (its pid in FILE)
+    python tests/mcp_server.py --grandchild FILE --setsid  # ... a child that leaves the group, its parent gone
     python tests/mcp_server.py --proxy [ARGS...]   # the server run with ARGS behind a relay that spoils its output
 
 The relay (tests/test_hostile_mcp.py) passes the server's stdout on line by line, and before a line holding
@@ -79,9 +81,9 @@ def hostile_tools() -> list[Tool]:
     ]
 
 
-def server(only: str | None = None, hostile: bool = False) -> MCPServer:
+def server(only: str | None = None, hostile: bool = False, many: int = 0) -> MCPServer:
     """All the tools; with `only`, that one alone (so a model told to call a tool calls that one); `hostile`
-    adds hostile_tools()."""
+    adds hostile_tools(), `many` that many copies of `echo`."""
     if only is not None:
         mcp = MCPServer("specquant-test", log_level="WARNING")
         mcp.add_tool({f.__name__: f for f in (add, echo, crash, hang, huge)}[only])
@@ -89,7 +91,10 @@ def server(only: str | None = None, hostile: bool = False) -> MCPServer:
     broken = Tool.from_function(bad_schema).model_copy(
         update={"parameters": {"type": "object", "properties": {"x": {"type": "no-such-type"}}}}
     )
-    mcp = MCPServer("specquant-test", tools=[broken, *(hostile_tools() if hostile else [])], log_level="WARNING")
+    base = Tool.from_function(echo)
+    copies = [base.model_copy(update={"name": f"t{i}"}) for i in range(many)]
+    mcp = MCPServer("specquant-test", tools=[broken, *(hostile_tools() if hostile else []), *copies],
+                    log_level="WARNING")
     for fn in (add, echo, crash, hang, huge):
         mcp.add_tool(fn)
     return mcp
@@ -131,9 +136,18 @@ def main() -> None:
     parser.add_argument("--garbage", action="store_true", help="write lines that are not JSON-RPC first")
     parser.add_argument("--only", choices=("add", "echo", "crash", "hang", "huge"), help="list this tool alone")
     parser.add_argument("--hostile-tools", action="store_true", help="also list tools no chat can be offered")
+    parser.add_argument("--setsid", action="store_true",
+                        help="with --grandchild: the sleeper calls setsid() and is orphaned (PPID 1)")
+    parser.add_argument("--many-tools", type=int, default=0, metavar="N", help="also list N copies of echo")
     parser.add_argument("--grandchild", metavar="FILE", help="start a sleeping child first; its pid goes to FILE")
     args = parser.parse_args()
-    if args.grandchild:  # outlives this server unless the host ends the server's whole process group
+    if args.grandchild and args.setsid:  # a daemon's double fork: out of the group, and init's child
+        code = ("import os, subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', "
+                "'import os, time; os.setsid(); time.sleep(600)'], stdin=subprocess.DEVNULL, "
+                "stdout=subprocess.DEVNULL); open(sys.argv[1], 'w').write(str(p.pid))")
+        subprocess.run([sys.executable, "-c", code, args.grandchild], stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, check=True)
+    elif args.grandchild:  # outlives this server unless the host ends the server's whole process group
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         with open(args.grandchild, "w") as f:
@@ -150,7 +164,7 @@ def main() -> None:
             while True:
                 time.sleep(1)
     else:
-        server(args.only, args.hostile_tools).run()
+        server(args.only, args.hostile_tools, args.many_tools).run()
 
 
 if __name__ == "__main__":

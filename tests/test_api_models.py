@@ -175,3 +175,44 @@ def test_a_models_resident_set_is_its_plan_and_its_prompt_cache(demo_model: Mode
     assert tight[micro_model.name].fits  # its f16 without a draft
     assert not tight[demo_model.name].fits and "not enough memory" in tight[demo_model.name].why
     assert models_that_fit(list(roomy.values()), 10**12) == 2
+
+
+def test_a_model_that_fails_to_load_takes_no_slot_and_evicts_none(one_at_a_time: Served, cache: Path,
+                                                                   micro_model: ModelDir) -> None:
+    """Before #59 a damaged model unloaded the working one to make room, then kept the slot it never used."""
+    add_copy(micro_model, cache, "micro-cut")
+    cut = cache / "micro-cut" / "f16.gguf"
+    cut.write_bytes(cut.read_bytes()[: 1 << 20])
+    assert ask(one_at_a_time, A).model == A
+    with pytest.raises(openai.BadRequestError) as e:
+        ask(one_at_a_time, "micro-cut")
+    assert "micro-cut" in e.value.message and "damaged" in e.value.message
+    assert loaded(one_at_a_time) == [A]
+    assert f"unloading {A} to make room for micro-cut" not in one_at_a_time.stderr()
+
+
+def test_an_unknown_models_long_name_is_cut_in_the_error(one_at_a_time: Served) -> None:
+    name = "m" * 900_000
+    with pytest.raises(openai.NotFoundError) as e:
+        ask(one_at_a_time, name)
+    assert len(e.value.message) < 400 and f"{'m' * 80}'… (900,000 characters)" in e.value.message
+    with pytest.raises(anthropic.NotFoundError) as f:
+        anthropic_client(one_at_a_time).messages.create(model=name, max_tokens=6, messages=HELLO)
+    assert len(f.value.message) < 400
+
+
+def test_a_context_that_cannot_be_created_is_a_400_naming_the_memory(micro_model: ModelDir) -> None:
+    """Before #59: SpecQuantError, a 500 where a load failure is a 400. llama.cpp is made to refuse the context
+    without allocating anything (no batch size at all): a context too large for the memory would first take
+    it, which a test must not do to a shared machine."""
+    from runtime.api.answers import api_error
+    from runtime.decode.llama_backend import LlamaBackend, LoadOptions
+    from runtime.engine.reader import failure_of
+    from runtime.errors import ModelError
+
+    with pytest.raises(ModelError) as e:
+        LlamaBackend(micro_model.tier_path("f16"), LoadOptions(n_ctx=256, n_threads=1, n_batch=0))
+    words = str(e.value)
+    assert "cannot create a context of 256 tokens for f16.gguf" in words and "GB of RAM available" in words
+    assert "--ctx" in words and "\n" not in words
+    assert api_error(failure_of(e.value), "messages").status == 400

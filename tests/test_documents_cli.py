@@ -53,7 +53,7 @@ def test_add_list_search_sync_remove(tmp_path: Path, folder: Path) -> None:
     assert "broken.pdf" in added.stderr and "\r" not in added.stderr  # no progress line off a terminal
 
     listed = json.loads(docs("list", "--json", data=data).stdout)
-    assert {tuple(sorted(f)) for f in listed} == {("chunks", "collection", "error", "path", "state")}
+    assert {tuple(sorted(f)) for f in listed} == {("chunks", "collection", "error", "note", "path", "state")}
     by_name = {Path(f["path"]).name: f for f in listed}
     assert by_name["broken.pdf"]["state"] == "error" and by_name["broken.pdf"]["error"]
     assert by_name["guide.md"] == {
@@ -62,6 +62,7 @@ def test_add_list_search_sync_remove(tmp_path: Path, folder: Path) -> None:
         "state": "indexed",
         "chunks": 1,
         "error": None,
+        "note": None,
     }
 
     found = docs("search", 'lighthouse ("AND" *', "--json", "--top", "2", data=data)

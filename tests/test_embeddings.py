@@ -211,9 +211,9 @@ def test_words_are_searchable_before_the_vectors_and_a_stopped_vector_stage_resu
     stop keeps what was committed, and the next sync embeds the rest: hybrid search then finds the paraphrase."""
     import threading
 
-    from runtime.documents import library
+    from runtime.documents import library, vectors
 
-    monkeypatch.setattr(library, "VECTOR_COMMIT", 1)
+    monkeypatch.setattr(vectors, "VECTOR_COMMIT", 1)
     db, cancel = tmp_path / "documents.sqlite3", threading.Event()
     question = "How do I set the program up on my computer?"
     seen: list[tuple[str, int, list[str]]] = []

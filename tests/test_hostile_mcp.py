@@ -20,7 +20,7 @@ from commands.chat_tools import ask_on_terminal, event_line, print_skipped
 from runtime.decode.schema_limits import SchemaBudget
 from runtime.errors import UserError
 from runtime.mcp import ApprovalAnswer, CallRequest, McpHost, ServerConfig, check_snippet, load_config
-from runtime.mcp.listing import Names, build_listing
+from runtime.mcp.listing import MAX_TOOLS, Names, build_listing
 from tests.test_mcp_host import SERVER, assert_none_left, our_servers, stdio
 
 
@@ -100,9 +100,22 @@ def test_tools_no_chat_can_take_are_left_out_with_reasons(capsys: pytest.Capture
     assert "nested more than 64 levels deep" in reasons["deep"]
     assert "description is 1,000,006 characters long" in reasons["wordy"]
     assert "more than 5,000 properties" in reasons["wide"]
-    lines = capsys.readouterr().err.splitlines()
-    assert len(lines) == 4 and all(line.startswith("specquant: warning: MCP server 'h': tool '") for line in lines)
-    assert any("tool 'deep' is left out: its input schema is nested more than 64" in line for line in lines)
+    [line] = capsys.readouterr().err.splitlines()  # one line per server (#59)
+    assert line.startswith("specquant: warning: MCP server 'h': 4 tools left out: 'bad_schema': ")
+    assert "'deep': its input schema is nested more than 64" in line and "1 more (1 of them: " in line
+
+
+def test_a_server_listing_20000_tools_costs_one_warning_line(
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before #59: 39,747 lines, each skipped tool twice (the host's log and the chat's warning)."""
+    with caplog.at_level(logging.WARNING), McpHost([stdio("big", "--many-tools", "20000")], start_timeout=60) as host:
+        assert len(host.tools()) == MAX_TOOLS
+        print_skipped(host.skipped())
+    [line] = capsys.readouterr().err.splitlines()
+    assert f"MCP server 'big': {20006 - MAX_TOOLS:,} tools left out: 'bad_schema': " in line
+    assert f"{MAX_TOOLS} tools are offered already" in line
+    assert not [r for r in caplog.records if r.name.startswith("runtime.mcp")]
 
 
 def test_the_listings_limits_are_the_grammars() -> None:
@@ -239,6 +252,26 @@ def test_the_children_a_server_started_end_when_it_closes(tmp_path: Path) -> Non
 
 
 @pytest.mark.skipif(os.name != "posix", reason="process groups (Windows: the SDK's Job Object)")
+def test_a_child_that_left_the_servers_group_ends_with_it_too(tmp_path: Path) -> None:
+    """Before #59 a setsid() grandchild, orphaned (PPID 1), outlived the chat."""
+    pid_file = tmp_path / "daemon.pid"
+    with McpHost([stdio("d", "--grandchild", str(pid_file), "--setsid")], start_timeout=20) as host:
+        assert host.start()["d"].state == "ready"
+        daemon = psutil.Process(int(pid_file.read_text()))  # its parent exited before the server listed its tools
+        assert daemon.is_running() and os.getsid(daemon.pid) == daemon.pid  # a session, so a group, of its own
+        assert daemon.pid not in {p.pid for p in psutil.Process().children(recursive=True)}  # nobody's child here
+        assert host.restart("d").state == "ready"  # a restart ends the old tree, the new one starts its own
+        assert gone(daemon.pid)
+        second = int(pid_file.read_text())
+        assert not gone(second)
+        host.call("d__crash", {}, timeout=10)  # and a server that ends by itself takes its tree with it
+        deadline = time.monotonic() + 10
+        while not gone(second) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert gone(second), "a setsid() grandchild outlived its crashed server"
+
+
+@pytest.mark.skipif(os.name != "posix", reason="process groups (Windows: the SDK's Job Object)")
 def test_a_stopped_or_restarted_server_leaves_no_child_behind(tmp_path: Path) -> None:
     pid_file = tmp_path / "grandchild.pid"
     with McpHost([stdio("g", "--grandchild", str(pid_file))], start_timeout=20) as host:
@@ -253,7 +286,7 @@ def test_a_stopped_or_restarted_server_leaves_no_child_behind(tmp_path: Path) ->
 # --- 6, end to end: the chat goes on ------------------------------------------------------------------------
 
 
-def test_a_chat_with_a_server_of_hostile_tools_goes_on_with_one_warning_each(
+def test_a_chat_with_a_server_of_hostile_tools_goes_on_with_one_warning(
     demo_cache: Path, tmp_path: Path
 ) -> None:
     """Before #52 such a tool ended `specquant chat` with exit 2 and a message about the prompt's size."""
@@ -266,6 +299,6 @@ def test_a_chat_with_a_server_of_hostile_tools_goes_on_with_one_warning_each(
     out = run_cli("chat", "--mcp", str(config), "--approve", "none", "--json", "--max-tokens", "8", "--temp", "0",
                   "--max-rounds", "1", "--prompt", "Say hello.", env=env, timeout=300)
     assert out.returncode == 0, out.stderr
-    warnings = [line for line in out.stderr.splitlines() if "is left out" in line]
-    assert len(warnings) == 4 and all(w.startswith("specquant: warning: MCP server 'h': tool '") for w in warnings)
+    warnings = [line for line in out.stderr.splitlines() if "left out" in line]
+    assert len(warnings) == 1 and warnings[0].startswith("specquant: warning: MCP server 'h': 4 tools left out: ")
     assert json.loads(out.stdout)["rounds"] == 1

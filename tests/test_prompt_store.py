@@ -10,6 +10,7 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from runtime.engine.engine import Engine, EngineSettings
@@ -121,3 +122,68 @@ def test_least_recently_used_states_go_first(tmp_path: Path) -> None:
     evict(tmp_path, 10_000)
     assert [p.exists() for p in paths] == [True, False, True]
     assert PromptStore(tmp_path, max_bytes=0).load(identity(), [0] * 300) is None  # off: not even read
+
+
+def malformed(identity: Identity, state: bytes) -> bytes:
+    """A file whose header says n_tokens = -1, its length made to agree (issue 59 item 4)."""
+    import json
+    import struct
+    import zlib
+    from dataclasses import asdict
+
+    from runtime.engine.prompt_store import MAGIC
+
+    header = json.dumps({"identity": asdict(identity), "n_tokens": -1, "stable": 0,
+                         "state_bytes": len(state) + 4, "crc32": zlib.crc32(state)}).encode()
+    return b"".join([MAGIC, struct.pack("<I", len(header)), header, state])
+
+
+def test_a_malformed_header_is_refused_not_raised() -> None:
+    # n_tokens = -1 with a length that agrees: numpy read the whole tail (ValueError: buffer size must be a
+    # multiple of element size), a 500 on every request with that prompt.
+    assert decode(malformed(identity(), b"\x01" * 1001), identity(), ()).startswith("damaged header")
+    data = encode(identity(), tuple(range(300)), 280, b"s" * 64)
+    assert decode(data.replace(b'"stable": 280', b'"stable": 999'), identity(), tuple(range(280))).startswith(
+        "damaged header")
+
+
+def test_a_file_that_cannot_be_used_is_deleted_counted_and_never_fails_the_answer(
+    micro_copy: ModelDir, caplog: pytest.LogCaptureFixture
+) -> None:
+    _, [plain], _ = ask(micro_copy, [FIRST])
+    [path] = list(Path(os.environ["SPECQUANT_PROMPT_STATES_DIR"]).glob(f"*{SUFFIX}"))
+    good = path.read_bytes()
+    own = identity_of_file(path)
+    # 1. n_tokens = -1 (decode raised ValueError); 2. a whole, checksummed file whose state llama.cpp refuses
+    # (it was kept, read and refused on every request, and never replaced).
+    whole = decode_any(good)
+    bad_state = encode(own, whole[0], whole[1], b"\x07" * 999)
+    for bad, why in ((malformed(own, b"\x01" * 1001), "damaged header"), (bad_state, "refused by llama.cpp")):
+        path.write_bytes(bad)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="runtime.engine.prompt_store"):
+            engine, [again], reused = ask(micro_copy, [FIRST], prompt_cache_bytes=0)
+        assert again == plain and reused == [0]
+        assert engine.prompt_store.dropped == 1 and engine.prompt_store.hits == 0
+        assert [r for r in caplog.records if why in r.getMessage() and "deleted" in r.getMessage()]
+        assert path.read_bytes() != bad and decode_any(path.read_bytes())  # a good one, written after the answer
+        _, _, reused = ask(micro_copy, [FIRST], prompt_cache_bytes=0)
+        assert reused[0] >= MIN_TOKENS  # and it is used
+
+
+def identity_of_file(path: Path) -> Identity:
+    import json
+
+    data = path.read_bytes()
+    n = int.from_bytes(data[14:18], "little")
+    return Identity(**{k: tuple(v) if k == "file" else v for k, v in json.loads(data[18 : 18 + n])["identity"].items()})
+
+
+def decode_any(data: bytes) -> tuple[tuple[int, ...], int]:
+    """A whole file's tokens and stable count, whatever prompt it was made for."""
+    import json
+
+    n = int.from_bytes(data[14:18], "little")
+    header = json.loads(data[18 : 18 + n])
+    tokens = tuple(int(t) for t in np.frombuffer(data, "<i4", header["n_tokens"], 18 + n))
+    return tokens, header["stable"]

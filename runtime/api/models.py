@@ -31,9 +31,18 @@ def model_entry(m: Any, loaded: Collection[str] = ()) -> dict[str, Any]:
             "loaded": m.name in loaded}
 
 
+NAME_SHOWN = 80  # characters of a model name an error repeats: a client's 900 KB name is not echoed whole
+
+
+def shown(name: str) -> str:
+    """`name` as an error quotes it: repr'd, cut to NAME_SHOWN characters with an ellipsis."""
+    return repr(name) if len(name) <= NAME_SHOWN else f"{name[:NAME_SHOWN]!r}… ({len(name):,} characters)"
+
+
 def unknown_model(name: str) -> ApiError:
     known = ", ".join(m.name for m in complete_models()) or "none"
-    return ApiError(404, f"model {name!r} is not in the cache (cached: {known})", "model", code="model_not_found")
+    return ApiError(404, f"model {shown(name)} is not in the cache (cached: {known})", "model",
+                    code="model_not_found")
 
 
 def is_cached(name: str) -> bool:
@@ -88,7 +97,7 @@ class ModelRoom:
         fitting = [m.name for m in complete_models() if self.of(m).fits]
         these = ", ".join(fitting) if fitting else "none of the converted models"
         raise ApiError(
-            400, f"model {name!r} does not fit this machine's memory ({r.why}); these fit: {these}", "model",
+            400, f"model {shown(name)} does not fit this machine's memory ({r.why}); these fit: {these}", "model",
             code="model_too_large",
         )
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from runtime.errors import Cancelled, SpecQuantError, UserError
+from runtime.errors import Cancelled, ModelError, SpecQuantError, UserError
 from runtime.machine.hardware import ensure_backends, physical_cores
 from runtime.machine.llama_log import route_llama_log
 
@@ -65,9 +65,13 @@ class LlamaBackend:
         try:
             # verbose=True only means "do not redirect stdout/stderr"; the log goes through llama_log_set.
             self._model = _internals.LlamaModel(path_model=str(self.path), params=mparams, verbose=True)
+        except ValueError as e:  # a damaged file: the model's fault, not the request's (an API's 400)
+            raise ModelError(f"llama.cpp cannot load {self.path}: {route_llama_log().last() or e}") from None
+        try:
             self._ctx = _internals.LlamaContext(model=self._model, params=cparams, verbose=True)
         except ValueError as e:
-            raise SpecQuantError(f"llama.cpp cannot load {self.path}: {route_llama_log().last() or e}") from None
+            self._model.close()
+            raise ModelError(context_failure(self.path, opts.n_ctx, route_llama_log().last() or str(e))) from None
         self.n_batch = opts.n_batch
         self._batch = _internals.LlamaBatch(n_tokens=opts.n_batch, embd=0, n_seq_max=1, verbose=True)
         self.n_ctx = self._ctx.n_ctx()
@@ -288,3 +292,13 @@ def load_vocabulary(path: Path) -> Vocabulary:
                            tokenize or 0)
         _vocabularies[path] = found
         return found
+
+
+def context_failure(path: Path, n_ctx: int, why: str) -> str:
+    """One line for a context llama.cpp could not create: what it needs is memory (its KV cache and compute
+    buffers grow with the context), so the line says how much there is and what to change."""
+    import psutil
+
+    free = psutil.virtual_memory().available / 1e9
+    return (f"llama.cpp cannot create a context of {n_ctx:,} tokens for {path.name} ({free:.1f} GB of RAM "
+            f"available): {why}; use a smaller context (--ctx) or free some memory")

@@ -20,7 +20,7 @@ import numpy as np
 
 from runtime.documents.chunk import Passage
 from runtime.errors import UserError
-from runtime.paths import data_dir
+from runtime.paths import create_private, data_dir, private_dir
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,8 @@ class Index:
     def __init__(self, path: Path | str | None = None) -> None:
         self.path = Path(path) if path else default_path()
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(self.path.parent)
+            create_private(self.path)  # its -wal and -shm take its mode
         except OSError as e:
             raise UserError(f"cannot create the data folder {self.path.parent}: {e.strerror or e}") from None
         try:
@@ -333,6 +334,17 @@ class Index:
                 (model, file_id),
             )
         )
+
+    def chunk_texts(self, file_id: int) -> list[str]:
+        """A file's chunk texts, in order."""
+        return [r[0] for r in self.db.execute("SELECT text FROM chunks WHERE file_id = ? ORDER BY ordinal", (file_id,))]
+
+    def note(self, file_id: int, text: str) -> bool:
+        """A line about an indexed file (its `error` column, shown as its reason); whether it is new."""
+        with self.transaction() as db:
+            cursor = db.execute("UPDATE files SET error = ? WHERE id = ? AND state = 'indexed' AND error IS NOT ?",
+                                (text, file_id, text))
+            return cursor.rowcount > 0
 
     def put_vectors(self, file_id: int, rows: list[tuple[int, bytes]], model: str) -> int:
         """Vectors for a file's existing chunks, in one transaction; chunks replaced meanwhile (another process

@@ -6,10 +6,11 @@ pending, and the next add or sync finishes the pending ones.
 
 Indexing has two stages. WORDS: every pending file is read, chunked and written with its BM25 (FTS5) index,
 one transaction each, so it can be searched from then on. VECTORS: with an `Embedder`, the chunks without a
-vector of its model get theirs, VECTOR_COMMIT at a time (the slow part: a small BERT over every chunk). A
-stop or a kill in either stage leaves a state that says what is left (pending files; chunks without vectors),
-and the next add or sync goes on from there. A search fuses the BM25 ranking with the cosine ranking of the
-chunks that have vectors (Reciprocal Rank Fusion): a chunk without one yet is found by its words alone.
+vector of its model get theirs, a few at a time (runtime.documents.vectors; the slow part: a small BERT over
+every chunk, each distinct text once). A stop or a kill in either stage leaves a state that says what is left
+(pending files; chunks without vectors), and the next add or sync goes on from there. A search fuses the BM25
+ranking with the cosine ranking of the chunks that have vectors (Reciprocal Rank Fusion): a chunk without one
+yet is found by its words alone.
 Vectors of another model (an index embedded by the F16 model before the Q8_0 one became the default) are
 never compared with this model's query: those chunks count as without a vector and are embedded again.
 A Library keeps the chunks' collections and the vectors (one float32 matrix) in memory between searches, read
@@ -24,7 +25,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -33,7 +34,9 @@ from runtime.documents.extract import ExtractError, detect_format, extract
 from runtime.documents.index import Index
 from runtime.documents.query import fuse, query_terms
 from runtime.documents.reading import UNKNOWN, read_found, within_roots
-from runtime.documents.walk import MAX_FILE_BYTES, Found, Passed, Refused, shown, walk
+from runtime.documents.records import VECTORS, WORDS, AddResult, FileRecord, Hit, Progress  # noqa: F401 (theirs too)
+from runtime.documents.vectors import embed_missing
+from runtime.documents.walk import MAX_FILE_BYTES, Found, Refused, shown, walk
 from runtime.errors import Cancelled, UserError
 
 if TYPE_CHECKING:
@@ -52,102 +55,6 @@ CANDIDATES = 10
 MAX_VECTOR_BYTES = 512 * 2**20
 VECTOR_BLOCK = 4096  # vectors read at a time, to load the matrix or to search without it
 MAX_TOP = 1000  # the most hits one search returns: each is a passage of up to 400 tokens
-# Vectors written per transaction in the VECTORS stage: a stop loses at most this many chunks' work (seconds),
-# and progress moves within a long file.
-VECTOR_COMMIT = 64
-
-
-WORDS = "words"  # Progress.stage: files read and chunked, their words indexed (BM25): searchable from here on
-VECTORS = "vectors"  # Progress.stage: the chunks' vectors computed, a few at a time, for hybrid search
-
-
-@dataclass(frozen=True)
-class Progress:
-    """Where indexing is. In the WORDS stage: files and chunks done, and bytes (the sizes of the files to do)
-    as the time's measure. In the VECTORS stage: files and chunks given their vectors, of `chunks_total`."""
-
-    files_done: int
-    files_total: int
-    chunks_done: int
-    bytes_done: int
-    bytes_total: int
-    path: str = ""
-    stage: str = WORDS
-    chunks_total: int = 0
-
-    @property
-    def share(self) -> float:
-        """How much of this stage is done, 0 to 1: bytes read, or chunks embedded (files when unknown)."""
-        if self.stage == VECTORS and self.chunks_total:
-            share = self.chunks_done / self.chunks_total
-        elif self.bytes_total:
-            share = self.bytes_done / self.bytes_total
-        else:
-            share = self.files_done / max(self.files_total, 1)
-        return min(max(share, 0.0), 1.0)
-
-    @property
-    def finished(self) -> bool:
-        """The last report of its stage."""
-        if self.stage == VECTORS and self.chunks_total:
-            return self.chunks_done >= self.chunks_total
-        return self.files_done >= self.files_total
-
-
-@dataclass
-class AddResult:
-    indexed: int = 0  # files whose chunks were written
-    unchanged: int = 0  # read again (size or time changed) with the same content: chunks kept
-    chunks: int = 0
-    removed: int = 0  # files gone from disk, forgotten by sync
-    embedded: int = 0  # chunks given their vectors in this run (after their words: new ones and older ones)
-    errors: list[tuple[str, str]] = field(default_factory=list)  # (path, reason) met in this run
-    passed: Passed = field(default_factory=Passed)
-    cancelled: bool = False
-
-
-@dataclass(frozen=True)
-class FileRecord:
-    path: str  # for display (names that are not UTF-8 shown with U+FFFD); raw_path is as on disk
-    collection: str
-    state: str  # indexed | pending | error
-    chunks: int
-    error: str | None
-    format: str | None
-    size: int | None
-    raw_path: bytes
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "path": self.path,
-            "collection": self.collection,
-            "state": self.state,
-            "chunks": self.chunks,
-            "error": self.error,
-        }
-
-
-@dataclass(frozen=True)
-class Hit:
-    path: str
-    # Higher is better, comparable within one query only: with embeddings the fused score, the sum of
-    # 1 / (60 + rank) over the BM25 and cosine rankings the chunk is in; without them -bm25.
-    score: float
-    text: str
-    collection: str
-    page: int | None = None
-    lines: tuple[int, int] | None = None
-    heading: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"path": self.path, "collection": self.collection, "score": self.score, "text": self.text}
-        if self.page is not None:
-            out["page"] = self.page
-        if self.lines is not None:
-            out["lines"] = list(self.lines)
-        if self.heading is not None:
-            out["heading"] = self.heading
-        return out
 
 
 @dataclass
@@ -232,8 +139,10 @@ class Library:
         collection: str = DEFAULT_COLLECTION,
         progress: Callable[[Progress], None] | None = None,
         cancel: threading.Event | None = None,
+        vector_seconds: float | None = None,
     ) -> AddResult:
-        """Add files and folders to a collection (created if new) and index what is new, changed or pending."""
+        """Add files and folders to a collection (created if new) and index what is new, changed or pending;
+        the vectors for `vector_seconds` at most (None: all), the rest left for the next run."""
         name = check_collection(collection)
         if isinstance(paths, str | os.PathLike):  # one path, not its characters
             paths = [paths]
@@ -250,7 +159,7 @@ class Library:
             self.index.add_root(cid, os.fsencode(root))
         result = AddResult()
         if self._scan(cid, roots, result, cancel, prune=False):
-            self._index_pending(result, progress, cancel)
+            self._index_pending(result, progress, cancel, vector_seconds)
         return result
 
     def sync(
@@ -258,6 +167,7 @@ class Library:
         collection: str | None = None,
         progress: Callable[[Progress], None] | None = None,
         cancel: threading.Event | None = None,
+        vector_seconds: float | None = None,
     ) -> AddResult:
         """Walk every added path again: new files are added, files whose size or time changed are read (and
         re-chunked if their hash changed), files gone from disk are forgotten; then pending files are done."""
@@ -267,7 +177,7 @@ class Library:
             roots = [os.fsdecode(p) for p in self.index.roots(cid)[0]]
             if not self._scan(cid, roots, result, cancel, prune=True):
                 return result
-        self._index_pending(result, progress, cancel)
+        self._index_pending(result, progress, cancel, vector_seconds)
         return result
 
     def remove(self, path: str | os.PathLike[str] | None = None, collection: str | None = None) -> int:
@@ -452,7 +362,8 @@ class Library:
         return True
 
     def _index_pending(
-        self, result: AddResult, progress: Callable[[Progress], None] | None, cancel: threading.Event | None
+        self, result: AddResult, progress: Callable[[Progress], None] | None, cancel: threading.Event | None,
+        vector_seconds: float | None = None,
     ) -> None:
         """Every pending file (in any collection: a run that was killed is finished here), one transaction each;
         a cancel stops between files."""
@@ -476,40 +387,20 @@ class Library:
             done_bytes += size or 0
         if progress is not None:
             progress(Progress(len(todo), len(todo), result.chunks, total, total))
-        self._embed_missing(result, progress, cancel)
+        self._embed_missing(result, progress, cancel, vector_seconds)
 
     def _embed_missing(
-        self, result: AddResult, progress: Callable[[Progress], None] | None, cancel: threading.Event | None
+        self, result: AddResult, progress: Callable[[Progress], None] | None, cancel: threading.Event | None,
+        seconds: float | None,
     ) -> None:
-        """The VECTORS stage: vectors for every chunk without one of the embedder's model (just indexed, indexed
-        by a Library without a model or with another model, or left by a run that stopped), VECTOR_COMMIT chunks
-        per transaction, so a stop loses at most those and the next add or sync goes on from there."""
+        """The VECTORS stage (runtime.documents.vectors: each distinct text once, within each file's budget)."""
         if self.embedder is None:
             return
-        model = self.embedder.name
-        todo = self.index.unembedded(model)
-        total = sum(n for _, _, n in todo)
-        done = 0
-        for n, (fid, raw, _) in enumerate(todo):
-            rows = self.index.chunks_without_vectors(fid, model)
-            for start in range(0, len(rows), VECTOR_COMMIT):
-                if progress is not None:
-                    progress(Progress(n, len(todo), done, 0, 0, shown(raw), VECTORS, total))
-                if cancel is not None and cancel.is_set():
-                    result.cancelled = True
-                    return
-                part = rows[start : start + VECTOR_COMMIT]
-                try:
-                    vectors = self.embedder.embed([text for _, text in part], cancel)
-                except Cancelled:
-                    result.cancelled = True
-                    return
-                blobs = [(cid, row.astype("<f4").tobytes()) for (cid, _), row in zip(part, vectors, strict=True)]
-                written = self.index.put_vectors(fid, blobs, model)
-                result.embedded += written
-                done += len(part)
-        if todo and progress is not None:
-            progress(Progress(len(todo), len(todo), total, 0, 0, "", VECTORS, total))
+
+        def report(files_done: int, files_total: int, chunks_done: int, path: str, total: int) -> Progress:
+            return Progress(files_done, files_total, chunks_done, 0, 0, path, VECTORS, total)
+
+        embed_missing(self.index, self.embedder, result, progress, cancel, report, seconds)
 
     def _index_file(
         self,

@@ -83,6 +83,8 @@ class Engine(Answers):
         if manifest is None or not manifest.get("complete"):
             raise ModelError(f"model {self.model.name!r} is incomplete: run `specquant convert` again")
         self.manifest = manifest
+        for tier in manifest.get("tiers", {}):  # a damaged tier is refused now, before a thread makes room for it
+            self.model_file_check(tier)
         # Workers first: registered with ggml, their devices are part of the inventory.
         self.workers = rpc.connect(self.settings.rpc) if self.settings.rpc else []
         self.hardware = hardware or inventory()

@@ -7,7 +7,8 @@ party) and the prefix's exact tokens. It holds the state llama.cpp serialised af
 starts with the same prefix restores it and keeps the tokens it shares, so a new question skips the
 documents and a follow-up skips the whole first turn. Written atomically (runtime.atomic) under a file lock,
 least recently used out within a byte budget. A file that is truncated, damaged or made for another identity
-or prefix is never used: one log line, and the prompt is read as if there were none.
+or prefix, or that llama.cpp refuses, is never used and never fails a request: one log line, the file is
+deleted (counted in `dropped`; the answer writes a good one) and the prompt is read as if there were none.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import numpy as np
 from runtime.atomic import write_bytes_atomic
 from runtime.engine.prompt_cache import Identity, StateBackend, shared_prefix
 from runtime.errors import UserError
+from runtime.paths import cache_dir, private_dir
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +46,7 @@ def default_folder() -> Path:
     env = os.environ.get("SPECQUANT_PROMPT_STATES_DIR")
     if env:
         return Path(env).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("specquant", appauthor=False)) / "prompt-states"
+    return cache_dir() / "prompt-states"
 
 
 def stable_prefix(
@@ -74,6 +74,7 @@ class PromptStore:
         self.max_bytes = max(0, max_bytes) if max_bytes is not None else -1  # -1: decided at the first write
         self.hits = 0
         self.written = 0
+        self.dropped = 0  # files deleted as unreadable, damaged or refused by llama.cpp
         self._writer: threading.Thread | None = None
         self._seen: dict[Path, tuple[int, ...]] = {}  # the tokens of files read or written: a read is skipped
         # where the live KV cache already holds all that a file shares with the prompt
@@ -102,9 +103,7 @@ class PromptStore:
             return None
         found = decode(data, identity, prefix)
         if isinstance(found, str):
-            log.warning("prompt state %s not used: %s", path, found)
-            with contextlib.suppress(OSError):  # its name is this prompt's: the next answer writes a good one
-                path.unlink()
+            self.drop(path, found)
             return None
         with contextlib.suppress(OSError):  # least recently used goes first: a hit is a use
             os.utime(path)
@@ -128,10 +127,19 @@ class PromptStore:
         if keep <= live:
             return live
         if not backend.restore_prefix_state(tokens, state, keep):
-            log.warning("prompt state %s refused by llama.cpp, not used", self.path(identity, prompt[:stable]))
+            self.drop(self.path(identity, prompt[:stable]), "refused by llama.cpp")
             return 0
         self.hits += 1
         return keep
+
+    def drop(self, path: Path, why: str) -> None:
+        """A file not to use again: one log line, and gone (its name is this prompt's: the answer writes a good
+        one, where a kept bad file would be read, and refused, on every request)."""
+        log.warning("prompt state %s not used, deleted: %s", path, why)
+        self._seen.pop(path, None)
+        with contextlib.suppress(OSError):
+            path.unlink()
+        self.dropped += 1
 
     # --- writing ----------------------------------------------------------------------------------
     def keep(self, identity: Identity, backend: StateBackend, stable: int) -> None:
@@ -157,7 +165,7 @@ class PromptStore:
 
     def _write(self, identity: Identity, tokens: tuple[int, ...], stable: int, state: bytes) -> None:
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
+            private_dir(self.folder)
             if self.max_bytes < 0:
                 self.max_bytes = default_budget(self.folder)
             data = encode(identity, tokens, stable, state)
@@ -175,7 +183,38 @@ def default_budget(folder: Path) -> int:
     """min(4 GiB, 10% of the free space where the states go)."""
     import shutil
 
+    while not folder.is_dir() and folder.parent != folder:  # not made yet: the disk it will be on
+        folder = folder.parent
     return min(DEFAULT_MAX_BYTES, shutil.disk_usage(folder).free // 10)
+
+
+def usage(folder: Path | None = None) -> tuple[int, int]:
+    """How many prompt states `folder` (default: the user's) holds, and their bytes."""
+    files = sizes(folder or default_folder())
+    return len(files), sum(files.values())
+
+
+def clear(folder: Path | None = None) -> tuple[int, int]:
+    """Remove every prompt state in `folder` (default: the user's), and leftovers of killed writes, under the
+    writers' lock (`specquant cache clear`, the window's Settings); how many states and bytes went.
+    Raises OSError (a folder that cannot be changed), filelock.Timeout (a write that does not end)."""
+    folder = folder or default_folder()
+    if not folder.is_dir():
+        return 0, 0
+    with filelock.FileLock(folder / ".lock", timeout=30):
+        files = sizes(folder)
+        for p in [*files, *folder.glob(f".*{SUFFIX}.*.partial")]:
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+    return len(files), sum(files.values())
+
+
+def sizes(folder: Path) -> dict[Path, int]:
+    found = {}
+    for p in folder.glob(f"*{SUFFIX}"):
+        with contextlib.suppress(OSError):
+            found[p] = p.stat().st_size
+    return found
 
 
 def evict(folder: Path, max_bytes: int) -> None:
@@ -206,7 +245,8 @@ def encode(identity: Identity, tokens: Sequence[int], stable: int, state: bytes)
 
 
 def decode(data: bytes, identity: Identity, prefix: Sequence[int]) -> tuple[tuple[int, ...], bytes] | str:
-    """The tokens and state in `data`, or why they must not be used."""
+    """The tokens and state in `data`, or why they must not be used (never an exception: any file may be
+    damaged, or written by someone else)."""
     if not data.startswith(MAGIC) or len(data) < len(MAGIC) + 4:
         return "not a SpecQuant prompt state"
     at = len(MAGIC) + 4
@@ -215,8 +255,10 @@ def decode(data: bytes, identity: Identity, prefix: Sequence[int]) -> tuple[tupl
         header = json.loads(data[at : at + n])
         n_tokens, stable, size, crc = (int(header[k]) for k in ("n_tokens", "stable", "state_bytes", "crc32"))
         saved_identity = header["identity"]
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
         return "damaged header"
+    if min(n_tokens, stable, size, crc) < 0 or stable > n_tokens:
+        return "damaged header (a negative or inconsistent count)"
     if saved_identity != json.loads(json.dumps(asdict(identity))):
         return "made for another model file, build, context or party"
     at += n

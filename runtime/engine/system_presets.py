@@ -22,7 +22,7 @@ from typing import Any
 from runtime.atomic import write_text_atomic
 from runtime.engine.options import ChatOptions, Message
 from runtime.errors import UserError
-from runtime.paths import config_dir
+from runtime.paths import config_dir, private_dir
 
 FILE = "presets.json"
 SAMPLING_RANGES = {"temperature": (0.0, 5.0), "top_p": (0.0, 1.0), "min_p": (0.0, 1.0), "top_k": (0, 1000)}
@@ -164,5 +164,5 @@ def _preset(entry: Any, where: str, i: int) -> SystemPreset:
 
 
 def _write(path: Path, presets: list[SystemPreset]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     write_text_atomic(path, json.dumps({"presets": [p.as_dict() for p in presets]}, indent=2, ensure_ascii=False))

@@ -81,6 +81,7 @@ class EngineThread(Answers):
         self._engines: collections.OrderedDict[str, LoadedEngine] = collections.OrderedDict()
         self._snapshot: tuple[LoadedEngine, ...] = ()  # the same, for other threads (replaced whole, never changed)
         self._last_used: dict[str, float] = {}
+        self._fresh: LoadedEngine | None = None  # opened for the running job, which has not ended yet
         self._pending: collections.deque[Job | Callable[[], None]] = collections.deque()
         self._running: Job | None = None
         self._cond = threading.Condition()
@@ -252,6 +253,9 @@ class EngineThread(Answers):
             _tell(job, Failure("", "cancelled"))
         except Exception as e:  # the worker must survive anything and say what happened
             failure = failure_of(e)  # a lost worker (kind "worker"): the next job starts anew, there or here
+            fresh = self._fresh
+            if fresh is not None and failure.kind == "model" and self._engines.get(fresh.model.name) is fresh:
+                self._drop_engine(fresh.model.name)  # it never loaded: its slot is free for a working model
             if failure.kind == "internal":
                 log.debug("generation failed", exc_info=True)
                 damaged = job.model or (self.engine.model.name if self.engine is not None else None)
@@ -261,6 +265,7 @@ class EngineThread(Answers):
         else:
             self._durations.append(time.monotonic() - started)
         finally:
+            self._fresh = None
             if self.engine is not None:  # the job's model (the most recently used): its idle clock starts now
                 self._last_used[self.engine.model.name] = time.monotonic()
 
@@ -274,13 +279,18 @@ class EngineThread(Answers):
             return e
         if e is not None:  # the same model with other settings
             self._drop_engine(e.model.name)
+        _tell(job, Status(f"Loading {job.model or 'the model'}…"))
+        # An Engine checks its files (manifest, tier sizes) and loads its tiers at its first answer: opened
+        # before the least recently used goes, a model that cannot load evicts no working one. With RPC
+        # workers the old one's connections go first.
+        engine = None if job.settings.rpc else open_engine(job.model, job.settings)
         while len(self._engines) >= self.max_models:
             oldest = next(iter(self._engines))
             log.info("unloading %s to make room for %s", oldest, job.model or "the model")
             self._drop_engine(oldest)
-        _tell(job, Status(f"Loading {job.model or 'the model'}…"))
-        engine = open_engine(job.model, job.settings)
+        engine = engine or open_engine(job.model, job.settings)
         self._drop_engine(engine.model.name)  # only when `job.model` was None and named it another way
+        self._fresh = engine  # until it answers: a load that fails takes no slot (_run)
         self._engines[engine.model.name] = engine
         self._snapshot = tuple(self._engines.values())
         return engine

@@ -30,11 +30,10 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-import platformdirs
-
 from runtime import child
 from runtime.atomic import write_text_atomic
 from runtime.errors import UserError
+from runtime.paths import cache_dir, private_dir
 
 # libggml-cpu-haswell.so, libggml-cpu-zen4.dylib, ggml-cpu-x64.dll; ARM's have dots: libggml-cpu-armv8.2_1.so
 _VARIANT = re.compile(r"^(?:lib)?ggml-cpu-(?P<name>[A-Za-z0-9_.]+)\.(?:so|dylib|dll)$")
@@ -162,7 +161,7 @@ def verdict_key(paths: Sequence[Path], forced: str | None) -> str:
 
 
 def verdict_path(key: str) -> Path:
-    return Path(platformdirs.user_cache_dir("specquant", appauthor=False)) / "cpu-variant" / f"{key}.json"
+    return cache_dir() / "cpu-variant" / f"{key}.json"
 
 
 def read_verdict(path: Path) -> dict | None:
@@ -178,7 +177,7 @@ def read_verdict(path: Path) -> dict | None:
 def write_verdict(path: Path, data: dict) -> None:
     """Atomically: a verdict half-written by a killed process must not be read as valid."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
         write_text_atomic(path, json.dumps(data))
     except OSError:
         pass  # a read-only cache costs the next start a probe, nothing more

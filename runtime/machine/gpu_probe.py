@@ -20,11 +20,10 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-import platformdirs
-
 from runtime import child
 from runtime.atomic import write_text_atomic
 from runtime.machine import cpu_variant
+from runtime.paths import cache_dir, private_dir
 
 
 class Device(Protocol):
@@ -90,7 +89,7 @@ def verdict_file(gpus: Sequence[Device]) -> Path:
     h = hashlib.sha256(f"v{VERDICT_VERSION}\n{llama_cpp.__version__}\n".encode())
     for g in gpus:
         h.update(f"{g.name}:{g.kind}:{g.total_bytes}\n".encode())
-    return Path(platformdirs.user_cache_dir("specquant", appauthor=False)) / "gpu-probe" / f"{h.hexdigest()[:20]}.json"
+    return cache_dir() / "gpu-probe" / f"{h.hexdigest()[:20]}.json"
 
 
 def probed(
@@ -119,7 +118,7 @@ def probed(
                 if g.kind in LOCAL_KINDS:
                     verdicts[key] = run(g, int(key.rsplit("#", 1)[1]), model)
         try:
-            cache.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(cache.parent)
             write_text_atomic(cache, json.dumps(verdicts))
         except OSError:
             pass  # a read-only cache costs the next start a probe, nothing more

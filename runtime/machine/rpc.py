@@ -26,11 +26,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import platformdirs
-
 from runtime.atomic import write_text_atomic
 from runtime.errors import UserError
 from runtime.machine.ggml_lib import ABORT_CALLBACK, RPC_ADD_SERVER, RPC_START_SERVER, libggml, libggml_base
+from runtime.paths import cache_dir as user_cache_dir
+from runtime.paths import private_dir
 
 # ggml-rpc.h of the llama.cpp that llama-cpp-python 0.3.36 vendors; a worker must speak the same major version.
 PROTO_MAJOR, PROTO_MINOR = 7, 0
@@ -314,7 +314,7 @@ def registered() -> dict[str, WorkerProbe]:
 
 def cache_dir() -> Path:
     """Where a worker keeps the tensors it received (by hash), so the next connection skips resending them."""
-    return Path(platformdirs.user_cache_dir("specquant", appauthor=False)) / "rpc"
+    return user_cache_dir() / "rpc"
 
 
 # --- the worker's tensor cache ----------------------------------------------------------------------------
@@ -386,9 +386,9 @@ class CacheSweep:
 def prepare_cache(cache: Path, quota: int = CACHE_QUOTA_BYTES) -> CacheSweep:
     """Before ggml's server starts: remove temporary and foreign files, move every entry not verified here
     before (or changed since) to PENDING, and delete the oldest entries until all fit in `quota` bytes."""
-    cache.mkdir(parents=True, exist_ok=True)
+    private_dir(cache)
     pending = cache / PENDING
-    pending.mkdir(exist_ok=True)
+    private_dir(pending)
     index, removed = _read_index(cache), []
     entries: list[tuple[int, int, Path]] = []  # (mtime_ns, size, path) of trusted and pending entries
     for path in [*cache.iterdir(), *pending.iterdir()]:

@@ -14,12 +14,10 @@ and `repr()` show them redacted, so a log line or a dialog built from either can
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import shutil
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +26,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from runtime.atomic import write_text_atomic
 from runtime.errors import UserError
-from runtime.paths import config_dir
+from runtime.paths import config_dir, private_dir
 
 FILE_NAME = "mcp.json"
 HIDDEN = "••••••"
@@ -305,11 +303,7 @@ def _read_raw(path: Path) -> dict[str, Any]:
 
 def _write_raw(path: Path, data: dict[str, Any]) -> None:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if sys.platform != "win32" and not path.exists():
-            # The file holds API keys: created readable by its owner only (an atomic write keeps an old mode).
-            with contextlib.suppress(FileExistsError):
-                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        private_dir(path.parent)  # the file holds API keys: owner-only, as every file of ours (runtime.atomic)
         write_text_atomic(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
     except OSError as e:
         raise UserError(f"{path}: cannot save the MCP server list: {e}") from None

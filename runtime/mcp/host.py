@@ -48,7 +48,7 @@ from mcp import Client, MCPError, types
 
 from runtime.mcp.config import RESERVED, McpConfig, ServerConfig, missing_command
 from runtime.mcp.connection import client_info, open_transport, stderr_file, stderr_tail, trim
-from runtime.mcp.listing import Listing, Names, SkippedTool, build_listing
+from runtime.mcp.listing import Listing, Names, SkippedTool, build_listing, skipped_lines
 from runtime.mcp.results import RESULT_LIMIT, ToolResult, content_text, cut_text
 from runtime.terminal_text import visible
 
@@ -336,10 +336,8 @@ class McpHost:
                     self._set(server, ServerStatus("ready"))
                     self._relist()
                     log.info("MCP server %s is ready with %d tools", server.name, len(listed))
-                    for skipped in self._listing.skipped:
-                        if skipped.server == server.name:
-                            log.warning("MCP server %s: tool %s left out: %s", server.name,
-                                        visible(skipped.tool[:100]), visible(skipped.reason))
+                    for line in skipped_lines(s for s in self._listing.skipped if s.server == server.name):
+                        log.info("%s", visible(line))  # one per server; the CLI and the window show them
                     if server.settled is not None:
                         server.settled.set()
                     await server.wake.wait()

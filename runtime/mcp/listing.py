@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,7 @@ MAX_DESCRIPTION = 8_000  # characters: the longest real tools' descriptions are 
 MAX_SCHEMA_TEXT = 32_000  # characters of the input schema as JSON (about 8,000 tokens of prompt)
 MAX_TOOLS = 128  # OpenAI's limit on one request's tools
 MAX_ALL_TEXT = 256_000  # characters of all the tools offered (descriptions and schemas) together
+FULL = f"{MAX_TOOLS} tools are offered already, the most a chat takes"
 # The grammar's limits (runtime.decode.schema_limits), so a tool offered here is one the chat can compile.
 MAX_DEPTH = 64
 MAX_NODES = 10_000
@@ -57,6 +59,24 @@ class Listing:
     tools: tuple[dict[str, Any], ...] = ()
     routes: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     skipped: tuple[SkippedTool, ...] = ()
+
+
+def skipped_lines(skipped: Iterable[SkippedTool], shown: int = 3) -> list[str]:
+    """One line per server for the tools it listed that are not offered (a server may list 20,000): how many,
+    the first `shown` with why, and the rest's commonest reason. The window's Tools panel lists each."""
+    by_server: dict[str, list[SkippedTool]] = {}
+    for s in skipped:
+        by_server.setdefault(s.server, []).append(s)
+    lines = []
+    for server, tools in by_server.items():
+        parts = [f"{t.tool[:60]!r}: {t.reason[:200]}" for t in tools[:shown]]
+        rest = tools[shown:]
+        if rest:
+            reason, n = Counter(t.reason for t in rest).most_common(1)[0]
+            parts.append(f"{len(rest):,} more ({n:,} of them: {reason[:200]})")
+        count = f"{len(tools):,} tool{'s' * (len(tools) != 1)}"
+        lines.append(f"MCP server {server!r}: {count} left out: {'; '.join(parts)}")
+    return lines
 
 
 class Names:
@@ -178,11 +198,12 @@ def build_listing(listed: Iterable[tuple[str, Iterable[types.Tool]]], names: Nam
                 skipped.append(SkippedTool(server, tool.name[:MAX_TOOL_NAME], "the server lists it twice"))
                 continue
             seen.add(tool.name)
+            if len(tools) >= MAX_TOOLS:  # said before its schema is checked: 20,000 checks took 48 s
+                skipped.append(SkippedTool(server, tool.name[:MAX_TOOL_NAME], FULL))
+                continue
             problem = tool_problem(tool)
             size = 0 if problem else len(tool.description or tool.title or "") + len(json.dumps(tool.input_schema))
-            if not problem and len(tools) >= MAX_TOOLS:
-                problem = f"{MAX_TOOLS} tools are offered already, the most a chat takes"
-            elif not problem and text + size > MAX_ALL_TEXT:
+            if not problem and text + size > MAX_ALL_TEXT:
                 problem = f"the tools offered before it fill {text:,} characters of the prompt already"
             if problem:
                 skipped.append(SkippedTool(server, tool.name[:MAX_TOOL_NAME], problem))

@@ -8,7 +8,8 @@ Our own transport, not the SDK's `stdio_client`, because a hostile or broken ser
 * hide its exit: a server whose stdout stays open in a child it left behind is still seen to exit;
 * leave processes behind: each server runs in a process group of its own (a Job Object on Windows), and the
   whole group is ended when the transport closes, even after the server itself exited politely (SIGTERM,
-  then SIGKILL after GRACE_S).
+  then SIGKILL after GRACE_S); then whatever left the group (a setsid() grandchild) and still descends from
+  it or carries its mark is ended too (runtime.mcp.tree).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from mcp import types
 from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
 
+from runtime.mcp import tree
 from runtime.terminal_text import visible
 
 log = logging.getLogger(__name__)
@@ -48,7 +50,8 @@ async def stdio_transport(
 ) -> AsyncIterator[tuple[Any, Any]]:
     """(read stream, write stream) of the server `name` run as `command args` with `env` over the default
     environment; its stderr goes to `errlog`. `on_end` is called once when its output ends or cannot be read."""
-    process = await _spawn(command, args, get_default_environment() | env, errlog)
+    mark = tree.new_mark()
+    process = await _spawn(command, args, get_default_environment() | env | {tree.MARK: mark}, errlog)
     to_session, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, from_session = anyio.create_memory_object_stream[SessionMessage](0)
     writer_done, reader_done = anyio.Event(), anyio.Event()
@@ -111,7 +114,7 @@ async def stdio_transport(
                 write_stream.close()
                 with anyio.move_on_after(FLUSH_S):
                     await writer_done.wait()
-                await _stop(name, process)
+                await _stop(name, process, mark)
                 for stream in (read_stream, write_stream, to_session, from_session):
                     await stream.aclose()
             tasks.cancel_scope.cancel()
@@ -181,9 +184,10 @@ async def _spawn(command: str, args: list[str], env: dict[str, str], errlog: Tex
     return await anyio.open_process([command, *args], env=env, stderr=errlog, start_new_session=True)
 
 
-async def _stop(name: str, process: Any) -> None:
-    """Close the server's input, give it GRACE_S to exit, then end its whole group (always: an exited server
-    may have left children), bounded in time."""
+async def _stop(name: str, process: Any, mark: str) -> None:
+    """Close the server's input, give it GRACE_S to exit, then end its whole group and what left it
+    (always: an exited server may have left children), bounded in time."""
+    before = await anyio.to_thread.run_sync(tree.survivors, process.pid, mark) if sys.platform != "win32" else []
     with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
         await process.stdin.aclose()
     with anyio.move_on_after(GRACE_S):
@@ -197,6 +201,7 @@ async def _stop(name: str, process: Any) -> None:
         close_process_job(process)  # kills what is left in the job (its children)
     else:
         await _end_group(name, process)
+        await tree.end_tree(name, process.pid, mark, before)
     with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
         await process.stdout.aclose()
     # asyncio's transport would otherwise wait for a pipe a survivor still holds (and warn at exit).

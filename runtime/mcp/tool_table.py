@@ -18,6 +18,7 @@ from typing import TypeVar
 
 from runtime.atomic import write_text_atomic
 from runtime.errors import UserError
+from runtime.paths import private_dir
 
 log = logging.getLogger("specquant.mcp")
 
@@ -66,7 +67,7 @@ class ToolTable:
     def _write(self, table: dict[str, frozenset[str]]) -> None:
         data = {"version": VERSION, self.key: {s: sorted(t) for s, t in sorted(table.items())}}
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(self.path.parent)
             write_text_atomic(self.path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
         except OSError as e:
             raise UserError(f"{self.path}: cannot save the {self.what}: {e}") from None

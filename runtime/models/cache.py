@@ -28,7 +28,7 @@ import filelock
 
 from runtime.atomic import write_text_atomic
 from runtime.errors import Cancelled, UserError
-from runtime.paths import data_dir
+from runtime.paths import data_dir, private_dir
 
 TIERS = ("f16", "q8_0", "q4_k_m")
 MANIFEST = "manifest.json"
@@ -79,7 +79,7 @@ def check_name(name: str) -> str:
 def ensure_dir(path: Path) -> Path:
     """Create a directory, turning OS failures into one clear line."""
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        private_dir(path)
     except (FileExistsError, NotADirectoryError):
         raise UserError(f"cannot create cache directory {path}: a file is in the way") from None
     except OSError as e:
