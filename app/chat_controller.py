@@ -121,6 +121,11 @@ class ChatController(QObject):
         self.pace = Pace()  # one for every turn: what drawing costs this window is learned once
         self.live: Live | None = None
         self.unsent = Choices()  # a new chat's, until its first message stores them with it
+        # The documents last chosen or added (None: none): a new chat starts with them (#63); at start, the
+        # latest chat's.
+        latest = store.conversations()[:1]
+        self.last_documents: str | None = store.documents(latest[0].id) if latest else None
+        self.unsent.documents = self.last_documents
         self._ids = itertools.count(1)
 
     # --- what a chat answers with ----------------------------------------------------------------------

@@ -16,7 +16,7 @@ from app.api_server_control import ApiServerControl
 from app.chat_controller import ChatController, Live
 from app.chat_files import export_chat, import_chat
 from app.chat_pane import ChatPane
-from app.documents_panel import DocumentsPanel
+from app.documents_panel import DocumentsJob, DocumentsPanel
 from app.message_area import MessageArea
 from app.models_dialog import ModelsDialog
 from app.preset_control import PresetControl
@@ -120,6 +120,7 @@ class MainWindow(QMainWindow):
         for signal, slot in (
             (c.failed, self.banner.show_error), (self.pane.model_wanted, self._use_chat_model),
             (self.documents.collections_changed, self.show_collections),
+            (self.documents.job_ended, self._documents_added),
             (t.mode_changed, lambda mode: self._save(replace(self.settings, tool_approval=mode))),
             (t.servers_changed, self.chat.retire_tool_host),
             (m.model_chosen, self.select_model), (m.models_button.clicked, self.show_models),
@@ -176,8 +177,15 @@ class MainWindow(QMainWindow):
         self.runner.release()
 
     def show_collections(self, names: list[str]) -> None:
+        if self.chat.last_documents and self.chat.last_documents not in names:  # removed: new chats go without
+            self.chat.last_documents = None
         self.composer.show_collections(names)
         self.tools_panel.show_documents(bool(names))
+
+    def _documents_added(self, job: DocumentsJob | None, failure: str) -> None:
+        """Documents the user added are for the open chat, and for new ones (#63: they were left unused)."""
+        if job is not None and job.verb == "add" and not job.automatic and job.collection and not failure:
+            self.choose_documents(job.collection)
 
     # --- presets, export and import -------------------------------------------------------------------
     def refresh_presets(self) -> None:

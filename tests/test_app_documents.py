@@ -108,6 +108,10 @@ def test_a_folder_added_in_the_panel_is_indexed_and_a_bad_file_shows_its_error(
     assert [w.composer.answer_from.itemText(i) for i in range(w.composer.answer_from.count())] == [
         "No documents", "All documents", "frob"
     ]
+    # #63: what was just added is what the open chat answers from, and a new chat starts there too.
+    assert w.composer.answer_from.currentText() == "frob"
+    w.chats.new_button.click()
+    assert w.composer.answer_from.currentText() == "frob" and w.chat.choices(None).documents == "frob"
 
     # Remove a file (after a confirmation), then a bad path is one line, never a dialog or a crash.
     top = panel.tree.topLevelItem(0)
@@ -147,8 +151,8 @@ def test_an_answer_from_a_collection_lists_its_sources_and_they_survive_reopenin
 
     check_sources(w)
     conversation = w.conversation
-    w.new_conversation()  # a new chat starts without documents
-    assert w.composer.answer_from.currentData() is None and not sources(w)
+    w.new_conversation()  # a new chat starts with the documents last chosen (#63)
+    assert w.composer.answer_from.currentData() == "frob" and not sources(w)
     w.close()
 
     again = open_window(data)
@@ -157,6 +161,25 @@ def test_an_answer_from_a_collection_lists_its_sources_and_they_survive_reopenin
     check_sources(again)  # from the stored facts
     assert again.composer.answer_from.currentText() == "frob"
     again.close()
+
+
+def test_a_chat_told_once_that_it_answers_without_the_documents_there_are(
+    qtbot, demo_cache: Path, data: Path, docs: Path
+) -> None:
+    """#63: documents exist, the chat is set to No documents: one line says the answer goes without them."""
+    w = open_window(data, max_tokens=8)
+    qtbot.addWidget(w)
+    w.documents.add([str(docs)], "frob")
+    wait_indexed(qtbot, w.documents, "install.md", "usage.md")
+    w.composer.answer_from.setCurrentIndex(0)
+    w.composer.answer_from.activated.emit(0)  # the user picks No documents
+    assert w.chat.choices(None).documents is None
+    said = [t for t in w.notes.texts if "without your documents" in t]
+    assert not said
+    assert ask(qtbot, w, "Say hi.", timeout=ANSWER_MS * 2) is not None
+    said = [t for t in w.notes.texts if "without your documents" in t]
+    assert len(said) == 1 and "Answer from" in said[0]
+    w.close()
 
 
 def test_a_folder_dropped_on_the_panel_is_added_and_text_is_refused(
