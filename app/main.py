@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.platform_libs import check_display, show_box, uses_xcb
+from app.platform_libs import check_display, show_box, uses_xcb, x_display_problem
 
 if TYPE_CHECKING:
     from PySide6.QtCore import QtMsgType
@@ -63,6 +63,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     elif not has_display():
         print("specquant-app: no display found; chatting in the terminal instead", file=sys.stderr)
+        return terminal_chat(args.prompt)
+    elif sys.platform.startswith("linux") and (unreachable := x_display_problem()):
+        # Qt would abort on it (exit 134): the terminal chat answers instead, as with no display at all (#63).
+        print(f"{unreachable}; chatting in the terminal instead", file=sys.stderr)
         return terminal_chat(args.prompt)
     elif problem := display_problem():
         # Qt would abort on it with its reason on a debug channel: say it, and how to mend it, first.

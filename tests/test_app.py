@@ -289,6 +289,19 @@ def test_without_a_display_the_terminal_chat_answers(demo_cache: Path) -> None:
     assert "no display" in result.stderr and result.stdout.strip() and "tok/s" in result.stderr
 
 
+@pytest.mark.slow
+def test_a_display_that_cannot_be_opened_falls_back_to_the_terminal_chat(demo_cache: Path) -> None:
+    """#63: an X server gone (DISPLAY set, nothing there): Qt aborted with exit 134; now the terminal answers."""
+    env = {k: v for k, v in os.environ.items() if k not in ("WAYLAND_DISPLAY", "QT_QPA_PLATFORM")} | {"DISPLAY": ":987"}
+    result = subprocess.run(
+        [sys.executable, "-m", "app", "--prompt", "Say hi."],
+        capture_output=True, text=True, env=env, cwd=REPO, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "the display :987 cannot be opened" in result.stderr and "chatting in the terminal" in result.stderr
+    assert result.stdout.strip() and "Traceback" not in result.stderr
+
+
 def test_bad_arguments_get_one_line(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "app", "--screenshot", str(tmp_path / "x.png")],
