@@ -26,7 +26,7 @@ from app.preset_control import PresetControl
 from app.settings import AppSettings
 from app.store import CALL_FIELDS, THINKING, TOOL_TURN, TOOLS_UNUSED, Store, StoredMessage, chat_history
 from app.tool_host_control import ToolHostControl
-from app.transcript import draft_mask
+from app.transcript_text import draft_mask
 from app.turn_runner import TurnRequest, TurnRunner
 from runtime.chat.turn import TurnSpec
 from runtime.documents.grounding import Grounding

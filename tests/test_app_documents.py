@@ -18,7 +18,7 @@ from PySide6.QtWidgets import QMessageBox
 from app.documents_panel import DocumentsPanel
 from app.open_source import open_source, page_of, page_viewer, source_url
 from app.store import Store
-from app.transcript import source_label
+from app.transcript_text import source_label
 from app.window import MainWindow
 from runtime.documents import Library
 from tests.test_app import ANSWER_MS, ask, open_window

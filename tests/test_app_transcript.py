@@ -8,7 +8,8 @@ from PySide6.QtWidgets import QApplication
 
 from app.store import StoredMessage
 from app.theme import dark_palette
-from app.transcript import DRAFT_TINT, TranscriptView, align, split_code
+from app.transcript import DRAFT_TINT, TranscriptView
+from app.transcript_text import align, split_code
 
 ANSWER = "Some **bold** words.\n\n- first item\n- second item\n\nAnd `code` here.\n\n```python\nx = 1\nprint(x)\n```\n"
 CODE = "def greet(name):\n    return 'hi ' + name  # a comment\n"
