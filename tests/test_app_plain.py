@@ -21,6 +21,8 @@ from app.store import TOOLS_UNUSED, Store
 from runtime.engine.answer import Chunk
 from runtime.engine.plain_estimate import LOAD_BAND
 from runtime.engine.summary import answer_facts
+from runtime.engine.thread import MEASURING
+from runtime.models.cache import DEMO_NAME
 from tests.test_app import ANSWER_MS, ask, open_window
 from tests.test_app_tools import ASK, SERVER, TURN_MS, question, send, servers
 from tests.test_app_tools import window as tools_window
@@ -210,7 +212,10 @@ def test_waiting_for_approval_is_said_and_an_unused_offer_is_recorded(
         dialog = question(qtbot, w)
         wait = "Waiting for your approval to run add…"
         assert w.stats.plain.text() == wait and wait in w.transcript.toPlainText()
+        shown: list[str] = []  # the status line at each of the next round's words (#63: "Reading…" stood)
+        w.chunk_shown.connect(lambda _: shown.append(w.stats.plain.text()))
         dialog.deny_button.click()
+    assert shown and not any(t.startswith(("Reading", "Loading", "Searching")) for t in shown), shown
     answer = w.store.messages(w.conversation)[-1]
     assert answer.meta.get("tool_turn") and TOOLS_UNUSED not in answer.meta  # it called: nothing to say
     assert TOOLS_UNUSED_NOTE not in w.transcript.toPlainText()
@@ -219,13 +224,33 @@ def test_waiting_for_approval_is_said_and_an_unused_offer_is_recorded(
     w.apply_settings(replace(w.settings, tool_first_choice="auto", max_tokens=12))
     lives: list[Live] = []
     w.chat.finished.connect(lambda live, _: lives.append(live))
+    early: list[str] = []  # #63: the note stood while the model was still loading, before any call could come
+    w.chat.status.connect(lambda _: early.append(w.transcript.toPlainText()))
+    w.chunk_shown.connect(lambda _: early.append(w.transcript.toPlainText()))
     with qtbot.waitSignal(w.answer_finished, timeout=TURN_MS):
         send(w, "Just say hello, do not use any tool.")
+    assert early and not any(TOOLS_UNUSED_NOTE in t for t in early)
     assert lives[-1].tools_offered  # the engine was asked with the tool offered
     answer = w.store.messages(w.conversation)[-1]
     if not answer.meta.get("tool_turn"):
         assert answer.meta[TOOLS_UNUSED] is True and TOOLS_UNUSED_NOTE in w.transcript.toPlainText()
     assert meta_line({TOOLS_UNUSED: True}) == TOOLS_UNUSED_NOTE
+    w.close()
+
+
+def test_the_machine_probe_is_said_whatever_the_preset(qtbot, demo_cache: Path, tmp_path: Path) -> None:
+    """#63: "Reading the conversation…" stood while the machine-cost probe ran (only "auto" said it measured)."""
+    (demo_cache / DEMO_NAME / "costs.json").unlink(missing_ok=True)  # this machine not measured yet
+    w = open_window(tmp_path, max_tokens=8, preset="exact")  # not "auto": its own calibration says so already
+    qtbot.addWidget(w)
+    said: list[str] = []
+    w.chat.status.connect(said.append)
+    ask(qtbot, w, "Say hi.")
+    assert MEASURING in said and (demo_cache / DEMO_NAME / "costs.json").is_file(), said
+    assert said.index(MEASURING) < len(said) - 1 and said[-1] == ""  # the words ended the wait
+    said.clear()
+    ask(qtbot, w, "Say hi again.")
+    assert MEASURING not in said, said  # measured once
     w.close()
 
 
