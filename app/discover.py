@@ -10,6 +10,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QMessageBox,
     QPushButton,
     QTreeWidget,
     QTreeWidgetItem,
@@ -24,6 +25,7 @@ from runtime.plan.catalog import Entry, Fit, fit, load_catalog
 COLUMNS = ["Model", "Parameters", "Download", "F16 / Q8_0 / Q4_K_M", "RAM", "Licence", "This computer"]
 TOO_BIG = QColor("#b3261e")
 PARTLY = QColor("#8a5a00")
+NOTE_LINES = 5  # the selected model's description and fit: room for the longest in the catalogue
 
 
 def _size(n: float) -> str:
@@ -73,6 +75,9 @@ class DiscoverTab(QWidget):
         self.note = QLabel("")
         self.note.setAccessibleName("Selected model")
         self.note.setWordWrap(True)
+        self.note.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        # Its height fixed: a row's longer description must not move the button under the pointer (#63).
+        self.note.setFixedHeight(self.note.fontMetrics().lineSpacing() * NOTE_LINES + 4)
         self.download_button = QPushButton("Download and &convert")
         self.download_button.setToolTip(
             "Downloads the model's safetensors from Hugging Face (kept in its cache), then converts it into "
@@ -145,5 +150,14 @@ class DiscoverTab(QWidget):
 
     def _download(self) -> None:
         entry = self.selected()
-        if entry is not None and not self.busy:
+        if entry is not None and not self.busy and self.confirm(entry):
             self.download_requested.emit(entry.repo)
+
+    def confirm(self, entry: Entry) -> bool:
+        """A download is asked for, with its size: a click meant for the list must not start one (#63)."""
+        question = (f"Download {entry.name} ({_size(entry.download_bytes)}) from Hugging Face and convert it "
+                    f"into three tiers ({_size(sum(entry.tier_bytes.values()))} on disk)?")
+        answer = QMessageBox.question(self, "Download a model", question,
+                                      QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+                                      QMessageBox.StandardButton.No)
+        return answer == QMessageBox.StandardButton.Yes

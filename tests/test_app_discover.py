@@ -4,12 +4,15 @@ and Download and convert: offline, from a local stand-in for the Hub with bytes 
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
+import huggingface_hub
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QPoint, Qt
+from PySide6.QtWidgets import QApplication, QMessageBox
 
-from app.discover import PARTLY, TOO_BIG
+from app.discover import PARTLY, TOO_BIG, _size
 from app.models_dialog import ModelsDialog
 from runtime.plan import catalog
 from tests.hf_export import export_to_hf
@@ -37,12 +40,22 @@ def micro_catalogue(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
-def open_dialog(qtbot) -> ModelsDialog:
+def open_dialog(qtbot, confirmed: bool = True) -> ModelsDialog:
+    """The model manager on Discover; `confirmed`: every download's question is answered Yes (its own test
+    asks it for real)."""
     dialog = ModelsDialog(lambda: None)
     qtbot.addWidget(dialog)
     dialog.show()
     dialog.tabs.setCurrentWidget(dialog.discover)
+    if confirmed:
+        dialog.discover.confirm = lambda entry: True
     return dialog
+
+
+def button_at(dialog: ModelsDialog) -> QPoint:
+    QApplication.processEvents()
+    dialog.layout().activate()
+    return dialog.discover.download_button.mapTo(dialog, QPoint(0, 0))
 
 
 def pick(dialog: ModelsDialog, repo: str) -> None:
@@ -103,6 +116,62 @@ def test_offline_download_is_one_line_and_leaves_nothing(
     assert line.startswith("Qwen/Qwen2.5-0.5B-Instruct is not in the Hugging Face cache and cannot be downloaded")
     assert not isolated_cache.exists() or not any(isolated_cache.iterdir())
     assert dialog.discover.download_button.isEnabled()  # ready to try again
+    dialog.shutdown()
+
+
+def test_selecting_a_row_leaves_the_download_button_where_it_was(qtbot) -> None:
+    """#63: the description grew under the list and moved Download and convert under the pointer."""
+    dialog = open_dialog(qtbot)
+    before = button_at(dialog)
+    for entry in sorted(catalog.load_catalog(), key=lambda e: len(e.description), reverse=True)[:3]:
+        pick(dialog, entry.repo)
+        assert entry.description in dialog.discover.note.text()
+        assert button_at(dialog) == before, entry.repo
+    dialog.shutdown()
+
+
+def test_a_download_asks_first_and_names_its_size(qtbot, monkeypatch: pytest.MonkeyPatch) -> None:
+    """#63: one click started a 1 GB download."""
+    asked: list[str] = []
+    answer = [QMessageBox.StandardButton.No]
+    monkeypatch.setattr("app.discover.QMessageBox.question", lambda parent, title, text, *a: asked.append(text)
+                        or answer[0])
+    dialog = open_dialog(qtbot, confirmed=False)
+    pick(dialog, "Qwen/Qwen2.5-0.5B-Instruct")
+    entry = dialog.discover.selected()
+    requested: list[str] = []
+    dialog.discover.download_requested.connect(requested.append)
+    qtbot.mouseClick(dialog.discover.download_button, Qt.MouseButton.LeftButton)
+    assert not requested and not dialog.converting  # No: nothing starts
+    assert len(asked) == 1 and entry.name in asked[0] and f"({_size(entry.download_bytes)})" in asked[0]
+    dialog.discover.download_requested.disconnect()
+    answer[0] = QMessageBox.StandardButton.Yes
+    dialog.discover.download_requested.connect(requested.append)
+    dialog.discover._download()
+    assert requested == ["Qwen/Qwen2.5-0.5B-Instruct"]
+    dialog.shutdown()
+
+
+def test_a_download_with_the_hub_out_of_reach_fails_at_once_in_plain_words(
+    qtbot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_cache: Path
+) -> None:
+    """#63: offline (no HF_HUB_OFFLINE), "Downloading…" spun ~25 s and ended in "(offline or HF_HUB_OFFLINE=1)"."""
+    go_offline(tmp_path, monkeypatch)
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    with socket.socket() as s:  # a port nobody listens on: the connection is refused, as without a network
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", f"http://127.0.0.1:{port}")
+    for proxy in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(proxy, raising=False)
+    dialog = open_dialog(qtbot)
+    pick(dialog, "Qwen/Qwen2.5-0.5B-Instruct")
+    with qtbot.waitSignal(dialog.conversion_ended, timeout=15_000) as ended:
+        qtbot.mouseClick(dialog.discover.download_button, Qt.MouseButton.LeftButton)
+    line = dialog.stage.text()
+    assert ended.args[1] == line and "\n" not in line
+    assert "cannot reach" in line and "connect to the internet" in line and "HF_HUB_OFFLINE" not in line, line
     dialog.shutdown()
 
 
