@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from PySide6.QtCore import QSettings
-from PySide6.QtGui import QCloseEvent
+from PySide6.QtCore import QSettings, QTimer
+from PySide6.QtGui import QCloseEvent, QTextCursor
 from PySide6.QtWidgets import QMainWindow, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
 from app.api_server_control import ApiServerControl
@@ -30,10 +30,12 @@ from app.tool_host_control import ToolHostControl
 from app.tools_panel import ToolsPanel
 from app.widgets import ErrorBanner
 from app.window_panels import ChatList, Menus, ModelBar, Welcome, complete_models
+from app.window_state import WindowState, load_state, save_state
 from runtime.engine.thread import EngineThread
 
 API_QUEUE = 32  # API requests that may wait for the engine (the window's own never wait on this bound)
 TURN_JOIN_S = 5.0  # at close: how long the turn's thread may take to end (a Stop reaches it within ~0.05 s)
+DRAFT_SAVE_MS = 1500  # the unsent text is saved this long after typing stops (and at close)
 
 
 class MainWindow(QMainWindow):
@@ -63,7 +65,26 @@ class MainWindow(QMainWindow):
         if self.store.recovered_from:
             self.banner.show_error(f"The conversation history could not be read; it was kept as "
                                    f"{self.store.recovered_from} and a new one was started.")
+        self._reopen()
         self.input.setFocus()
+
+    def _reopen(self) -> None:
+        """As the window was at close (#63): its size, the chat that was open, the text not yet sent."""
+        state = load_state(self.qsettings)
+        if state.geometry is not None:
+            self.restoreGeometry(state.geometry)
+        c = state.conversation
+        if c is not None and c in {x.id for x in self.store.conversations()}:  # a chat since deleted: a new one
+            self.open_conversation(c)
+        if state.draft:
+            self.input.setPlainText(state.draft)
+            self.input.moveCursor(QTextCursor.MoveOperation.End)
+        self._draft_timer = QTimer(self, singleShot=True, interval=DRAFT_SAVE_MS)
+        self._draft_timer.timeout.connect(self.save_state)
+        self.input.textChanged.connect(self._draft_timer.start)
+
+    def save_state(self) -> None:
+        save_state(WindowState(self.saveGeometry(), self.conversation, self.input.toPlainText()), self.qsettings)
 
     @property
     def live(self) -> Live | None:
@@ -259,6 +280,7 @@ class MainWindow(QMainWindow):
         """Cancel an answer or conversion in flight, free the models on their thread, and wait for it."""
         if not self._closing:
             self._closing = True
+            self.save_state()
             self.approval.close()
             self.chat.stop()
             self.models.shutdown()

@@ -16,7 +16,8 @@ from PySide6.QtWidgets import QMessageBox
 from app.settings import AppSettings, load_settings, save_settings
 from app.store import Store
 from app.transcript import DRAFT_TINT
-from app.window import MainWindow
+from app.window import DRAFT_SAVE_MS, MainWindow
+from app.window_state import load_state
 from runtime.models.cache import DEMO_NAME, ModelDir
 from runtime.plan.router import route
 from tests.conftest import REPO
@@ -172,6 +173,39 @@ def test_conversation_persists_across_restart(qtbot, demo_cache: Path, tmp_path:
     text = second.transcript.toPlainText()
     assert "Name three primary colors." in text and answer.split()[0] in text and "words/s" in text
     second.close()
+
+
+def test_reopening_brings_back_the_chat_its_unsent_text_and_the_size(qtbot, tmp_path: Path) -> None:
+    """#63: the window opened on a blank new chat at its default size, and the text being typed was lost."""
+    first = open_window(tmp_path)
+    qtbot.addWidget(first)
+    store = first.store
+    older, trip = store.create("Older chat"), store.create("Planning a trip")
+    store.add_message(trip, "user", "Where should we go in May?")
+    first.chats.refresh()
+    first.open_conversation(trip)
+    first.resize(900, 600)
+    qtbot.keyClicks(first.input, "And in June")
+    first.close()
+
+    second = open_window(tmp_path)
+    qtbot.addWidget(second)
+    assert second.conversation == trip and "Where should we go in May?" in second.transcript.toPlainText()
+    assert second.chats.conversations.currentItem().text() == "Planning a trip"
+    assert second.input.toPlainText() == "And in June"
+    assert (second.width(), second.height()) == (900, 600)
+    # The draft is kept while the window is open too, shortly after typing stops (a crash loses nothing).
+    second.input.clear()
+    qtbot.keyClicks(second.input, "Typed, then the power went")
+    qtbot.wait(DRAFT_SAVE_MS + 500)
+    assert load_state(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)).draft == (
+        "Typed, then the power went")
+    second.store.delete(trip)
+    second.close()
+    third = open_window(tmp_path)  # the chat is gone: a new chat, nothing breaks
+    qtbot.addWidget(third)
+    assert third.conversation is None and older in {c.id for c in third.store.conversations()}
+    third.close()
 
 
 def test_conversation_list_search_rename_delete(qtbot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
