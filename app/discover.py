@@ -148,6 +148,16 @@ class DiscoverTab(QWidget):
         have = f" Already converted as {self.installed[entry.repo]}." if entry.repo in self.installed else ""
         self.note.setText(f"<b>{entry.repo}</b>: {entry.description}<br>{self.fits[entry.repo].line}.{gated}{have}")
 
+    def offer(self, repo: str) -> None:
+        """Pick `repo` and ask whether to download it (the demo's note offers a better model this way)."""
+        for i in range(self.tree.topLevelItemCount()):
+            item = self.tree.topLevelItem(i)
+            if item.data(0, Qt.ItemDataRole.UserRole) == repo:
+                self.tree.setCurrentItem(item)
+                self.tree.scrollToItem(item)
+                self._download()
+                return
+
     def _download(self) -> None:
         entry = self.selected()
         if entry is not None and not self.busy and self.confirm(entry):

@@ -32,6 +32,8 @@ from app.widgets import ErrorBanner
 from app.window_panels import ChatList, Menus, ModelBar, Welcome, complete_models
 from app.window_state import WindowState, load_state, save_state
 from runtime.engine.thread import EngineThread
+from runtime.models.cache import DEMO_NAME, size_text
+from runtime.plan.catalog import DEMO_NOTE, better_model
 
 API_QUEUE = 32  # API requests that may wait for the engine (the window's own never wait on this bound)
 TURN_JOIN_S = 5.0  # at close: how long the turn's thread may take to end (a Stop reaches it within ~0.05 s)
@@ -48,6 +50,7 @@ class MainWindow(QMainWindow):
         # Beside the history: the user's data directory, as runtime.documents' default; a test's own folder.
         self.documents_index = documents_index or self.store.path.with_name("documents.sqlite3")
         self._closing = False
+        self._demo_told = False  # the demo's first answer was followed by its note (once a session)
         self.setWindowTitle("SpecQuant")
         self.resize(1100, 720)
         self.runner = EngineThread(max_queue=API_QUEUE)  # shared with the local API server
@@ -151,6 +154,7 @@ class MainWindow(QMainWindow):
             (self.composer.presets_button.clicked, self.show_presets),
             (self.models.models_changed, self.refresh_models), (self.models.use_model, self.select_model),
             (self.presets_dialog.presets_changed, self.refresh_presets),
+            (self.pane.answer_finished, self._after_answer),
         ):
             signal.connect(slot)
 
@@ -183,6 +187,27 @@ class MainWindow(QMainWindow):
         else:
             self.notes.show_note(f"This chat used {wanted}, which is no longer among the models; it goes on "
                                  f"with {self.model}.")
+
+    def _after_answer(self, text: str) -> None:
+        """After the demo model's first answer: it is a tiny demo, and a better model that fits is one click away
+        (#63: its first answer called black a primary colour, and nothing said why)."""
+        if not text or self.model != DEMO_NAME or self._demo_told:
+            return
+        self._demo_told = True
+        entry = better_model()
+        if entry is None:
+            self.notes.show_note(f"{DEMO_NOTE} No larger model of the catalogue fits this computer's memory.")
+            return
+        self.notes.show_note(
+            f"{DEMO_NOTE} For better answers, <b>{entry.name}</b> fits this computer: "
+            f"{size_text(entry.download_bytes)} to download, converted once.",
+            f"Get {entry.name}…", lambda: self.get_model(entry.repo))
+
+    def get_model(self, repo: str) -> None:
+        """Models → Discover with `repo` picked, and its download asked for (the question names its size)."""
+        self.show_models()
+        self.models.tabs.setCurrentWidget(self.models.discover)
+        self.models.discover.offer(repo)
 
     def setup_demo(self) -> None:
         self.show_models()

@@ -232,6 +232,30 @@ def fit(entry: Entry, ram_bytes: int | None = None, n_ctx: int = DEFAULT_N_CTX) 
     return Fit(tuple(fitting), needs, ram, line)
 
 
+DEMO_NOTE = ("That answer came from SpecQuant's tiny demo model (135 million parameters): it shows that everything "
+             "works, but its answers are often wrong.")
+
+
+def better_model(ram_bytes: int | None = None, path: Path | None = None) -> Entry | None:
+    """What to offer after the demo's first answer (#63): the catalogue's largest model whose tiers all fit this
+    computer (or `ram_bytes`) and that downloads without a Hub login; None when none does (or the catalogue
+    cannot be read: the offer is a courtesy)."""
+    try:
+        entries = load_catalog(path)
+    except UserError:
+        return None
+    fitting = [e for e in entries if not e.gated and fit(e, ram_bytes).fits_all]
+    return max(fitting, key=lambda e: e.params, default=None)
+
+
+def better_model_line(entry: Entry | None) -> str:
+    """The terminal's words after the demo's first answer: the demo note and the command that gets `entry`."""
+    if entry is None:
+        return f"{DEMO_NOTE} No larger model of the catalogue fits this computer's memory."
+    return (f"{DEMO_NOTE} For better answers, {entry.name} fits this computer ({size_text(entry.download_bytes)} "
+            f"to download): specquant convert {entry.repo}")
+
+
 def eta_text(done: int, total: int, elapsed_s: float) -> str:
     """'1.20 GB of 3.09 GB, 2 min 10 s left' from the bytes so far and the time they took."""
     text = f"{size_text(done)} of {size_text(total)}" if total > 0 else size_text(done)
