@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QToolButton, QVBoxLayout, QWidget
 
-MAX_NOTES = 4  # the oldest go when more arrive: the area must never push the chat out of the window
+MAX_NOTES = 2  # the oldest go when more arrive: four shrank the transcript at 1024×640 (#63)
 
 
 class Note(QWidget):

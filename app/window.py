@@ -32,11 +32,13 @@ from app.widgets import ErrorBanner
 from app.window_panels import ChatList, Menus, ModelBar, Welcome, complete_models
 from app.window_state import WindowState, load_state, save_state
 from runtime.engine.thread import EngineThread
-from runtime.models.cache import DEMO_NAME, size_text
+from runtime.models.cache import DEMO_NAME, cache_root, list_models, size_text
 from runtime.plan.catalog import DEMO_NOTE, better_model
 
 API_QUEUE = 32  # API requests that may wait for the engine (the window's own never wait on this bound)
 TURN_JOIN_S = 5.0  # at close: how long the turn's thread may take to end (a Stop reaches it within ~0.05 s)
+REBUILT_NOTE = (" Its “Exact answer” is exact for its F16 copy, which was rebuilt from a compressed file: as precise as"
+                " that file, not the original model.")
 DRAFT_SAVE_MS = 1500  # the unsent text is saved this long after typing stops (and at close)
 
 
@@ -50,7 +52,7 @@ class MainWindow(QMainWindow):
         # Beside the history: the user's data directory, as runtime.documents' default; a test's own folder.
         self.documents_index = documents_index or self.store.path.with_name("documents.sqlite3")
         self._closing = False
-        self._demo_told = False  # the demo's first answer was followed by its note (once a session)
+        self._told_about: set[str] = set()  # the models whose first answer was followed by their note
         self.setWindowTitle("SpecQuant")
         self.resize(1100, 720)
         self.runner = EngineThread(max_queue=API_QUEUE)  # shared with the local API server
@@ -189,17 +191,23 @@ class MainWindow(QMainWindow):
                                  f"with {self.model}.")
 
     def _after_answer(self, text: str) -> None:
-        """After the demo model's first answer: it is a tiny demo, and a better model that fits is one click away
-        (#63: its first answer called black a primary colour, and nothing said why)."""
-        if not text or self.model != DEMO_NAME or self._demo_told:
+        """Said once a session, after an answer: the demo is a tiny demo, and a better model that fits is one
+        click away (#63: its first answer called black a primary colour, and nothing said why); a model whose
+        F16 was rebuilt from a quantized file gives "exact" answers only as precise as that file."""
+        if not text or self.model in self._told_about:
             return
-        self._demo_told = True
+        self._told_about.add(self.model)
+        manifest = next((m.manifest or {} for m in list_models(cache_root()) if m.name == self.model), {})
+        rebuilt = REBUILT_NOTE if manifest.get("reconstructed") else ""
+        if self.model != DEMO_NAME:
+            self.notes.show_note(rebuilt.strip())
+            return
         entry = better_model()
         if entry is None:
-            self.notes.show_note(f"{DEMO_NOTE} No larger model of the catalogue fits this computer's memory.")
+            self.notes.show_note(f"{DEMO_NOTE}{rebuilt} No larger model of the catalogue fits this computer's memory.")
             return
         self.notes.show_note(
-            f"{DEMO_NOTE} For better answers, <b>{entry.name}</b> fits this computer: "
+            f"{DEMO_NOTE}{rebuilt} For better answers, <b>{entry.name}</b> fits this computer: "
             f"{size_text(entry.download_bytes)} to download, converted once.",
             f"Get {entry.name}…", lambda: self.get_model(entry.repo))
 

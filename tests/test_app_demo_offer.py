@@ -9,7 +9,7 @@ import pytest
 from PySide6.QtWidgets import QMessageBox
 
 from app.message_area import Note
-from runtime.models.cache import size_text
+from runtime.models.cache import DEMO_NAME, list_models, size_text
 from runtime.plan import catalog
 from runtime.plan.catalog import DEMO_NOTE, better_model, fit, load_catalog
 from tests.conftest import run_cli
@@ -49,6 +49,9 @@ def test_the_demos_first_answer_is_followed_by_the_offer_one_click_away(
     [note] = [n for n in w.notes.findChildren(Note) if DEMO_NOTE in n.label.text() and n.isVisible()]
     text = note.label.text()
     assert expected.name in text and size_text(expected.download_bytes) in text
+    # The demo's F16 is rebuilt from its Q4_1 file: its "Exact answer" says so, in the same message.
+    [demo] = [m for m in list_models() if m.name == DEMO_NAME]
+    assert demo.manifest["reconstructed"] is True and "rebuilt from a compressed file" in text
     assert note.action_button is not None and expected.name in note.action_button.text()
 
     asked: list[str] = []

@@ -15,7 +15,16 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QFontMetrics
 
 from app.chat_controller import Live
-from app.plain_words import BUSY, TOOLS_UNUSED_NOTE, details_line, gain_text, meta_line, plain_line, words_per_s
+from app.plain_words import (
+    BUSY,
+    TOOLS_UNUSED_NOTE,
+    details_line,
+    gain_text,
+    meta_line,
+    plain_line,
+    words_per_s,
+    words_text,
+)
 from app.source_viewer import SourceViewer, passages_of
 from app.store import TOOLS_UNUSED, Store
 from runtime.engine.answer import Chunk
@@ -59,7 +68,7 @@ def test_the_status_line_is_plain_the_details_wait_behind_a_toggle_and_a_new_cha
     line = w.stats.plain.text()
     assert line == plain_line(facts, answer) and line.startswith("Exact answer")  # the demo's F16 answers
     assert "words/s" in line and not any(word in line for word in JARGON), line
-    assert f"{words_per_s(facts, answer):.0f} words/s" in line
+    assert words_text(words_per_s(facts, answer)) in line
     assert w.statusBar().currentMessage() == "" and w.stats.plain.isVisible() and fits(w.stats.plain)
     # The technical facts: in the tooltip, and beside the line only once Details is on.
     assert details_line(facts) in w.stats.plain.toolTip() and "F16 ←" in w.stats.plain.toolTip()
@@ -102,8 +111,11 @@ def test_plain_words_from_an_answers_facts() -> None:
              "acceptance": 0.5, "speedup": 2.13, "saved_s": 3.0, "placement": "CPU · 2 threads"}
     assert gain_text(facts) == "2.1× faster than without speculation"
     assert plain_line(facts, "one two three four five six seven eight nine ten") == (
-        "Exact answer · 2.1× faster than without speculation · 5 words/s"  # 10 tok/s × 10 words / 20 tokens
+        "Exact answer · 2.1× faster than without speculation · 5.0 words/s"  # 10 tok/s × 10 words / 20 tokens
     )
+    # #63: never "1 words/s" nor "0 words/s": a slow answer keeps its decimal, a fast one needs none.
+    assert (words_text(0.04), words_text(1.0), words_text(9.96), words_text(12.4)) == (
+        "0.0 words/s", "1.0 words/s", "10 words/s", "12 words/s")
     slower = "0.90× the speed without speculation (slower this time)"
     assert gain_text(facts | {"speedup": 0.9, "saved_s": -0.5}) == slower
     assert gain_text(facts | {"speedup": 1.01, "saved_s": 0.01}) == "about as fast as without speculation"
@@ -135,6 +147,10 @@ def test_messages_stay_until_closed(qtbot, tmp_path: Path, isolated_cache: Path)
     assert w.notes.texts == ["A second message, long enough to wrap " * 8]
     w.notes.notes[0].close_button.click()
     assert w.notes.texts == [] and w.notes.isHidden()
+    # #63: four messages piled up and shrank the transcript at 1024×640: two at most, the newest.
+    for i in range(4):
+        w.notes.show_note(f"Message {i}")
+    assert w.notes.texts == ["Message 2", "Message 3"]
     w.close()
 
 
