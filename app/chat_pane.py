@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QStatusBar, QVBoxLayout, QWidget
 from app.approval_dialog import ApprovalPrompt
 from app.chat_controller import AtHighestPrecision, ChatController, Choices, Live, Turn
 from app.message_area import MessageArea
+from app.model_facts import can_think
 from app.settings import AppSettings
 from app.source_viewer import SourceViewer, passages_of
 from app.stats_bar import StatsBar
@@ -126,8 +127,10 @@ class ChatPane(QWidget):
     def show_thinking(self) -> None:
         """The Chat menu's switch as this chat has it (a chat never switched: as Settings say)."""
         if self.think_switch is not None:
+            thinks = can_think(self.model)  # a model that does not think has nothing to switch (#63)
             chosen = self.chat.choices(self.conversation).thinking
-            self.think_switch.setChecked(self.settings().thinking if chosen is None else chosen)
+            self.think_switch.setEnabled(thinks)
+            self.think_switch.setChecked(thinks and (self.settings().thinking if chosen is None else chosen))
 
     def choose_thinking(self, on: bool) -> None:
         """This chat's thinking on or off (a thinking model's: others have nothing to switch)."""

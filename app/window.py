@@ -170,6 +170,7 @@ class MainWindow(QMainWindow):
             self._save(replace(self.settings, model=current))
         self.welcome.setVisible(not current)
         self.transcript.setVisible(bool(current))
+        self.pane.show_thinking()  # offered for a model that thinks only
         self.pane.show_busy()
 
     def select_model(self, name: str) -> None:

@@ -13,6 +13,7 @@ from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QMessageBox
 
+from app.model_facts import can_think
 from app.settings import AppSettings, load_settings, save_settings
 from app.store import Store
 from app.transcript import DRAFT_TINT
@@ -206,6 +207,13 @@ def test_reopening_brings_back_the_chat_its_unsent_text_and_the_size(qtbot, tmp_
     qtbot.addWidget(third)
     assert third.conversation is None and older in {c.id for c in third.store.conversations()}
     third.close()
+
+
+def test_let_the_model_think_is_offered_only_for_a_model_that_thinks(qtbot, window: MainWindow) -> None:
+    """#63: the switch was ticked and enabled for models that cannot think (the demo's template has no thought)."""
+    switch = window.menus.thinking_toggle
+    assert window.model == DEMO_NAME and not can_think(DEMO_NAME)
+    assert not switch.isEnabled() and not switch.isChecked()
 
 
 def test_conversation_list_search_rename_delete(qtbot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
