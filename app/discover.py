@@ -38,8 +38,10 @@ def _params(n: int) -> str:
 
 def verdict(f: Fit) -> str:
     """The short mark in the list; the full line is the item's tooltip and the note under the list."""
-    if f.fits_all:
+    if f.fits_plan:
         return "fits"
+    if f.fits_all:
+        return "fits, slower"  # F16 without its draft
     if f.fits_none:
         return "too big"
     return "only " + " and ".join(t.upper() for t in f.tiers)
@@ -114,7 +116,7 @@ class DiscoverTab(QWidget):
             f = fit(entry, self.ram_bytes)
             self.fits[entry.repo] = f
             tiers = " / ".join(_size(entry.tier_bytes[t]) for t in ("f16", "q8_0", "q4_k_m"))
-            ram = f"{_size(f.needs['q4_k_m'])} – {_size(f.needs['f16'])}"
+            ram = f"{_size(f.needs['q4_k_m'])} – {_size(f.plan_need)}"  # to F16 with its draft (#63)
             mark = verdict(f) + (" · installed" if entry.repo in self.installed else "")
             item = QTreeWidgetItem(
                 [entry.name, _params(entry.params), _size(entry.download_bytes), tiers, ram, entry.licence, mark]
@@ -122,7 +124,7 @@ class DiscoverTab(QWidget):
             item.setData(0, Qt.ItemDataRole.UserRole, entry.repo)
             item.setToolTip(0, f"{entry.repo}: {entry.description}")
             item.setToolTip(6, f.line)
-            if not f.fits_all:
+            if not f.fits_plan:
                 item.setForeground(6, QBrush(TOO_BIG if f.fits_none else PARTLY))
             self.tree.addTopLevelItem(item)
             if keep is not None and keep.repo == entry.repo:
