@@ -22,7 +22,9 @@ from runtime.errors import UserError
 from runtime.models.cache import cache_root, list_models
 from runtime.plan.catalog import Entry, Fit, fit, load_catalog
 
-COLUMNS = ["Model", "Parameters", "Download", "F16 / Q8_0 / Q4_K_M", "RAM", "Licence", "This computer"]
+# "This computer" second: last, it was off-screen at the dialog's default size (#63).
+COLUMNS = ["Model", "This computer", "Parameters", "Download", "F16 / Q8_0 / Q4_K_M", "RAM", "Licence"]
+FIT = COLUMNS.index("This computer")
 TOO_BIG = QColor("#b3261e")
 PARTLY = QColor("#8a5a00")
 NOTE_LINES = 5  # the selected model's description and fit: room for the longest in the catalogue
@@ -119,13 +121,13 @@ class DiscoverTab(QWidget):
             ram = f"{_size(f.needs['q4_k_m'])} – {_size(f.plan_need)}"  # to F16 with its draft (#63)
             mark = verdict(f) + (" · installed" if entry.repo in self.installed else "")
             item = QTreeWidgetItem(
-                [entry.name, _params(entry.params), _size(entry.download_bytes), tiers, ram, entry.licence, mark]
+                [entry.name, mark, _params(entry.params), _size(entry.download_bytes), tiers, ram, entry.licence]
             )
             item.setData(0, Qt.ItemDataRole.UserRole, entry.repo)
             item.setToolTip(0, f"{entry.repo}: {entry.description}")
-            item.setToolTip(6, f.line)
+            item.setToolTip(FIT, f.line)
             if not f.fits_plan:
-                item.setForeground(6, QBrush(TOO_BIG if f.fits_none else PARTLY))
+                item.setForeground(FIT, QBrush(TOO_BIG if f.fits_none else PARTLY))
             self.tree.addTopLevelItem(item)
             if keep is not None and keep.repo == entry.repo:
                 item.setSelected(True)

@@ -12,7 +12,7 @@ import pytest
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QApplication, QMessageBox
 
-from app.discover import PARTLY, TOO_BIG, _size
+from app.discover import COLUMNS, FIT, PARTLY, TOO_BIG, _size
 from app.models_dialog import ModelsDialog
 from runtime.plan import catalog
 from tests.hf_export import export_to_hf
@@ -76,17 +76,17 @@ def test_discover_lists_the_catalogue_and_marks_what_will_not_fit(qtbot, monkeyp
     entries = catalog.load_catalog()
     assert list(rows) == [e.name for e in entries]  # every entry, none hidden
     seven, tiny = rows["Qwen2.5-7B-Instruct"], rows["SmolLM2-360M-Instruct"]
-    assert seven.text(6) == "only Q4_K_M" and seven.foreground(6).color() == PARTLY
-    assert "this computer has 8.0 GB: only Q4_K_M would fit" in seven.toolTip(6)
-    assert tiny.text(6) == "fits" and tiny.text(5) == "Apache-2.0"
-    assert seven.text(3) == "15.2 GB / 8.1 GB / 4.7 GB"
+    assert seven.text(FIT) == "only Q4_K_M" and seven.foreground(FIT).color() == PARTLY
+    assert "this computer has 8.0 GB: only Q4_K_M would fit" in seven.toolTip(FIT)
+    assert tiny.text(FIT) == "fits" and tiny.text(COLUMNS.index("Licence")) == "Apache-2.0"
+    assert seven.text(COLUMNS.index("F16 / Q8_0 / Q4_K_M")) == "15.2 GB / 8.1 GB / 4.7 GB"
     pick(dialog, "Qwen/Qwen2.5-7B-Instruct")
     assert "only Q4_K_M would fit" in dialog.discover.note.text() and dialog.discover.download_button.isEnabled()
 
     monkeypatch.setattr(catalog.psutil, "virtual_memory", lambda: Memory(2 * 10**9))
     dialog.discover.reload()
     seven = tree.findItems("Qwen2.5-7B-Instruct", Qt.MatchFlag.MatchExactly)[0]
-    assert seven.text(6) == "too big" and seven.foreground(6).color() == TOO_BIG
+    assert seven.text(FIT) == "too big" and seven.foreground(FIT).color() == TOO_BIG
     assert tree.topLevelItemCount() == len(entries)
     dialog.shutdown()
 
@@ -116,6 +116,16 @@ def test_offline_download_is_one_line_and_leaves_nothing(
     assert line.startswith("Qwen/Qwen2.5-0.5B-Instruct is not in the Hugging Face cache and cannot be downloaded")
     assert not isolated_cache.exists() or not any(isolated_cache.iterdir())
     assert dialog.discover.download_button.isEnabled()  # ready to try again
+    dialog.shutdown()
+
+
+def test_the_fit_column_is_on_screen_at_the_default_size(qtbot) -> None:
+    """#63: "This computer" was the last column, off-screen at the dialog's default size."""
+    dialog = open_dialog(qtbot)
+    QApplication.processEvents()
+    tree = dialog.discover.tree
+    right = tree.header().sectionViewportPosition(FIT) + tree.header().sectionSize(FIT)
+    assert FIT < COLUMNS.index("Parameters") and right <= tree.viewport().width()
     dialog.shutdown()
 
 
@@ -188,7 +198,7 @@ def test_download_shows_bytes_then_converts(
             qtbot.mouseClick(dialog.discover.download_button, Qt.MouseButton.LeftButton)
             assert not dialog.discover.download_button.isEnabled()  # one at a time
         assert ended.args == ["micro-instruct", ""] and "micro-instruct is ready" in dialog.stage.text()
-        assert dialog.discover.tree.topLevelItem(0).text(6) == "fits · installed"  # marked from the manifest
+        assert dialog.discover.tree.topLevelItem(0).text(FIT) == "fits · installed"  # marked from the manifest
         assert "Already converted as micro-instruct." in dialog.discover.note.text()
         total_mb = f"of {hub.total / 1e6:.0f} MB"
         assert shown and all(s.startswith(f"Downloading {MICRO}: ") for s in shown)
