@@ -16,7 +16,8 @@ from app.api_server_control import ApiServerControl
 from app.chat_controller import ChatController, Live
 from app.chat_files import export_chat, import_chat
 from app.chat_pane import ChatPane
-from app.documents_panel import DocumentsJob, DocumentsPanel
+from app.documents_panel import DocumentsPanel
+from app.documents_worker import DocumentsJob
 from app.message_area import MessageArea
 from app.models_dialog import ModelsDialog
 from app.preset_control import PresetControl

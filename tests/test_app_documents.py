@@ -16,6 +16,7 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QMessageBox
 
 from app.documents_panel import DocumentsPanel
+from app.documents_words import UNREADABLE
 from app.open_source import open_source, page_of, page_viewer, source_url
 from app.store import Store
 from app.transcript_text import source_label
@@ -99,11 +100,16 @@ def test_a_folder_added_in_the_panel_is_indexed_and_a_bad_file_shows_its_error(
     panel.add_folder_button.click()
     assert offered == [["frob-docs"]]
     wait_indexed(qtbot, panel, "install.md", "usage.md")
-    qtbot.waitUntil(lambda: rows(panel).get("broken.pdf", ("",))[0] == "error", timeout=INDEX_MS)
+    qtbot.waitUntil(lambda: rows(panel).get("broken.pdf", ("",))[0] == UNREADABLE, timeout=INDEX_MS)
     reason = rows(panel)["broken.pdf"][1]
     assert "PDF" in reason and "\n" not in reason  # the one-line reason on hover
     qtbot.waitUntil(lambda: panel.jobs == 0, timeout=INDEX_MS)
     assert panel.status.text() == "Added to frob: 2 files indexed (2 chunks), 1 could not be indexed."
+    # #63: "error" in red, the reason only on hover: selected, the file says why in the line under the list.
+    top = panel.tree.topLevelItem(0)
+    panel.tree.setCurrentItem(next(top.child(j) for j in range(top.childCount()) if top.child(j).text(0) == "broken.pdf"))
+    assert panel.status.text() == f"broken.pdf could not be read: {reason}" and panel.status.isVisible()
+    assert panel.tree.textElideMode() == Qt.TextElideMode.ElideMiddle  # a cut name keeps its extension
     assert (data / "documents.sqlite3").is_file()  # beside the history, in the data directory
     assert [w.composer.answer_from.itemText(i) for i in range(w.composer.answer_from.count())] == [
         "No documents", "All documents", "frob"
@@ -337,7 +343,7 @@ def test_only_changes_a_sync_can_see_start_one(tmp_path: Path) -> None:
         FileOpenedEvent,
     )
 
-    from app.documents_panel import worth_a_sync
+    from app.documents_worker import worth_a_sync
 
     index = str(tmp_path / "documents.sqlite3")
     note = str(tmp_path / "notes" / "a.md")
@@ -351,7 +357,8 @@ def test_only_changes_a_sync_can_see_start_one(tmp_path: Path) -> None:
 
 
 def test_the_panel_says_words_work_while_vectors_are_computed() -> None:
-    from app.documents_panel import DocumentsJob, progress_line, result_line
+    from app.documents_words import progress_line, result_line
+    from app.documents_worker import DocumentsJob
     from runtime.documents.library import VECTORS, AddResult, Progress
 
     line = progress_line(Progress(1, 3, 48, 0, 0, "/notes/a.md", VECTORS, 64))

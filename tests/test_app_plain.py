@@ -339,7 +339,7 @@ def test_the_collection_dialog_shows_its_whole_title(qtbot) -> None:
 
 
 def test_the_documents_panel_says_when_it_sets_up_the_embedding_model(qtbot, tmp_path: Path, monkeypatch) -> None:
-    from app.documents_panel import SETTING_UP
+    from app.documents_worker import SETTING_UP
 
     (tmp_path / "data").mkdir()
     monkeypatch.setenv("SPECQUANT_DATA_DIR", str(tmp_path / "data"))
