@@ -16,6 +16,7 @@ _FENCE = re.compile(r"^(```|~~~)[ \t]*([\w+#.-]*)[^\n]*$", re.MULTILINE)
 _SPACE = re.compile(r"\s")
 TOOLTIP_CHARS = 1200  # a source's passage in its tooltip, at most (a chunk is ~1,200-1,600 characters)
 RESULT_CHARS = 4000  # a tool's result as an expanded call block shows it, at most (the model read it whole)
+RESULT_PREVIEW = 60  # characters of a call's result shown on its one-line block
 OUTCOMES = {"proposed": "waiting for approval", "running": "running…"}  # a call still under way
 
 
@@ -164,7 +165,7 @@ def source_tooltip(citation: dict[str, Any]) -> str:
 
 
 def call_heading(call: dict[str, Any]) -> str:
-    """A call block's line: `files › read_file — allowed — 0.12 s` (denied: no time; under way: its state)."""
+    """A call block's line: `calc › add — allowed — 0.12 s → 42` (denied: no time; under way: its state)."""
     head = f"{call.get('server') or '?'} › {call.get('tool') or call.get('name') or '?'}"
     outcome = str(call.get("outcome") or "allowed")
     if outcome in OUTCOMES:
@@ -174,7 +175,12 @@ def call_heading(call: dict[str, Any]) -> str:
     if outcome == "allowed" and call.get("is_error"):
         outcome = "allowed, failed"
     elapsed = call.get("elapsed_s")
-    return f"{head} — {outcome}" + (f" — {elapsed:.2f} s" if isinstance(elapsed, int | float) else "")
+    line = f"{head} — {outcome}" + (f" — {elapsed:.2f} s" if isinstance(elapsed, int | float) else "")
+    # What came back, at a glance (#63: only inside the collapsed block): its first line, cut short.
+    result = " ".join(str(call.get("result") or "").split())
+    if outcome == "allowed" and result:
+        line += f" → {result[:RESULT_PREVIEW]}" + ("…" if len(result) > RESULT_PREVIEW else "")
+    return line
 
 
 def shown_arguments(arguments: str) -> str:
