@@ -221,6 +221,7 @@ class MainWindow(QMainWindow):
 
     def setup_demo(self) -> None:
         self.show_models()
+        self.models.tabs.setCurrentIndex(0)  # Installed, where the demo appears (#63: it opened on Discover)
         self.models.setup_demo()
 
     def show_models(self) -> None:

@@ -6,12 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import llama_cpp
+import pytest
 from PySide6.QtCore import Qt, QUrl
 
 from app.guide_viewer import GuideViewer
 from app.help_menu import GUIDES, about_text, build_facts, docs_dir
 from app.window_panels import EXAMPLES
 from runtime import __version__
+from runtime.models.cache import DEMO_NAME
 from tests.test_app import ANSWER_MS, open_window
 
 
@@ -70,4 +72,19 @@ def test_help_opens_the_user_guides_inside_the_window(qtbot, tmp_path: Path, mon
     assert "Add folder" in viewer.page.toPlainText() and viewer.contents.currentItem().text() == "Your documents"
     actions["What the &numbers mean"].trigger()  # the same viewer, another guide
     assert w.findChildren(GuideViewer) == [viewer] and viewer.shown() == "numbers.md" and not opened
+    w.close()
+
+
+@pytest.mark.slow
+def test_setting_up_the_demo_shows_installed_and_ends_on_a_full_bar(qtbot, tmp_path: Path) -> None:
+    """#63: the model manager opened on Discover during the demo's set-up, and showed "0%" after "ready"."""
+    w = open_window(tmp_path)
+    qtbot.addWidget(w)
+    w.models.tabs.setCurrentWidget(w.models.discover)  # where the user last looked
+    with qtbot.waitSignal(w.models.conversion_ended, timeout=300_000) as ended:
+        w.welcome.demo_button.click()
+        assert w.models.tabs.currentIndex() == 0 and w.models.isVisible()
+    assert ended.args == [DEMO_NAME, ""] and w.models.stage.text() == f"{DEMO_NAME} is ready."
+    assert w.models.bar.value() == w.models.bar.maximum()
+    w.models.shutdown()
     w.close()
