@@ -67,7 +67,7 @@ def test_help_opens_the_user_guides_inside_the_window(qtbot, tmp_path: Path, mon
     assert "#" not in shown and "|" not in shown  # Markdown rendered (a heading, a table), not shown as syntax
     for developer_word in ("U+2028", "ggml", "SQLite", "WAL"):
         assert all(developer_word not in (docs_dir() / name).read_text() for _, name in GUIDES), developer_word
-    viewer.page.setSource(QUrl("documents.md"))  # a link to another guide, as a click follows it
+    viewer.page.setSource(viewer.page.source().resolved(QUrl("documents.md")))  # a link, as a click follows it
     qtbot.waitUntil(lambda: viewer.shown() == "documents.md")
     assert "Add folder" in viewer.page.toPlainText() and viewer.contents.currentItem().text() == "Your documents"
     actions["What the &numbers mean"].trigger()  # the same viewer, another guide
