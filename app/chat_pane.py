@@ -202,11 +202,11 @@ class ChatPane(QWidget):
     def _say_documents_unused(self, conversation: int, search: bool) -> None:
         """An answer without the documents there are: said once a chat, in one line (#63: nothing said so)."""
         choices = self.chat.choices(conversation)
-        if choices.documents is None and self.tools_panel.has_documents and not (choices.tools and search):
-            if conversation not in self.told_unused:
-                self.told_unused.add(conversation)
-                self.notes.show_note("This chat answers without your documents: pick them under Answer from "
-                                     "to have them used.")
+        unused = choices.documents is None and self.tools_panel.has_documents and not (choices.tools and search)
+        if unused and conversation not in self.told_unused:
+            self.told_unused.add(conversation)
+            self.notes.show_note("This chat answers without your documents: pick them under Answer from "
+                                 "to have them used.")
 
     def stop(self) -> None:
         self.approval.close()  # denies: the turn ends (its cancel is set just below)

@@ -10,6 +10,7 @@ from PySide6.QtCore import QUrl
 from PySide6.QtGui import QTextDocument
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QHBoxLayout, QListWidget, QTextBrowser, QVBoxLayout, QWidget
 
+
 class GuideViewer(QDialog):
     """The guides (menu text, file) of `folder`; `show_guide` opens one."""
 

@@ -4,9 +4,9 @@ unlike a status-bar flash it is neither cut off behind the figures nor gone afte
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
 from collections.abc import Callable
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QToolButton, QVBoxLayout, QWidget
 
 MAX_NOTES = 2  # the oldest go when more arrive: four shrank the transcript at 1024×640 (#63)

@@ -125,7 +125,7 @@ def test_the_fit_column_is_on_screen_at_the_default_size(qtbot) -> None:
     QApplication.processEvents()
     tree = dialog.discover.tree
     right = tree.header().sectionViewportPosition(FIT) + tree.header().sectionSize(FIT)
-    assert FIT < COLUMNS.index("Parameters") and right <= tree.viewport().width()
+    assert COLUMNS.index("Parameters") > FIT and right <= tree.viewport().width()
     dialog.shutdown()
 
 

@@ -107,7 +107,8 @@ def test_a_folder_added_in_the_panel_is_indexed_and_a_bad_file_shows_its_error(
     assert panel.status.text() == "Added to frob: 2 files indexed (2 chunks), 1 could not be indexed."
     # #63: "error" in red, the reason only on hover: selected, the file says why in the line under the list.
     top = panel.tree.topLevelItem(0)
-    panel.tree.setCurrentItem(next(top.child(j) for j in range(top.childCount()) if top.child(j).text(0) == "broken.pdf"))
+    broken = next(top.child(j) for j in range(top.childCount()) if top.child(j).text(0) == "broken.pdf")
+    panel.tree.setCurrentItem(broken)
     assert panel.status.text() == f"broken.pdf could not be read: {reason}" and panel.status.isVisible()
     assert panel.tree.textElideMode() == Qt.TextElideMode.ElideMiddle  # a cut name keeps its extension
     assert (data / "documents.sqlite3").is_file()  # beside the history, in the data directory

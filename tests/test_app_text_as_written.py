@@ -87,7 +87,8 @@ def _blocks(view: TranscriptView):
         block = block.next()
 
 
-INDENTED = "The sea is wide,\n  and deep and blue;\nThe waves come in,\n\tand go back too.\n- a list item,\n  its second line"
+INDENTED = ("The sea is wide,\n  and deep and blue;\nThe waves come in,\n\tand go back too.\n"
+            "- a list item,\n  its second line")
 
 
 def test_an_indented_line_shows_indented(qtbot) -> None:

@@ -251,8 +251,8 @@ DEMO_NOTE = ("That answer came from SpecQuant's tiny demo model (135 million par
 
 def better_model(ram_bytes: int | None = None, path: Path | None = None) -> Entry | None:
     """What to offer after the demo's first answer (#63): the catalogue's largest model whose F16 and draft fit
-    this computer together (or `ram_bytes`) and that downloads without a Hub login; None when none does (or the catalogue
-    cannot be read: the offer is a courtesy)."""
+    this computer together (or `ram_bytes`) and that downloads without a Hub login; None when none does (or
+    the catalogue cannot be read: the offer is a courtesy)."""
     try:
         entries = load_catalog(path)
     except UserError:
