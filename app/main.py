@@ -64,15 +64,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif not has_display():
         print("specquant-app: no display found; chatting in the terminal instead", file=sys.stderr)
         return terminal_chat(args.prompt)
-    elif sys.platform.startswith("linux") and (unreachable := x_display_problem()):
-        # Qt would abort on it (exit 134): the terminal chat answers instead, as with no display at all (#63).
-        print(f"{unreachable}; chatting in the terminal instead", file=sys.stderr)
-        return terminal_chat(args.prompt)
     elif problem := display_problem():
         # Qt would abort on it with its reason on a debug channel: say it, and how to mend it, first.
         print(problem, file=sys.stderr)
         show_box(problem)
         return 1
+    elif sys.platform.startswith("linux") and (unreachable := x_display_problem()):
+        # Qt would abort on it (exit 134): the terminal chat answers instead, as with no display at all (#63).
+        print(f"{unreachable}; chatting in the terminal instead", file=sys.stderr)
+        return terminal_chat(args.prompt)
     return run_window(args)
 
 

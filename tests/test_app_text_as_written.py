@@ -93,6 +93,7 @@ INDENTED = ("The sea is wide,\n  and deep and blue;\nThe waves come in,\n\tand g
 
 def test_an_indented_line_shows_indented(qtbot) -> None:
     """#63: a poem's indented lines (spaces or a tab) showed flush left; a list item's own column is not more."""
-    lines = view_of(qtbot, INDENTED).document().toPlainText().splitlines()
+    view = view_of(qtbot, INDENTED)
+    lines = view.document().toPlainText().splitlines()
     assert "  and deep and blue;" in lines and "    and go back too." in lines, lines
     assert "The sea is wide," in lines and "its second line" in lines, lines
