@@ -106,6 +106,7 @@ def test_a_folder_added_in_the_panel_is_indexed_and_a_bad_file_shows_its_error(
     qtbot.waitUntil(lambda: panel.jobs == 0, timeout=INDEX_MS)
     assert panel.status.text() == "Added to frob: 2 files indexed (2 chunks), 1 could not be indexed."
     # #63: "error" in red, the reason only on hover: selected, the file says why in the line under the list.
+    w.side_tabs.setCurrentWidget(panel)
     top = panel.tree.topLevelItem(0)
     broken = next(top.child(j) for j in range(top.childCount()) if top.child(j).text(0) == "broken.pdf")
     panel.tree.setCurrentItem(broken)
