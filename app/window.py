@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from PySide6.QtCore import QSettings, QTimer
+from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtGui import QCloseEvent, QTextCursor
 from PySide6.QtWidgets import QMainWindow, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
@@ -77,8 +77,10 @@ class MainWindow(QMainWindow):
     def _reopen(self) -> None:
         """As the window was at close (#63): its size, the chat that was open, the text not yet sent."""
         state = load_state(self.qsettings)
-        if state.geometry is not None:
-            self.restoreGeometry(state.geometry)
+        if state.size is not None:
+            self.resize(state.size)
+        if state.maximized:
+            self.setWindowState(self.windowState() | Qt.WindowState.WindowMaximized)
         c = state.conversation
         if c is not None and c in {x.id for x in self.store.conversations()}:  # a chat since deleted: a new one
             self.open_conversation(c)
@@ -90,7 +92,9 @@ class MainWindow(QMainWindow):
         self.input.textChanged.connect(self._draft_timer.start)
 
     def save_state(self) -> None:
-        save_state(WindowState(self.saveGeometry(), self.conversation, self.input.toPlainText()), self.qsettings)
+        maximized = self.isMaximized()
+        size = self.normalGeometry().size() if maximized else self.size()  # the size it goes back to
+        save_state(WindowState(size, maximized, self.conversation, self.input.toPlainText()), self.qsettings)
 
     @property
     def live(self) -> Live | None:

@@ -185,7 +185,7 @@ def test_reopening_brings_back_the_chat_its_unsent_text_and_the_size(qtbot, tmp_
     store.add_message(trip, "user", "Where should we go in May?")
     first.chats.refresh()
     first.open_conversation(trip)
-    first.resize(900, 600)
+    first.resize(1000, 800)
     qtbot.keyClicks(first.input, "And in June")
     first.close()
 
@@ -194,7 +194,7 @@ def test_reopening_brings_back_the_chat_its_unsent_text_and_the_size(qtbot, tmp_
     assert second.conversation == trip and "Where should we go in May?" in second.transcript.toPlainText()
     assert second.chats.conversations.currentItem().text() == "Planning a trip"
     assert second.input.toPlainText() == "And in June"
-    assert (second.width(), second.height()) == (900, 600)
+    assert (second.width(), second.height()) == (1000, 800)
     # The draft is kept while the window is open too, shortly after typing stops (a crash loses nothing).
     second.input.clear()
     qtbot.keyClicks(second.input, "Typed, then the power went")
