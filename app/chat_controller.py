@@ -26,7 +26,7 @@ from app.preset_control import PresetControl
 from app.settings import AppSettings
 from app.store import CALL_FIELDS, THINKING, TOOL_TURN, TOOLS_UNUSED, Store, StoredMessage, chat_history
 from app.tool_host_control import ToolHostControl
-from app.transcript import draft_mask
+from app.transcript_text import draft_mask
 from app.turn_runner import TurnRequest, TurnRunner
 from runtime.chat.turn import TurnSpec
 from runtime.documents.grounding import Grounding
@@ -77,6 +77,8 @@ class Live:
     rounds: list[dict[str, Any]] = field(default_factory=list)  # its rounds of calls so far (app.store.tool_rounds)
     round_open: bool = False  # the answer being written has called: its next words start a new round
     thinking: str = ""  # a thinking model's thought so far (app.thinking_block shows it above the answer)
+    waiting: bool = False  # a wait is shown ("Loading…", "Reading 55 tokens…"): the next words end it
+    ended: bool = False  # the turn is over: what it did not do can be said
 
     @property
     def tools_offered(self) -> bool:
@@ -89,7 +91,7 @@ class Live:
         meta = answer_meta(self.last, self.flags, self.text) if self.last is not None else {}
         if self.thinking:
             meta[THINKING] = self.thinking
-        if not self.rounds and self.tools_offered:
+        if self.ended and not self.rounds and self.tools_offered:  # not before: a call may still come (#63)
             meta[TOOLS_UNUSED] = True  # the record says so: the model was offered tools and called none (#51)
         if self.rounds:
             meta[TOOL_TURN] = [
@@ -121,6 +123,11 @@ class ChatController(QObject):
         self.pace = Pace()  # one for every turn: what drawing costs this window is learned once
         self.live: Live | None = None
         self.unsent = Choices()  # a new chat's, until its first message stores them with it
+        # The documents last chosen or added (None: none): a new chat starts with them (#63); at start, the
+        # latest chat's.
+        latest = store.conversations()[:1]
+        self.last_documents: str | None = store.documents(latest[0].id) if latest else None
+        self.unsent.documents = self.last_documents
         self._ids = itertools.count(1)
 
     # --- what a chat answers with ----------------------------------------------------------------------
@@ -242,15 +249,18 @@ class ChatController(QObject):
         return live if live is not None and live.runner is runner else None
 
     def _on_status(self, runner: TurnRunner, message: str) -> None:
-        if self._live(runner) is not None:
+        live = self._live(runner)
+        if live is not None:
+            live.waiting = bool(message)
             self.status.emit(message)
 
     def _on_chunks(self, runner: TurnRunner, chunks: list[Chunk]) -> None:
         live = self._live(runner)
         if live is None:
             return
-        if live.last is None:
-            self.status.emit("")  # "Loading…" ends with the first tokens
+        if live.waiting:  # "Loading…", or a later round's "Reading 55 tokens…" (#63), ends with its first words
+            live.waiting = False
+            self.status.emit("")
         live.text += "".join(c.text for c in chunks)
         live.thinking += "".join(c.thinking for c in chunks)
         for c in chunks:
@@ -310,6 +320,7 @@ class ChatController(QObject):
 
     def _ended(self, live: Live) -> None:
         self.live = None
+        live.ended = True
         if live.request.tools is not None:
             self.tools.turn_ended()  # a host replaced while this turn used it closes now
 

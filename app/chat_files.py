@@ -19,7 +19,8 @@ EXPORT_FILTERS = "Markdown (*.md);;JSON (*.json)"
 def export_chat(parent: QWidget, store: Store, conversation: int) -> str:
     """Save the chat as Markdown or JSON (the suffix, or else the chosen filter, says which)."""
     title = store.title(conversation)
-    stem = re.sub(r'[\\/:*?"<>|\x00-\x1f]+', " ", title).strip()[:80] or "chat"
+    # A title's own full stop is not the suffix's (#63: "…Use the tool..md"); runs of spaces are one.
+    stem = " ".join(re.sub(r'[\\/:*?"<>|\x00-\x1f]+', " ", title).split())[:80].rstrip(" .…") or "chat"
     path, chosen = QFileDialog.getSaveFileName(parent, "Export chat", str(Path.home() / f"{stem}.md"), EXPORT_FILTERS)
     if not path:
         return ""

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QStatusBar, QVBoxLayout, QWidget
 from app.approval_dialog import ApprovalPrompt
 from app.chat_controller import AtHighestPrecision, ChatController, Choices, Live, Turn
 from app.message_area import MessageArea
+from app.model_facts import can_think
 from app.settings import AppSettings
 from app.source_viewer import SourceViewer, passages_of
 from app.stats_bar import StatsBar
@@ -51,6 +52,7 @@ class ChatPane(QWidget):
         self.chat, self.store, self.stats, self.status, self.banner = chat, chat.store, stats, status, banner
         self.chats, self.tools_panel, self.settings = chats, tools_panel, settings
         self.conversation: int | None = None
+        self.told_unused: set[int] = set()  # chats told they answer without the documents there are
         self.think_switch: QAction | None = None  # the Chat menu's "Let the model think": this chat's switch
         self.transcript, self.composer = TranscriptView(), Composer()
         self.approval = ApprovalPrompt(self, chat.answer_approval)
@@ -109,7 +111,8 @@ class ChatPane(QWidget):
         self.show_busy()
 
     def new_conversation(self) -> None:
-        self.chat.unsent = Choices()  # a new chat starts without documents, preset or tools
+        # A new chat answers from the documents last chosen (#63: added documents are used), without preset or tools.
+        self.chat.unsent = Choices(documents=self.chat.last_documents)
         self.open_conversation(None)
         self.composer.input.setFocus()
 
@@ -124,8 +127,10 @@ class ChatPane(QWidget):
     def show_thinking(self) -> None:
         """The Chat menu's switch as this chat has it (a chat never switched: as Settings say)."""
         if self.think_switch is not None:
+            thinks = can_think(self.model)  # a model that does not think has nothing to switch (#63)
             chosen = self.chat.choices(self.conversation).thinking
-            self.think_switch.setChecked(self.settings().thinking if chosen is None else chosen)
+            self.think_switch.setEnabled(thinks)
+            self.think_switch.setChecked(thinks and (self.settings().thinking if chosen is None else chosen))
 
     def choose_thinking(self, on: bool) -> None:
         """This chat's thinking on or off (a thinking model's: others have nothing to switch)."""
@@ -134,6 +139,7 @@ class ChatPane(QWidget):
     def choose_documents(self, documents: str | None) -> None:
         """What this chat answers from, as the Answer-from box says: None no documents, "" all, else one."""
         self.composer.show_documents(documents)
+        self.chat.last_documents = documents
         self.store_call(self.chat.choose, self.conversation, "documents", documents)
 
     def store_call(self, change: Any, *args: Any) -> None:
@@ -185,12 +191,22 @@ class ChatPane(QWidget):
             self.show_busy()
             return
         self.banner.hide()
+        self._say_documents_unused(turn.conversation, search)
         if missing:
             self.banner.show_error(f"The instructions {missing} are gone: this answer has none. Pick others under "
                                    "Instructions.")
         self.transcript.begin_live()
         self._render_live()
         self.show_busy()
+
+    def _say_documents_unused(self, conversation: int, search: bool) -> None:
+        """An answer without the documents there are: said once a chat, in one line (#63: nothing said so)."""
+        choices = self.chat.choices(conversation)
+        unused = choices.documents is None and self.tools_panel.has_documents and not (choices.tools and search)
+        if unused and conversation not in self.told_unused:
+            self.told_unused.add(conversation)
+            self.notes.show_note("This chat answers without your documents: pick them under Answer from "
+                                 "to have them used.")
 
     def stop(self) -> None:
         self.approval.close()  # denies: the turn ends (its cancel is set just below)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.plain_words import ENDINGS
 from app.store import tool_rounds
 from runtime.errors import UserError
 
@@ -67,9 +68,12 @@ def to_markdown(conv: ExportedConversation) -> str:
         out += [m.content.rstrip(), ""]
         facts = m.meta  # an answer's stored facts (runtime.engine.summary.answer_facts)
         pair, speed = facts.get("pair"), facts.get("tok_per_s")
+        ending = ENDINGS.get(str(facts.get("stop_reason") or "")) if m.role == "assistant" else None
         if m.role == "assistant" and pair:
             line = f"> {pair}" + (f" · {speed:.1f} tok/s" if isinstance(speed, (int, float)) else "")
-            out += [line, ""]
+            out += [line + (f" · {ending}" if ending else ""), ""]  # a stopped answer says so (#63)
+        elif ending:
+            out += [f"> {ending}", ""]
         cited = facts.get("citations") if m.role == "assistant" else None
         if isinstance(cited, list) and cited:
             out += ["Sources:", ""]

@@ -10,6 +10,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QMessageBox,
     QPushButton,
     QTreeWidget,
     QTreeWidgetItem,
@@ -21,9 +22,12 @@ from runtime.errors import UserError
 from runtime.models.cache import cache_root, list_models
 from runtime.plan.catalog import Entry, Fit, fit, load_catalog
 
-COLUMNS = ["Model", "Parameters", "Download", "F16 / Q8_0 / Q4_K_M", "RAM", "Licence", "This computer"]
+# "This computer" second: last, it was off-screen at the dialog's default size (#63).
+COLUMNS = ["Model", "This computer", "Parameters", "Download", "F16 / Q8_0 / Q4_K_M", "RAM", "Licence"]
+FIT = COLUMNS.index("This computer")
 TOO_BIG = QColor("#b3261e")
 PARTLY = QColor("#8a5a00")
+NOTE_LINES = 5  # the selected model's description and fit: room for the longest in the catalogue
 
 
 def _size(n: float) -> str:
@@ -36,8 +40,10 @@ def _params(n: int) -> str:
 
 def verdict(f: Fit) -> str:
     """The short mark in the list; the full line is the item's tooltip and the note under the list."""
-    if f.fits_all:
+    if f.fits_plan:
         return "fits"
+    if f.fits_all:
+        return "fits, slower"  # F16 without its draft
     if f.fits_none:
         return "too big"
     return "only " + " and ".join(t.upper() for t in f.tiers)
@@ -73,6 +79,9 @@ class DiscoverTab(QWidget):
         self.note = QLabel("")
         self.note.setAccessibleName("Selected model")
         self.note.setWordWrap(True)
+        self.note.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        # Its height fixed: a row's longer description must not move the button under the pointer (#63).
+        self.note.setFixedHeight(self.note.fontMetrics().lineSpacing() * NOTE_LINES + 4)
         self.download_button = QPushButton("Download and &convert")
         self.download_button.setToolTip(
             "Downloads the model's safetensors from Hugging Face (kept in its cache), then converts it into "
@@ -109,16 +118,16 @@ class DiscoverTab(QWidget):
             f = fit(entry, self.ram_bytes)
             self.fits[entry.repo] = f
             tiers = " / ".join(_size(entry.tier_bytes[t]) for t in ("f16", "q8_0", "q4_k_m"))
-            ram = f"{_size(f.needs['q4_k_m'])} – {_size(f.needs['f16'])}"
+            ram = f"{_size(f.needs['q4_k_m'])} – {_size(f.plan_need)}"  # to F16 with its draft (#63)
             mark = verdict(f) + (" · installed" if entry.repo in self.installed else "")
             item = QTreeWidgetItem(
-                [entry.name, _params(entry.params), _size(entry.download_bytes), tiers, ram, entry.licence, mark]
+                [entry.name, mark, _params(entry.params), _size(entry.download_bytes), tiers, ram, entry.licence]
             )
             item.setData(0, Qt.ItemDataRole.UserRole, entry.repo)
             item.setToolTip(0, f"{entry.repo}: {entry.description}")
-            item.setToolTip(6, f.line)
-            if not f.fits_all:
-                item.setForeground(6, QBrush(TOO_BIG if f.fits_none else PARTLY))
+            item.setToolTip(FIT, f.line)
+            if not f.fits_plan:
+                item.setForeground(FIT, QBrush(TOO_BIG if f.fits_none else PARTLY))
             self.tree.addTopLevelItem(item)
             if keep is not None and keep.repo == entry.repo:
                 item.setSelected(True)
@@ -143,7 +152,26 @@ class DiscoverTab(QWidget):
         have = f" Already converted as {self.installed[entry.repo]}." if entry.repo in self.installed else ""
         self.note.setText(f"<b>{entry.repo}</b>: {entry.description}<br>{self.fits[entry.repo].line}.{gated}{have}")
 
+    def offer(self, repo: str) -> None:
+        """Pick `repo` and ask whether to download it (the demo's note offers a better model this way)."""
+        for i in range(self.tree.topLevelItemCount()):
+            item = self.tree.topLevelItem(i)
+            if item.data(0, Qt.ItemDataRole.UserRole) == repo:
+                self.tree.setCurrentItem(item)
+                self.tree.scrollToItem(item)
+                self._download()
+                return
+
     def _download(self) -> None:
         entry = self.selected()
-        if entry is not None and not self.busy:
+        if entry is not None and not self.busy and self.confirm(entry):
             self.download_requested.emit(entry.repo)
+
+    def confirm(self, entry: Entry) -> bool:
+        """A download is asked for, with its size: a click meant for the list must not start one (#63)."""
+        question = (f"Download {entry.name} ({_size(entry.download_bytes)}) from Hugging Face and convert it "
+                    f"into three tiers ({_size(sum(entry.tier_bytes.values()))} on disk)?")
+        answer = QMessageBox.question(self, "Download a model", question,
+                                      QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+                                      QMessageBox.StandardButton.No)
+        return answer == QMessageBox.StandardButton.Yes

@@ -1,23 +1,18 @@
 """The Documents panel: collections and their files, Add folder / Add files / Sync / Remove, a progress line,
 and the folders watched so that a change on disk is indexed a moment later (#42).
 
-The index (runtime.documents.Library) is used on one thread only, the documents worker's: it opens the
-Library there and runs one job at a time, in order. The GUI thread sends it jobs and receives Progress, a
+The index (runtime.documents.Library) is used on one thread only, the documents worker's (app.documents_worker):
+it opens the Library there and runs one job at a time, in order. The GUI thread sends it jobs and receives Progress, a
 one-line result and a Snapshot of the index through signals. watchdog's observer thread only reports that a
 watched folder changed; the panel waits DEBOUNCE_MS after the last change, then asks the worker to sync.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import threading
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path, PurePath
-from typing import Any
+from pathlib import Path
 
-from PySide6.QtCore import QMimeData, QObject, Qt, QThread, QTimer, Signal, Slot
+from PySide6.QtCore import QMimeData, Qt, QThread, QTimer, Signal
 from PySide6.QtGui import QBrush, QColor, QDragEnterEvent, QDragMoveEvent, QDropEvent, QShowEvent
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -34,70 +29,14 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
-from watchdog.observers import Observer
 
+from app.documents_words import count_of, progress_line, relative_name, result_line, state_words, unreadable_line
+from app.documents_worker import DocumentsJob, DocumentsWorker, FolderWatch, Snapshot
 from app.worker import start_thread
-from runtime.documents.library import DEFAULT_COLLECTION, VECTORS, AddResult, FileRecord, Library, Progress
-from runtime.errors import UserError, readable
-
-log = logging.getLogger("specquant.app")
+from runtime.documents.library import DEFAULT_COLLECTION, AddResult, Progress
 
 DEBOUNCE_MS = 2000  # a folder is synced this long after its last change: a copy of many files is one sync
 ERROR_COLOUR = "#b3261e"  # the banner's red: 4.5:1 on white
-# Changes that can alter what a sync finds. Not opened/closed/attrib: a sync reads the files it indexes, and
-# those events would start the next sync, for ever. events_lost: inotify's queue overflowed, anything changed.
-WATCHED_EVENTS = frozenset({"created", "modified", "deleted", "moved", "events_lost"})
-
-
-@dataclass(frozen=True)
-class DocumentsJob:
-    verb: str  # add | sync | remove
-    paths: tuple[str, ...] = ()
-    collection: str | None = None  # sync: None for every collection; remove: with no path, the whole collection
-    automatic: bool = False  # the start's sync or a watched folder's: it speaks only when something changed
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """What the index holds: every file, and each collection's added folders and files (what is watched)."""
-
-    files: tuple[FileRecord, ...] = ()
-    roots: dict[str, tuple[str, ...]] = field(default_factory=dict)  # collection → added paths, in name order
-
-
-# --- pure: the words the panel shows ---------------------------------------------------------------------
-
-
-def _count(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
-def result_line(job: DocumentsJob, result: AddResult | int) -> str:
-    """One line about a finished job; "" for an automatic sync that changed nothing."""
-    if isinstance(result, int):
-        what = job.paths[0] if job.paths else f"the collection {job.collection}"
-        return f"Removed {what} ({_count(result, 'file')})."
-    where = job.collection or "every collection"
-    head = f"Added to {where}" if job.verb == "add" else f"Synced {where}"
-    if not (result.indexed or result.removed or result.errors or result.cancelled or result.embedded):
-        if job.automatic:
-            return ""
-        return f"{head}: nothing new" + (f", {result.unchanged} unchanged." if result.unchanged else ".")
-    parts = []
-    if result.indexed:
-        parts.append(f"{_count(result.indexed, 'file')} indexed ({_count(result.chunks, 'chunk')})")
-    if result.unchanged:
-        parts.append(f"{result.unchanged} unchanged")
-    if result.removed:
-        parts.append(f"{result.removed} gone from disk")
-    if result.errors:
-        parts.append(f"{len(result.errors)} could not be indexed")
-    if result.embedded > result.chunks:  # vectors a stopped run left to do, or for another embedding model
-        parts.append(f"vectors for {_count(result.embedded - result.chunks, 'chunk')} indexed before")
-    if result.cancelled:
-        parts.append("stopped")
-    return f"{head}: {', '.join(parts)}."
 
 
 class CollectionDialog(QInputDialog):
@@ -129,31 +68,6 @@ class CollectionDialog(QInputDialog):
         return dialog.textValue(), ok
 
 
-SETTING_UP = "Setting up the embedding model for search (once; the first time it is converted)…"
-
-
-def progress_line(p: Progress) -> str:
-    if p.stage == VECTORS:  # after the words: search works already, by meaning once this is done
-        name = f" · {PurePath(p.path).name}" if p.path else ""
-        return (f"Searchable by words. Computing vectors for search by meaning: {p.chunks_done} of "
-                f"{p.chunks_total} chunks ({p.share:.0%}){name}")
-    share = f" ({p.bytes_done / p.bytes_total:.0%})" if p.bytes_total else ""
-    name = f" · {PurePath(p.path).name}" if p.path else ""
-    return f"Indexing {p.files_done} of {p.files_total} files{share}, {p.chunks_done} chunks{name}"
-
-
-def worth_a_sync(event: FileSystemEvent, ignore: str) -> bool:
-    """Whether a watched folder's event can change what a sync finds: not the index's own files (a folder
-    added with the data directory in it), not hidden files (the walk passes over them: editors' swap files),
-    not a folder's own 'modified' (its files' events say what changed)."""
-    if event.event_type not in WATCHED_EVENTS:
-        return False
-    if event.event_type == "events_lost":
-        return True
-    if event.is_directory and event.event_type == "modified":
-        return False
-    paths = [os.fsdecode(p) for p in (event.src_path, getattr(event, "dest_path", "")) if p]
-    return any(not p.startswith(ignore) and not os.path.basename(p).startswith(".") for p in paths)
 
 
 def dropped_paths(mime: QMimeData) -> list[str]:
@@ -161,173 +75,6 @@ def dropped_paths(mime: QMimeData) -> list[str]:
     if not mime.hasUrls():
         return []
     return [url.toLocalFile() for url in mime.urls() if url.isLocalFile() and url.toLocalFile()]
-
-
-def relative_name(path: str, roots: tuple[str, ...]) -> str:
-    """`path` under the added folder it came from, else whole."""
-    for root in roots:
-        if path != root and path.startswith(root.rstrip(os.sep) + os.sep):
-            return os.path.relpath(path, root)
-    return path
-
-
-# --- the documents worker: its own thread, its own Library --------------------------------------------------
-
-
-class DocumentsWorker(QObject):
-    """Runs documents jobs one at a time on its thread. The Library is opened here, on first use (a missing
-    index is not created just to list it), and only ever used here."""
-
-    progress = Signal(object)  # runtime.documents.Progress, before each file and at the end
-    done = Signal(object, object)  # the DocumentsJob, its AddResult (add, sync) or files removed (remove)
-    failed = Signal(object, str)  # the DocumentsJob (None: listing the index failed), one line saying why
-    snapshot = Signal(object)  # Snapshot, after every job
-    setting_up = Signal(str)  # the embedding model is being set up: the first file's wait says so (#51)
-
-    def __init__(self, index: Path) -> None:
-        super().__init__()
-        self.index = index
-        self.cancel = threading.Event()  # set when the window closes: an add or sync stops between two files
-        self.stop = threading.Event()  # Stop: the job in flight stops between two files; queued ones still run
-        self.library: Library | None = None
-
-    @Slot(object)
-    def run(self, job: DocumentsJob) -> None:
-        if self.cancel.is_set():  # closing: jobs still queued behind the cancelled one are dropped
-            return
-        self.stop.clear()  # a Stop meant the job before this one
-        try:
-            result = self._run(job)
-        except UserError as e:
-            self.failed.emit(job, str(e))
-        except Exception as e:  # a bug: a traceback in the log, one line in the panel
-            log.warning("documents job %s failed", job.verb, exc_info=True)
-            self.failed.emit(job, f"Indexing failed: {readable(e)}")
-        else:
-            self.done.emit(job, result)
-        try:
-            self.snapshot.emit(self._snapshot())
-        except UserError as e:
-            self.failed.emit(None, str(e))
-        except Exception as e:
-            log.warning("listing the documents index failed", exc_info=True)
-            self.failed.emit(None, f"The documents index cannot be read: {readable(e)}")
-
-    def _open(self, create: bool) -> Library | None:
-        if self.library is None and (create or self.index.exists()):
-            # The embedding model, converted here on first use (on this thread): hybrid search, as the CLI's;
-            # without its package, words alone (logged).
-            from converters.embedding import ensure_embedding_model, package_zip
-            from runtime.engine.embedder import open_embedder
-
-            def convert(path: Path) -> None:  # run once, at the first embedding: the wait that looked stuck
-                self.setting_up.emit(SETTING_UP)
-                ensure_embedding_model(path)
-
-            embedder = open_embedder(None, convert, package_zip, log.info)
-            self.library = Library(self.index, embedder=embedder)
-        return self.library
-
-    def _run(self, job: DocumentsJob) -> AddResult | int:
-        if job.verb == "sync" and not self.index.exists():
-            return AddResult()  # nothing added yet: no index to create
-        lib = self._open(create=True)
-        assert lib is not None
-        if job.verb == "add":
-            return lib.add(job.paths, job.collection or DEFAULT_COLLECTION, self.progress.emit, self._stopping())
-        if job.verb == "sync":
-            return lib.sync(job.collection, self.progress.emit, self._stopping())
-        if job.verb == "remove":
-            return lib.remove(job.paths[0] if job.paths else None, job.collection)
-        raise ValueError(f"unknown documents job {job.verb!r}")
-
-    def _stopping(self) -> threading.Event:
-        """What the Library checks between two files: set by Stop or by closing the window, whichever comes."""
-        return _Either(self.cancel, self.stop)
-
-    def _snapshot(self) -> Snapshot:
-        lib = self._open(create=False)
-        if lib is None:
-            return Snapshot()
-        roots = {name: tuple(sorted(os.fsdecode(p) for p in lib.index.roots(cid)[0]))
-                 for cid, name in lib.index.collections()}
-        return Snapshot(tuple(lib.list_files()), roots)
-
-    def close(self) -> None:
-        """Once its thread has ended (nothing else uses the Library then)."""
-        if self.library is not None:
-            self.library.close()
-            if self.library.embedder is not None:
-                self.library.embedder.close()
-            self.library = None
-
-
-class _Either(threading.Event):
-    """Set when either of two events is (the Library only asks `is_set`)."""
-
-    def __init__(self, a: threading.Event, b: threading.Event) -> None:
-        super().__init__()
-        self.a, self.b = a, b
-
-    def is_set(self) -> bool:
-        return self.a.is_set() or self.b.is_set()
-
-
-# --- watching the added folders ------------------------------------------------------------------------------
-
-
-class _Changes(FileSystemEventHandler):
-    """One collection's folders: on watchdog's observer thread, says that something changed, nothing more."""
-
-    def __init__(self, collection: str, report: Callable[[str], None], ignore: str) -> None:
-        self.collection = collection
-        self.report = report
-        self.ignore = ignore
-
-    def on_any_event(self, event: FileSystemEvent) -> None:
-        if worth_a_sync(event, self.ignore):
-            self.report(self.collection)
-
-
-class FolderWatch(QObject):
-    """watchdog's observer over every added folder; `changed` (queued to the GUI thread) names a collection
-    whose folders changed on disk."""
-
-    changed = Signal(str)
-
-    def __init__(self, index: Path) -> None:
-        super().__init__()
-        self.ignore = str(index)  # documents.sqlite3 and its -wal, -shm, -journal
-        self.observer: Any = None
-        self.watched: frozenset[tuple[str, str]] = frozenset()
-
-    def watch(self, roots: dict[str, tuple[str, ...]]) -> str:
-        """Watch these folders (collection → added paths; files are synced with their collection) and stop
-        watching others. Returns "" or one line naming a folder that cannot be watched."""
-        wanted = frozenset((c, p) for c, paths in roots.items() for p in paths if os.path.isdir(p))
-        if wanted == self.watched:
-            return ""
-        if self.observer is None:
-            self.observer = Observer()
-            self.observer.daemon = True  # never keeps the process alive, should stop() be missed
-            self.observer.start()
-        self.observer.unschedule_all()
-        self.watched = wanted
-        problem = ""
-        for collection, folder in sorted(wanted):
-            try:
-                self.observer.schedule(_Changes(collection, self.changed.emit, self.ignore), folder, recursive=True)
-            except OSError as e:  # e.g. inotify's watch limit: the folder is still synced by hand
-                problem = f"{folder} is not watched for changes ({e.strerror or e}); use Sync after changing it."
-                log.warning("%s", problem)
-        return problem
-
-    def stop(self) -> None:
-        if self.observer is not None:
-            self.observer.stop()
-            self.observer.join(timeout=5)
-            self.observer = None
-        self.watched = frozenset()
 
 
 # --- the panel ------------------------------------------------------------------------------------------------
@@ -353,10 +100,12 @@ class DocumentsPanel(QWidget):
         self.tree = QTreeWidget()
         self.tree.setHeaderLabels(["Documents", "State"])
         self.tree.setAccessibleName("Document collections")
+        self.tree.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # a cut name keeps its end: "report…2024.pdf"
         self.tree.header().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         self.tree.header().setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
         self.tree.header().setStretchLastSection(False)
         self.tree.itemSelectionChanged.connect(self._update_buttons)
+        self.tree.itemSelectionChanged.connect(self._show_selected)
         self.add_folder_button = QPushButton("Add f&older…")
         self.add_folder_button.setToolTip("Add a folder to a collection; it is watched and kept in sync")
         self.add_folder_button.clicked.connect(self._add_folder)
@@ -450,7 +199,7 @@ class DocumentsPanel(QWidget):
             return
         if path is None:
             n = sum(1 for f in self.snapshot.files if f.collection == collection)
-            question = f"Remove the collection “{collection}” and its {_count(n, 'file')} from the index?"
+            question = f"Remove the collection “{collection}” and its {count_of(n, 'file')} from the index?"
         else:
             question = f"Remove {path} from the collection “{collection}”?"
         question += " The files on disk stay as they are."
@@ -571,12 +320,12 @@ class DocumentsPanel(QWidget):
         red = QBrush(QColor(ERROR_COLOUR))
         for collection, roots in self.snapshot.roots.items():
             files = [f for f in self.snapshot.files if f.collection == collection]
-            top = QTreeWidgetItem([collection, _count(len(files), "file")])
+            top = QTreeWidgetItem([collection, count_of(len(files), "file")])
             top.setData(0, Qt.ItemDataRole.UserRole, (collection, None))
             top.setToolTip(0, "\n".join(roots) or collection)
             self.tree.addTopLevelItem(top)
             for f in files:
-                state = f"indexed, {_count(f.chunks, 'chunk')}" if f.state == "indexed" else f.state
+                state = state_words(f)  # a file that could not be read says why, not only on hover (#63)
                 item = QTreeWidgetItem([relative_name(f.path, roots), state])
                 item.setData(0, Qt.ItemDataRole.UserRole, (collection, os.fsdecode(f.raw_path)))
                 item.setToolTip(0, f.path)
@@ -593,6 +342,14 @@ class DocumentsPanel(QWidget):
 
     def _update_buttons(self) -> None:
         self.remove_button.setEnabled(self.selected()[0] is not None)
+
+    def _show_selected(self) -> None:
+        """A file that could not be read, selected: why, in the line under the list."""
+        collection, path = self.selected()
+        f = next((f for f in self.snapshot.files if f.collection == collection and os.fsdecode(f.raw_path) == path),
+                 None)
+        if f is not None and f.state == "error":
+            self._say(unreadable_line(f), error=True)
 
     def _say(self, text: str, error: bool = False) -> None:
         self.status.setText(text)

@@ -1,5 +1,6 @@
-"""The Help menu: the guides (docs/*.md, shipped beside the program) and About, which names the version and the
-llama.cpp build and CPU kernels answering on this machine: what a bug report needs."""
+"""The Help menu: the user guides (docs/guide/*.md, shipped beside the program, read in the window's own
+viewer, app.guide_viewer) and About, which names the version and the llama.cpp build and CPU kernels
+answering on this machine: what a bug report needs. The other docs/*.md are for developers."""
 
 from __future__ import annotations
 
@@ -7,24 +8,26 @@ import platform
 import sys
 from pathlib import Path
 
-from PySide6.QtCore import QUrl, qVersion
-from PySide6.QtGui import QDesktopServices
+from PySide6.QtCore import qVersion
 from PySide6.QtWidgets import QMenu, QMenuBar, QMessageBox, QWidget
 
-# The guides a user reads, in the order offered: (menu text, file in docs/).
+from app.guide_viewer import GuideViewer
+
+# The guides a person reads, in the order offered: (menu text, file in docs/guide/).
 GUIDES = (
-    ("&Using the window", "window.md"),
-    ("Answering from your &documents", "documents.md"),
-    ("Using &tools", "tools.md"),
-    ("Adding &models", "models.md"),
-    ("The &command line", "cli.md"),
+    ("&Getting started", "getting-started.md"),
+    ("What a &tier is", "tiers.md"),
+    ("Your &documents", "documents.md"),
+    ("T&ools", "tools.md"),
+    ("What the &numbers mean", "numbers.md"),
+    ("Getting a better &model", "models.md"),
 )
 
 
 def docs_dir() -> Path:
-    """`docs/` next to the packages, or inside a PyInstaller bundle (installer/specquant.spec ships it)."""
+    """`docs/guide/` next to the packages, or inside a PyInstaller bundle (installer/specquant.spec ships docs/)."""
     base = Path(getattr(sys, "_MEIPASS", Path(__file__).resolve().parents[1]))
-    return base / "docs"
+    return base / "docs" / "guide"
 
 
 def build_facts() -> list[tuple[str, str]]:
@@ -57,22 +60,23 @@ def about_text(facts: list[tuple[str, str]]) -> str:
 
 
 def add_help_menu(bar: QMenuBar, parent: QWidget) -> QMenu:
-    """Help: one entry per guide (opened by the desktop's viewer for .md files), then About SpecQuant."""
+    """Help: one entry per guide (read in the window's guide viewer), then About SpecQuant."""
     menu = bar.addMenu("&Help")
     folder = docs_dir()
+    viewer: list[GuideViewer] = []  # made at the first guide asked for, then shown again
+
+    def open_guide(name: str) -> None:
+        if not viewer:
+            viewer.append(GuideViewer(folder, GUIDES, parent))
+        viewer[0].show_guide(name)
+
     for text, name in GUIDES:
         path = folder / name
         action = menu.addAction(text)
         action.setEnabled(path.is_file())
-        action.setToolTip(str(path) if path.is_file() else f"{name} is not part of this install")
-        action.triggered.connect(lambda _=False, p=path: _open_guide(parent, p))
+        action.setToolTip("" if path.is_file() else f"{name} is not part of this install")
+        action.triggered.connect(lambda _=False, n=name: open_guide(n))
     menu.addSeparator()
     about = menu.addAction("&About SpecQuant")
     about.triggered.connect(lambda: QMessageBox.about(parent, "About SpecQuant", about_text(build_facts())))
     return menu
-
-
-def _open_guide(parent: QWidget, path: Path) -> None:
-    """The desktop's viewer for the guide; without one, where the file is, so it can be opened by hand."""
-    if not QDesktopServices.openUrl(QUrl.fromLocalFile(str(path))):
-        QMessageBox.information(parent, "SpecQuant", f"No application here opens {path.name}. It is at:\n{path}")

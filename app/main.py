@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.platform_libs import check_display, show_box, uses_xcb
+from app.platform_libs import check_display, show_box, uses_xcb, x_display_problem
 
 if TYPE_CHECKING:
     from PySide6.QtCore import QtMsgType
@@ -69,6 +69,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(problem, file=sys.stderr)
         show_box(problem)
         return 1
+    elif sys.platform.startswith("linux") and (unreachable := x_display_problem()):
+        # Qt would abort on it (exit 134): the terminal chat answers instead, as with no display at all (#63).
+        print(f"{unreachable}; chatting in the terminal instead", file=sys.stderr)
+        return terminal_chat(args.prompt)
     return run_window(args)
 
 

@@ -4,16 +4,18 @@ unlike a status-bar flash it is neither cut off behind the figures nor gone afte
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
+from collections.abc import Callable
 
-MAX_NOTES = 4  # the oldest go when more arrive: the area must never push the chat out of the window
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QToolButton, QVBoxLayout, QWidget
+
+MAX_NOTES = 2  # the oldest go when more arrive: four shrank the transcript at 1024×640 (#63)
 
 
 class Note(QWidget):
-    """One message and its close button."""
+    """One message, its action button when it offers one, and its close button."""
 
-    def __init__(self, text: str, parent: QWidget | None = None) -> None:
+    def __init__(self, text: str, parent: QWidget | None = None, action: str = "") -> None:
         super().__init__(parent)
         self.setObjectName("note")
         self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
@@ -29,6 +31,9 @@ class Note(QWidget):
         self.close_button.setToolTip("Close this message")
         self.close_button.setAccessibleName("Close this message")
         layout.addWidget(self.label, 1)
+        self.action_button = QPushButton(action) if action else None
+        if self.action_button is not None:
+            layout.addWidget(self.action_button, 0, Qt.AlignmentFlag.AlignTop)
         layout.addWidget(self.close_button, 0, Qt.AlignmentFlag.AlignTop)
 
 
@@ -52,8 +57,9 @@ class MessageArea(QWidget):
         """The messages shown, oldest first (what the tests read)."""
         return [n.label.text() for n in self.notes]
 
-    def show_note(self, text: str) -> None:
-        """Add `text` (once: the same message again moves to the end rather than being shown twice)."""
+    def show_note(self, text: str, action: str = "", on_action: Callable[[], None] | None = None) -> None:
+        """Add `text` (once: the same message again moves to the end rather than being shown twice), with a
+        button `action` that calls `on_action` and closes the message."""
         if not text:
             return
         for old in self.notes:
@@ -61,8 +67,10 @@ class MessageArea(QWidget):
                 self._close(old)
         while len(self.notes) >= MAX_NOTES:
             self._close(self.notes[0])
-        note = Note(text, self)
+        note = Note(text, self, action)
         note.close_button.clicked.connect(lambda: self._close(note))
+        if note.action_button is not None and on_action is not None:
+            note.action_button.clicked.connect(lambda: (self._close(note), on_action()))
         self._layout.addWidget(note)
         self.show()
 

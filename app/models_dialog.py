@@ -322,6 +322,7 @@ class ModelsDialog(QDialog):
     def _on_done(self, name: str) -> None:
         self.converting = ""
         self._show_idle()
+        self.bar.setValue(self.bar.maximum())  # done: a full bar, not "0%" beside "ready" (#63)
         self._say(f"{name} is ready.")
         self.refresh()
         self.models_changed.emit()

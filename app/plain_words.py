@@ -74,6 +74,11 @@ def words_per_s(facts: dict[str, Any], text: str) -> float | None:
     return rate * words / tokens if tokens and rate and words else None
 
 
+def words_text(rate: float) -> str:
+    """"12 words/s"; a slow answer with its decimal, "1.4 words/s" (#63: "1 words/s", "0 words/s")."""
+    return f"{rate:.1f} words/s" if rate < 9.95 else f"{rate:.0f} words/s"
+
+
 def plain_line(facts: dict[str, Any], text: str = "") -> str:
     """The status line: "Exact answer · 2.1× faster than without speculation · 12 words/s", or the cause
     of a slowdown in place of the speed-up ("" before any answer)."""
@@ -81,7 +86,7 @@ def plain_line(facts: dict[str, Any], text: str = "") -> str:
     if not kind:
         return ""
     rate = words_per_s(facts, text)
-    parts = [kind, slowdown_text(facts) or gain_text(facts), f"{rate:.0f} words/s" if rate else ""]
+    parts = [kind, slowdown_text(facts) or gain_text(facts), words_text(rate) if rate else ""]
     return " · ".join(p for p in parts if p)
 
 

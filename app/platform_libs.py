@@ -9,15 +9,21 @@ resolves them (`ldd`), so the list follows whatever Qt the program carries.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import importlib.util
 import os
 import re
 import shutil
 import subprocess
+import textwrap
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 PLUGIN = "libqxcb.so"
+PROBE_S = 5.0  # an X server that does not answer in this time (a dead SSH forward) is as good as none
+BOX_COLUMNS = 72  # a native box's lines: xmessage never wraps, and the fix must be seen whole
 # `ldd` prints "libxcb-cursor.so.0 => not found" for a library the loader cannot find.
 _NOT_FOUND = re.compile(r"^\s*(\S+)\s+=>\s+not found", re.MULTILINE)
 _SONAME = re.compile(r"^lib(.+?)\.so\.(\d+)")
@@ -133,15 +139,65 @@ def check_display() -> str:
     return explain(missing, os_release()) if missing else ""
 
 
+def x_display_problem(env: Mapping[str, str] | None = None) -> str:
+    """The one line saying the X display Qt would use cannot be opened, else "" (also when there is no libxcb
+    to ask: then the libraries' check speaks). Qt itself aborts on such a display (#63: exit 134); libxcb is
+    asked as Qt will ask it (xcb_connect: the socket, the authorisation, the screen), on a thread so that a
+    server that never answers is a problem after PROBE_S rather than a hang."""
+    env = os.environ if env is None else env
+    display = env.get("DISPLAY", "")
+    if not uses_xcb(env):
+        return ""
+    name = ctypes.util.find_library("xcb") or "libxcb.so.1"
+    try:
+        xcb = ctypes.CDLL(name)
+    except OSError:
+        return ""
+    xcb.xcb_connect.restype = ctypes.c_void_p
+    xcb.xcb_connect.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int)]
+    xcb.xcb_connection_has_error.argtypes = [ctypes.c_void_p]
+    xcb.xcb_disconnect.argtypes = [ctypes.c_void_p]
+    result: list[int] = []
+
+    def probe() -> None:
+        connection = xcb.xcb_connect(display.encode() if display else None, None)
+        result.append(xcb.xcb_connection_has_error(connection))
+        xcb.xcb_disconnect(connection)
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(PROBE_S)
+    if result and result[0] == 0:
+        return ""
+    why = "it did not answer" if not result else "no X server answers there, or it refused this program"
+    return f"specquant-app: the display {display or '(none set)'} cannot be opened ({why})"
+
+
+def box_text(text: str) -> str:
+    """`text` in lines a message box shows whole: a command after "with: " on its own line(s), never cut."""
+    head, sep, command = text.partition(" with: ")
+    lines = textwrap.wrap(head + sep.rstrip(), BOX_COLUMNS, break_on_hyphens=False)
+    if command:
+        lines += textwrap.wrap(command, BOX_COLUMNS, initial_indent="    ", subsequent_indent="    ",
+                               break_long_words=False, break_on_hyphens=False)
+    return "\n".join(lines)
+
+
+def box_commands(text: str) -> list[tuple[str, list[str]]]:
+    """The programs that can say `text` in a native box, in the order tried, with their arguments."""
+    wrapped = box_text(text)
+    return [("zenity", ["--error", "--width=560", "--title=SpecQuant", f"--text={wrapped}"]),
+            ("kdialog", ["--title", "SpecQuant", "--error", wrapped]),
+            ("notify-send", ["--urgency=critical", "SpecQuant", wrapped]),
+            ("xmessage", ["-center", wrapped])]
+
+
 def show_box(text: str) -> bool:
     """Say `text` in the desktop's own message box, for someone who started the program from a menu and reads
     no terminal; False when there is no display or no program to show one. The box outlives this process."""
     if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
         return False
-    for program, args in (("zenity", ["--error", "--no-wrap", "--title=SpecQuant", f"--text={text}"]),
-                          ("kdialog", ["--title", "SpecQuant", "--error", text]),
-                          ("notify-send", ["--urgency=critical", "SpecQuant", text]),
-                          ("xmessage", ["-center", text])):
+    for program, args in box_commands(text):
         path = shutil.which(program)
         if path:
             try:

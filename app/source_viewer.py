@@ -9,7 +9,7 @@ from typing import Any
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QPlainTextEdit, QVBoxLayout, QWidget
 
-from app.transcript import source_label
+from app.transcript_text import source_label
 
 
 def passages_of(messages: list[Any], path: str) -> list[dict[str, Any]]:

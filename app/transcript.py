@@ -16,18 +16,13 @@ meta, so they are the same when the conversation is opened again.
 
 The draft tint is laid over the rendered Markdown: each rendered character is matched to the next equal
 source character (Markdown only removes syntax, so the rendered text is a subsequence of the source), and
-characters whose source came from an accepted draft token get the tint.
+characters whose source came from an accepted draft token get the tint. The text itself, without Qt (code
+fences, line breaks, the tint's runs, the words of sources and calls), is app.transcript_text.
 """
 
 from __future__ import annotations
 
-import html
-import json
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import PurePath
-from typing import Any
 
 from PySide6.QtCore import QEvent, Qt, QUrl, Signal
 from PySide6.QtGui import (
@@ -51,166 +46,23 @@ from PySide6.QtWidgets import QApplication, QTextBrowser, QWidget
 
 from app import thinking_block
 from app.code_highlight import highlight, language_label, mix
-from app.open_source import open_source, source_url
+from app.open_source import open_source
 from app.plain_words import meta_line, meta_tooltip
 from app.store import StoredMessage, tool_rounds
+from app.transcript_blocks import AnswerBlocks
+from app.transcript_text import (
+    Segment,
+    draft_flags,
+    keep_line_breaks,
+    split_code,
+    tint_runs,
+)
 
-_FENCE = re.compile(r"^(```|~~~)[ \t]*([\w+#.-]*)[^\n]*$", re.MULTILINE)
-_SPACE = re.compile(r"\s")
 DRAFT_TINT = QColor(255, 196, 0, 70)  # readable over light and dark text alike
 COLUMN_EM = 52  # the reading column's widest measure, in font heights (~70 characters of prose)
-TOOLTIP_CHARS = 1200  # a source's passage in its tooltip, at most (a chunk is ~1,200-1,600 characters)
-RESULT_CHARS = 4000  # a tool's result as an expanded call block shows it, at most (the model read it whole)
-OUTCOMES = {"proposed": "waiting for approval", "running": "running…"}  # a call still under way
 
 
-@dataclass(frozen=True)
-class Segment:
-    kind: str  # text | code
-    text: str
-    lang: str = ""
-    start: int = 0  # where `text` starts in the message (maps the draft flags onto it)
-    closed: bool = True  # False for a fence still open at the end (mid-stream)
-
-
-def split_code(markdown: str) -> list[Segment]:
-    """Text and fenced code blocks, in order; an unclosed fence (mid-stream) runs to the end as code."""
-    out: list[Segment] = []
-    pos = 0
-    while True:
-        opening = _FENCE.search(markdown, pos)
-        if opening is None:
-            break
-        if opening.start() > pos:
-            out.append(Segment("text", markdown[pos : opening.start()], start=pos))
-        body_start = opening.end() + 1
-        closing = re.compile(rf"^{re.escape(opening.group(1))}[ \t]*$", re.MULTILINE).search(markdown, body_start)
-        end = closing.start() if closing else len(markdown)
-        body = markdown[body_start:end].rstrip("\n")
-        out.append(Segment("code", body, opening.group(2), start=body_start, closed=closing is not None))
-        pos = closing.end() if closing else len(markdown)
-    if pos < len(markdown):
-        out.append(Segment("text", markdown[pos:], start=pos))
-    return [s for s in out if s.kind == "code" or s.text.strip()]
-
-
-_BLOCK_START = re.compile(r"[ \t]*(#|>|[-*+][ \t]|\d+[.)]([ \t]|$)|\||```|~~~|<|[-=*_ \t]+$)")
-LINE_BREAK = "\u2028"  # a line break inside a paragraph: Qt's text layout breaks there, Markdown does not
-
-
-def keep_line_breaks(markdown: str) -> str:
-    """Each line break as the writer made it. Markdown joins a paragraph's lines with a space, so a poem or an
-    address would run on as one line: a line that only continues the one before (not a list item, heading,
-    quote marker, table row, fence or rule) is joined to it with LINE_BREAK, which Markdown leaves as text and
-    Qt shows as a break in the same paragraph (a Markdown hard break would start a new block, and in a list a
-    new item). Lines of a quote join the same way; code fences are split off before this."""
-    lines = markdown.split("\n")
-    out = [lines[0]]
-    for line in lines[1:]:
-        last = out[-1].split(LINE_BREAK)[-1]
-        plain = (last.strip() and line.strip() and not last.startswith(("    ", "\t")) and "|" not in last
-                 and not last.lstrip().startswith("#"))
-        if plain and not _BLOCK_START.match(line):
-            out[-1] += LINE_BREAK + line.lstrip()
-        elif plain and last.lstrip().startswith(">") and line.lstrip().startswith(">") and line.lstrip(" >").strip():
-            out[-1] += LINE_BREAK + line.lstrip(" >")
-        else:
-            out.append(line)
-    return "\n".join(out)
-
-
-def draft_mask(flags: Sequence[bool]) -> list[list[int]]:
-    """Per-character draft flags as [start, end) runs, compact enough to store with the message."""
-    runs: list[list[int]] = []
-    for i, flag in enumerate(flags):
-        if flag:
-            if runs and runs[-1][1] == i:
-                runs[-1][1] = i + 1
-            else:
-                runs.append([i, i + 1])
-    return runs
-
-
-def draft_flags(runs: Sequence[Sequence[int]], length: int) -> list[bool]:
-    """The inverse of draft_mask, clipped to `length` characters."""
-    flags = [False] * length
-    for start, end in runs:
-        flags[max(0, start) : min(length, end)] = [True] * max(0, min(length, end) - max(0, start))
-    return flags
-
-
-def align(rendered: str, source: str) -> list[int | None]:
-    """For each rendered character, the index of the source character it shows (None: shown from nothing,
-    e.g. an image's placeholder). Greedy: the next equal source character; any whitespace (a paragraph
-    break, a soft line break shown as a space) matches the next source whitespace."""
-    out: list[int | None] = []
-    j = 0
-    for ch in rendered:
-        if ch.isspace():
-            m = _SPACE.search(source, j)
-            k = m.start() if m else -1
-        else:
-            k = source.find(ch, j)
-        if k < 0:
-            out.append(None)
-        else:
-            out.append(k)
-            j = k + 1
-    return out
-
-
-def source_label(citation: dict[str, Any]) -> str:
-    """`[1] install.md — lines 1-8, "Installing"`: the number the answer cites, the file's name, where in it."""
-    where = ["whole document"] if citation.get("whole") is True else []
-    if isinstance(citation.get("page"), int):
-        where.append(f"page {citation['page']}")
-    lines = citation.get("lines")
-    if isinstance(lines, list) and len(lines) == 2:
-        where.append(f"line {lines[0]}" if lines[0] == lines[1] else f"lines {lines[0]}-{lines[1]}")
-    if citation.get("heading"):
-        where.append(f'"{citation["heading"]}"')
-    name = PurePath(str(citation.get("path", ""))).name
-    return f"[{citation.get('n', '?')}] {name}" + (f" — {', '.join(where)}" if where else "")
-
-
-def source_tooltip(citation: dict[str, Any]) -> str:
-    """The passage the answer was given, as rich text (so that `<` in it is shown, not parsed), cut short."""
-    text = str(citation.get("text", "")).strip()
-    if len(text) > TOOLTIP_CHARS:
-        text = text[:TOOLTIP_CHARS] + " …"
-    return f"<p style='white-space: pre-wrap'>{html.escape(text)}</p>"
-
-
-def call_heading(call: dict[str, Any]) -> str:
-    """A call block's line: `files › read_file — allowed — 0.12 s` (denied: no time; under way: its state)."""
-    head = f"{call.get('server') or '?'} › {call.get('tool') or call.get('name') or '?'}"
-    outcome = str(call.get("outcome") or "allowed")
-    if outcome in OUTCOMES:
-        return f"{head} — {OUTCOMES[outcome]}"
-    if outcome == "denied":
-        return f"{head} — denied"
-    if outcome == "allowed" and call.get("is_error"):
-        outcome = "allowed, failed"
-    elapsed = call.get("elapsed_s")
-    return f"{head} — {outcome}" + (f" — {elapsed:.2f} s" if isinstance(elapsed, int | float) else "")
-
-
-def shown_arguments(arguments: str) -> str:
-    """The arguments as indented JSON where they parse, else as the model wrote them."""
-    try:
-        return json.dumps(json.loads(arguments), indent=2, ensure_ascii=False)
-    except (TypeError, ValueError):
-        return arguments
-
-
-def shown_result(text: str, limit: int = RESULT_CHARS) -> str:
-    """A result cut to `limit` characters for the transcript, with a note saying how much is not shown."""
-    if len(text) <= limit:
-        return text
-    return text[:limit] + f"\n[… {len(text) - limit:,} more characters not shown here; the model read them all]"
-
-
-class TranscriptView(QTextBrowser):
+class TranscriptView(AnswerBlocks, QTextBrowser):
     """Renders a conversation; emits `copied` with the code a Copy link put on the clipboard, and
     `open_failed` with a source file that no application would open."""
 
@@ -306,6 +158,13 @@ class TranscriptView(QTextBrowser):
             return self.palette()
         return QApplication.palette(self)
 
+    def _small(self) -> QTextCharFormat:
+        """The small, muted text of an answer's stats line, its sources and its calls."""
+        small = QTextCharFormat()
+        small.setForeground(self._colours().color(QPalette.ColorRole.PlaceholderText))
+        small.setFontPointSize(max(7.0, self.font().pointSizeF() * 0.85))
+        return small
+
     def _line(self) -> float:
         """One line of the widget's font: the unit for spacing, so it follows zoom and the platform."""
         return QFontMetricsF(self.font()).height()
@@ -338,9 +197,7 @@ class TranscriptView(QTextBrowser):
             self._sources([c for c in citations if isinstance(c, dict) and c.get("path")])
         line = meta_line(meta, content) if role == "assistant" else ""
         if line:
-            small = QTextCharFormat()
-            small.setForeground(palette.color(QPalette.ColorRole.PlaceholderText))
-            small.setFontPointSize(max(7.0, self.font().pointSizeF() * 0.85))
+            small = self._small()
             small.setToolTip(meta_tooltip(meta))  # the technical line, on demand (#51)
             self._new_block(top_margin=self._line() * 0.2).insertText(line, small)
 
@@ -350,77 +207,6 @@ class TranscriptView(QTextBrowser):
                 self._code(seg, flags, colour=seg.closed or not live)
             else:
                 self._markdown(seg, flags)
-
-    def _call(self, call: dict[str, Any]) -> None:
-        """A call's block: its line as a link that opens or closes it; open, its arguments and result."""
-        palette = self._colours()
-        small = QTextCharFormat()
-        small.setForeground(palette.color(QPalette.ColorRole.PlaceholderText))
-        small.setFontPointSize(max(7.0, self.font().pointSizeF() * 0.85))
-        is_open = call["id"] in self.expanded
-        link = QTextCharFormat(small)
-        link.setAnchor(True)
-        link.setAnchorHref(f"call:{len(self._calls)}")
-        link.setForeground(palette.color(QPalette.ColorRole.Link))
-        link.setToolTip("Hide the arguments and the result" if is_open else "Show the arguments and the result")
-        self._calls.append(call["id"])
-        self._new_block(top_margin=self._line() * 0.3).insertText(
-            ("▾ " if is_open else "▸ ") + call_heading(call), link
-        )
-        if not is_open:
-            return
-        label = QTextCharFormat(small)
-        label.setFontWeight(QFont.Weight.Bold)
-        mono = QTextCharFormat()
-        font = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
-        font.setPointSizeF(self.font().pointSizeF() * 0.9)
-        mono.setFont(font)
-        mono.setForeground(palette.color(QPalette.ColorRole.Text))
-        result = str(call.get("result") or "") or "(no result yet)"
-        for title, text in (("Arguments", shown_arguments(str(call.get("arguments") or ""))),
-                            ("Result", shown_result(result))):
-            self._indented_block(self._line() * 0.2).insertText(title, label)
-            self._indented_block().insertText(text, mono)  # plain text: a result's markup is shown, not run
-
-    def _indented_block(self, top_margin: float = 0) -> QTextCursor:
-        cursor = self._new_block(top_margin)
-        fmt = cursor.blockFormat()
-        fmt.setLeftMargin(self._line())
-        cursor.setBlockFormat(fmt)
-        return cursor
-
-    def toggle_call(self, call_id: str) -> None:
-        """Open or close a call's block, drawing the conversation again where the reader is."""
-        self.expanded ^= {call_id}
-        bar = self.verticalScrollBar()
-        value = bar.value()
-        live = self._live_start is not None
-        role, (text, meta) = self._live_role, self._live_shown
-        self.show_messages(self._messages)
-        if live:
-            self.begin_live(role)
-            self.update_live(text, meta)
-        bar.setValue(value)
-
-    def _sources(self, citations: list[dict[str, Any]]) -> None:
-        """"Sources" and one small link per source: to its file, the passage as the tooltip."""
-        if not citations:
-            return
-        palette = self._colours()
-        small = QTextCharFormat()
-        small.setForeground(palette.color(QPalette.ColorRole.PlaceholderText))
-        small.setFontPointSize(max(7.0, self.font().pointSizeF() * 0.85))
-        head = QTextCharFormat(small)
-        head.setFontWeight(QFont.Weight.Bold)
-        self._new_block(top_margin=self._line() * 0.4).insertText("Sources", head)
-        for c in citations:
-            link = QTextCharFormat(small)
-            link.setAnchor(True)
-            page = c.get("page") if isinstance(c.get("page"), int) else None
-            link.setAnchorHref(source_url(str(c["path"]), page).toString())
-            link.setForeground(palette.color(QPalette.ColorRole.Link))
-            link.setToolTip(source_tooltip(c))
-            self._new_block().insertText(source_label(c), link)
 
     def _open_turn_frame(self) -> None:
         """A user turn sits on a lightly tinted panel, so turns read apart at a glance."""
@@ -447,24 +233,14 @@ class TranscriptView(QTextBrowser):
         """Tint the document's characters in [start, end) whose source characters came from the draft."""
         doc = self.document()
         rendered = "".join(doc.characterAt(p) for p in range(start, end))
-        tinted = [
-            start + i
-            for i, k in enumerate(align(rendered, source))
-            if k is not None and flags[k] and source[k] == rendered[i]  # a newline shown as a space is not
-        ]
         fmt = QTextCharFormat()
         fmt.setBackground(DRAFT_TINT)
         fmt.setToolTip("proposed by the draft, accepted by the parent")
         cursor = QTextCursor(doc)
-        i = 0
-        while i < len(tinted):
-            j = i
-            while j + 1 < len(tinted) and tinted[j + 1] == tinted[j] + 1:
-                j += 1
-            cursor.setPosition(tinted[i])
-            cursor.setPosition(tinted[j] + 1, QTextCursor.MoveMode.KeepAnchor)
+        for a, b in tint_runs(rendered, source, flags):
+            cursor.setPosition(start + a)
+            cursor.setPosition(start + b, QTextCursor.MoveMode.KeepAnchor)
             cursor.mergeCharFormat(fmt)
-            i = j + 1
 
     def _code(self, seg: Segment, flags: list[bool] | None, colour: bool) -> None:
         """A two-row table: a header (language, Copy) over the code, coloured unless `colour` is False."""

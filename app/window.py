@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from PySide6.QtCore import QSettings
-from PySide6.QtGui import QCloseEvent
+from PySide6.QtCore import QSettings, Qt, QTimer
+from PySide6.QtGui import QCloseEvent, QTextCursor
 from PySide6.QtWidgets import QMainWindow, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
 from app.api_server_control import ApiServerControl
@@ -17,6 +17,7 @@ from app.chat_controller import ChatController, Live
 from app.chat_files import export_chat, import_chat
 from app.chat_pane import ChatPane
 from app.documents_panel import DocumentsPanel
+from app.documents_worker import DocumentsJob
 from app.message_area import MessageArea
 from app.models_dialog import ModelsDialog
 from app.preset_control import PresetControl
@@ -30,10 +31,16 @@ from app.tool_host_control import ToolHostControl
 from app.tools_panel import ToolsPanel
 from app.widgets import ErrorBanner
 from app.window_panels import ChatList, Menus, ModelBar, Welcome, complete_models
+from app.window_state import WindowState, load_state, save_state
 from runtime.engine.thread import EngineThread
+from runtime.models.cache import DEMO_NAME, cache_root, list_models, size_text
+from runtime.plan.catalog import DEMO_NOTE, better_model
 
 API_QUEUE = 32  # API requests that may wait for the engine (the window's own never wait on this bound)
 TURN_JOIN_S = 5.0  # at close: how long the turn's thread may take to end (a Stop reaches it within ~0.05 s)
+REBUILT_NOTE = (" Its “Exact answer” is exact for its F16 copy, which was rebuilt from a compressed file: as precise as"
+                " that file, not the original model.")
+DRAFT_SAVE_MS = 1500  # the unsent text is saved this long after typing stops (and at close)
 
 
 class MainWindow(QMainWindow):
@@ -46,6 +53,7 @@ class MainWindow(QMainWindow):
         # Beside the history: the user's data directory, as runtime.documents' default; a test's own folder.
         self.documents_index = documents_index or self.store.path.with_name("documents.sqlite3")
         self._closing = False
+        self._told_about: set[str] = set()  # the models whose first answer was followed by their note
         self.setWindowTitle("SpecQuant")
         self.resize(1100, 720)
         self.runner = EngineThread(max_queue=API_QUEUE)  # shared with the local API server
@@ -63,7 +71,30 @@ class MainWindow(QMainWindow):
         if self.store.recovered_from:
             self.banner.show_error(f"The conversation history could not be read; it was kept as "
                                    f"{self.store.recovered_from} and a new one was started.")
+        self._reopen()
         self.input.setFocus()
+
+    def _reopen(self) -> None:
+        """As the window was at close (#63): its size, the chat that was open, the text not yet sent."""
+        state = load_state(self.qsettings)
+        if state.size is not None:
+            self.resize(state.size)
+        if state.maximized:
+            self.setWindowState(self.windowState() | Qt.WindowState.WindowMaximized)
+        c = state.conversation
+        if c is not None and c in {x.id for x in self.store.conversations()}:  # a chat since deleted: a new one
+            self.open_conversation(c)
+        if state.draft:
+            self.input.setPlainText(state.draft)
+            self.input.moveCursor(QTextCursor.MoveOperation.End)
+        self._draft_timer = QTimer(self, singleShot=True, interval=DRAFT_SAVE_MS)
+        self._draft_timer.timeout.connect(self.save_state)
+        self.input.textChanged.connect(self._draft_timer.start)
+
+    def save_state(self) -> None:
+        maximized = self.isMaximized()
+        size = self.normalGeometry().size() if maximized else self.size()  # the size it goes back to
+        save_state(WindowState(size, maximized, self.conversation, self.input.toPlainText()), self.qsettings)
 
     @property
     def live(self) -> Live | None:
@@ -120,6 +151,7 @@ class MainWindow(QMainWindow):
         for signal, slot in (
             (c.failed, self.banner.show_error), (self.pane.model_wanted, self._use_chat_model),
             (self.documents.collections_changed, self.show_collections),
+            (self.documents.job_ended, self._documents_added),
             (t.mode_changed, lambda mode: self._save(replace(self.settings, tool_approval=mode))),
             (t.servers_changed, self.chat.retire_tool_host),
             (m.model_chosen, self.select_model), (m.models_button.clicked, self.show_models),
@@ -129,6 +161,7 @@ class MainWindow(QMainWindow):
             (self.composer.presets_button.clicked, self.show_presets),
             (self.models.models_changed, self.refresh_models), (self.models.use_model, self.select_model),
             (self.presets_dialog.presets_changed, self.refresh_presets),
+            (self.pane.answer_finished, self._after_answer),
         ):
             signal.connect(slot)
 
@@ -142,6 +175,7 @@ class MainWindow(QMainWindow):
             self._save(replace(self.settings, model=current))
         self.welcome.setVisible(not current)
         self.transcript.setVisible(bool(current))
+        self.pane.show_thinking()  # offered for a model that thinks only
         self.pane.show_busy()
 
     def select_model(self, name: str) -> None:
@@ -162,8 +196,36 @@ class MainWindow(QMainWindow):
             self.notes.show_note(f"This chat used {wanted}, which is no longer among the models; it goes on "
                                  f"with {self.model}.")
 
+    def _after_answer(self, text: str) -> None:
+        """Said once a session, after an answer: the demo is a tiny demo, and a better model that fits is one
+        click away (#63: its first answer called black a primary colour, and nothing said why); a model whose
+        F16 was rebuilt from a quantized file gives "exact" answers only as precise as that file."""
+        if not text or self.model in self._told_about:
+            return
+        self._told_about.add(self.model)
+        manifest = next((m.manifest or {} for m in list_models(cache_root()) if m.name == self.model), {})
+        rebuilt = REBUILT_NOTE if manifest.get("reconstructed") else ""
+        if self.model != DEMO_NAME:
+            self.notes.show_note(rebuilt.strip())
+            return
+        entry = better_model()
+        if entry is None:
+            self.notes.show_note(f"{DEMO_NOTE}{rebuilt} No larger model of the catalogue fits this computer's memory.")
+            return
+        self.notes.show_note(
+            f"{DEMO_NOTE}{rebuilt} For better answers, <b>{entry.name}</b> fits this computer: "
+            f"{size_text(entry.download_bytes)} to download, converted once.",
+            f"Get {entry.name}…", lambda: self.get_model(entry.repo))
+
+    def get_model(self, repo: str) -> None:
+        """Models → Discover with `repo` picked, and its download asked for (the question names its size)."""
+        self.show_models()
+        self.models.tabs.setCurrentWidget(self.models.discover)
+        self.models.discover.offer(repo)
+
     def setup_demo(self) -> None:
         self.show_models()
+        self.models.tabs.setCurrentIndex(0)  # Installed, where the demo appears (#63: it opened on Discover)
         self.models.setup_demo()
 
     def show_models(self) -> None:
@@ -176,8 +238,15 @@ class MainWindow(QMainWindow):
         self.runner.release()
 
     def show_collections(self, names: list[str]) -> None:
+        if self.chat.last_documents and self.chat.last_documents not in names:  # removed: new chats go without
+            self.chat.last_documents = None
         self.composer.show_collections(names)
         self.tools_panel.show_documents(bool(names))
+
+    def _documents_added(self, job: DocumentsJob | None, failure: str) -> None:
+        """Documents the user added are for the open chat, and for new ones (#63: they were left unused)."""
+        if job is not None and job.verb == "add" and not job.automatic and job.collection and not failure:
+            self.choose_documents(job.collection)
 
     # --- presets, export and import -------------------------------------------------------------------
     def refresh_presets(self) -> None:
@@ -251,6 +320,7 @@ class MainWindow(QMainWindow):
         """Cancel an answer or conversion in flight, free the models on their thread, and wait for it."""
         if not self._closing:
             self._closing = True
+            self.save_state()
             self.approval.close()
             self.chat.stop()
             self.models.shutdown()

@@ -112,6 +112,7 @@ def main(args: argparse.Namespace) -> int:
             print(file=sys.stdout)
             _print_sources(last, options)
             print(_stats_line(last), file=sys.stderr)
+            _after_the_demo(session)
     finally:
         session.runner.close()
         if session.toolbox is not None:
@@ -221,6 +222,17 @@ def _print_sources(last: Chunk, options: ChatOptions) -> None:
         print(f"  [{c.n}] {c.where()}")
 
 
+def _after_the_demo(session: Session) -> bool:
+    """After the demo model's first answer: say it is a tiny demo, and which better model fits (#63)."""
+    from runtime.models.cache import DEMO_NAME
+    from runtime.plan.catalog import better_model, better_model_line
+
+    if session.model != DEMO_NAME:
+        return False
+    print(f"specquant: {better_model_line(better_model())}", file=sys.stderr)
+    return True
+
+
 def _stats_line(chunk: Chunk) -> str:
     from runtime.engine.summary import answer_facts, stats_line
 
@@ -232,6 +244,7 @@ def _repl(session: Session) -> int:
     from runtime.machine.rpc import WorkerError
 
     messages: list[dict[str, str]] = []
+    told_demo = False
     print(f"SpecQuant chat with {session.model}. /reset clears the conversation; /quit or Ctrl-D leaves.")
     while True:
         try:
@@ -265,3 +278,5 @@ def _repl(session: Session) -> int:
         if notice:
             print(f"specquant: {notice}", file=sys.stderr)
         print(_stats_line(last), file=sys.stderr)
+        if not told_demo:
+            told_demo = _after_the_demo(session)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import os
 import re
+import socket
 import sys
 import threading
 from collections.abc import Callable
@@ -23,6 +25,7 @@ _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _QUANT_SUFFIX = re.compile(r"[.-](f16|bf16|f32|q\d(_[a-z0-9]+)*|iq\d\w*)$", re.IGNORECASE)
 # Only what a conversion reads: never pickles, never other formats' weights.
 HF_PATTERNS = ["*.json", "*.safetensors", "tokenizer*", "*.txt", "*.jinja"]
+HUB_PROBE_S = 3.0  # a Hub that does not take a connection in this time is out of reach: say so at once (#63)
 
 
 @dataclass(frozen=True)
@@ -150,18 +153,24 @@ def download(
     try:
         if cancel is not None and cancel.is_set():
             raise Cancelled("download cancelled")
-        info = None if constants.HF_HUB_OFFLINE else _repo_info(repo_id, revision)
+        # Out of reach (no network): only the HF cache can answer, at once, rather than after ~25 s of retries.
+        unreachable = not constants.HF_HUB_OFFLINE and not hub_reachable()
+        info = None if constants.HF_HUB_OFFLINE or unreachable else _repo_info(repo_id, revision)
         if info is not None:
             sizes = _sizes_to_fetch(repo_id, info)
             if sizes:
                 check_download_space(sizes, Path(constants.HF_HUB_CACHE), repo_id)
-        path = Path(snapshot_download(repo_id, revision=revision, allow_patterns=HF_PATTERNS, **extra))
+        path = Path(snapshot_download(repo_id, revision=revision, allow_patterns=HF_PATTERNS,
+                                      local_files_only=unreachable, **extra))
         if cancel is not None and cancel.is_set():  # a backend that swallowed the bar's exception
             raise Cancelled("download cancelled")
         if info is not None:
             check_published_hashes(path, info, repo_id)
         return path
     except LocalEntryNotFoundError:
+        if not constants.HF_HUB_OFFLINE:
+            raise UserError(f"{repo_id} has to be downloaded from Hugging Face, which this computer cannot reach "
+                            "now: connect to the internet and try again") from None
         raise UserError(
             f"{repo_id} is not in the Hugging Face cache and cannot be downloaded (offline or HF_HUB_OFFLINE=1): "
             "connect and retry, or download it elsewhere and pass its directory"
@@ -174,6 +183,23 @@ def download(
         raise UserError(f"{repo_id}: no such Hugging Face repository (or it is private)") from None
     except OSError as e:
         raise UserError(f"cannot download {repo_id}: {e}") from None
+
+
+def hub_reachable(timeout: float = HUB_PROBE_S) -> bool:
+    """Whether the Hub takes a connection (behind a proxy: assumed, the proxy decides)."""
+    from urllib.parse import urlsplit
+
+    from huggingface_hub import constants
+
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY")):
+        return True
+    url = urlsplit(constants.ENDPOINT)
+    try:
+        with socket.create_connection((url.hostname or "", url.port or (443 if url.scheme == "https" else 80)),
+                                      timeout=timeout):
+            return True
+    except OSError:
+        return False
 
 
 def _repo_info(repo_id: str, revision: str | None) -> Any:

@@ -40,7 +40,7 @@ For *very* large files or heavy analysis, `pandas.read_csv` is faster to write."
 
 def draft_runs(text: str, seed: int = 7) -> list[list[int]]:
     """Plausible accepted-draft runs: about half of the ~4-character tokens, in streaks."""
-    from app.transcript import draft_mask
+    from app.transcript_text import draft_mask
 
     rng = random.Random(seed)
     flags: list[bool] = []

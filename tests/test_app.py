@@ -13,10 +13,12 @@ from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QMessageBox
 
+from app.model_facts import can_think
 from app.settings import AppSettings, load_settings, save_settings
 from app.store import Store
 from app.transcript import DRAFT_TINT
-from app.window import MainWindow
+from app.window import DRAFT_SAVE_MS, MainWindow
+from app.window_state import load_state
 from runtime.models.cache import DEMO_NAME, ModelDir
 from runtime.plan.router import route
 from tests.conftest import REPO
@@ -174,6 +176,46 @@ def test_conversation_persists_across_restart(qtbot, demo_cache: Path, tmp_path:
     second.close()
 
 
+def test_reopening_brings_back_the_chat_its_unsent_text_and_the_size(qtbot, tmp_path: Path) -> None:
+    """#63: the window opened on a blank new chat at its default size, and the text being typed was lost."""
+    first = open_window(tmp_path)
+    qtbot.addWidget(first)
+    store = first.store
+    older, trip = store.create("Older chat"), store.create("Planning a trip")
+    store.add_message(trip, "user", "Where should we go in May?")
+    first.chats.refresh()
+    first.open_conversation(trip)
+    first.resize(1000, 800)
+    qtbot.keyClicks(first.input, "And in June")
+    first.close()
+
+    second = open_window(tmp_path)
+    qtbot.addWidget(second)
+    assert second.conversation == trip and "Where should we go in May?" in second.transcript.toPlainText()
+    assert second.chats.conversations.currentItem().text() == "Planning a trip"
+    assert second.input.toPlainText() == "And in June"
+    assert (second.width(), second.height()) == (1000, 800)
+    # The draft is kept while the window is open too, shortly after typing stops (a crash loses nothing).
+    second.input.clear()
+    qtbot.keyClicks(second.input, "Typed, then the power went")
+    qtbot.wait(DRAFT_SAVE_MS + 500)
+    assert load_state(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)).draft == (
+        "Typed, then the power went")
+    second.store.delete(trip)
+    second.close()
+    third = open_window(tmp_path)  # the chat is gone: a new chat, nothing breaks
+    qtbot.addWidget(third)
+    assert third.conversation is None and older in {c.id for c in third.store.conversations()}
+    third.close()
+
+
+def test_let_the_model_think_is_offered_only_for_a_model_that_thinks(qtbot, window: MainWindow) -> None:
+    """#63: the switch was ticked and enabled for models that cannot think (the demo's template has no thought)."""
+    switch = window.menus.thinking_toggle
+    assert window.model == DEMO_NAME and not can_think(DEMO_NAME)
+    assert not switch.isEnabled() and not switch.isChecked()
+
+
 def test_conversation_list_search_rename_delete(qtbot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = Store(tmp_path / "c.sqlite3")
     a, b = store.create("Colours"), store.create("Bread")
@@ -287,6 +329,19 @@ def test_without_a_display_the_terminal_chat_answers(demo_cache: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "no display" in result.stderr and result.stdout.strip() and "tok/s" in result.stderr
+
+
+@pytest.mark.slow
+def test_a_display_that_cannot_be_opened_falls_back_to_the_terminal_chat(demo_cache: Path) -> None:
+    """#63: an X server gone (DISPLAY set, nothing there): Qt aborted with exit 134; now the terminal answers."""
+    env = {k: v for k, v in os.environ.items() if k not in ("WAYLAND_DISPLAY", "QT_QPA_PLATFORM")} | {"DISPLAY": ":987"}
+    result = subprocess.run(
+        [sys.executable, "-m", "app", "--prompt", "Say hi."],
+        capture_output=True, text=True, env=env, cwd=REPO, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "the display :987 cannot be opened" in result.stderr and "chatting in the terminal" in result.stderr
+    assert result.stdout.strip() and "Traceback" not in result.stderr
 
 
 def test_bad_arguments_get_one_line(tmp_path: Path) -> None:

@@ -189,6 +189,27 @@ def test_a_chat_switches_back_to_its_model(qtbot, demo_cache: Path, data: Path) 
     w.close()
 
 
+def test_an_export_is_named_without_a_double_dot_and_marks_a_stopped_answer(
+    qtbot, data: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """#63: "…Use the tool..md", and a stopped answer exported as if it had ended by itself."""
+    store = Store(data / "conversations.sqlite3")
+    chat = store.create("What is 17 plus 25? Use the tool.")
+    store.add_message(chat, "user", "What is 17 plus 25? Use the tool.")
+    store.add_message(chat, "assistant", "Let me", CITED | {"stop_reason": "cancelled"})
+    store.close()
+    w = window(qtbot, data)
+    w.open_conversation(chat)
+    offered: list[str] = []
+    target = tmp_path / "chat.md"
+    monkeypatch.setattr("app.chat_files.QFileDialog.getSaveFileName",
+                        lambda parent, caption, name, filters: offered.append(name) or (str(target), filters))
+    w.menus.export_action.trigger()
+    assert Path(offered[0]).name == "What is 17 plus 25 Use the tool.md"
+    assert "> Q8_0 + Q4_K_M · 41.5 tok/s · stopped" in target.read_text()
+    w.close()
+
+
 def test_export_then_import_gives_the_same_chat(qtbot, data: Path, tmp_path: Path, monkeypatch) -> None:
     store = Store(data / "conversations.sqlite3")
     chat = store.create("How to install Frobnicator", "frob")

@@ -4,12 +4,15 @@ and Download and convert: offline, from a local stand-in for the Hub with bytes 
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
+import huggingface_hub
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QPoint, Qt
+from PySide6.QtWidgets import QApplication, QMessageBox
 
-from app.discover import PARTLY, TOO_BIG
+from app.discover import COLUMNS, FIT, PARTLY, TOO_BIG, _size
 from app.models_dialog import ModelsDialog
 from runtime.plan import catalog
 from tests.hf_export import export_to_hf
@@ -37,12 +40,22 @@ def micro_catalogue(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
-def open_dialog(qtbot) -> ModelsDialog:
+def open_dialog(qtbot, confirmed: bool = True) -> ModelsDialog:
+    """The model manager on Discover; `confirmed`: every download's question is answered Yes (its own test
+    asks it for real)."""
     dialog = ModelsDialog(lambda: None)
     qtbot.addWidget(dialog)
     dialog.show()
     dialog.tabs.setCurrentWidget(dialog.discover)
+    if confirmed:
+        dialog.discover.confirm = lambda entry: True
     return dialog
+
+
+def button_at(dialog: ModelsDialog) -> QPoint:
+    QApplication.processEvents()
+    dialog.layout().activate()
+    return dialog.discover.download_button.mapTo(dialog, QPoint(0, 0))
 
 
 def pick(dialog: ModelsDialog, repo: str) -> None:
@@ -63,17 +76,17 @@ def test_discover_lists_the_catalogue_and_marks_what_will_not_fit(qtbot, monkeyp
     entries = catalog.load_catalog()
     assert list(rows) == [e.name for e in entries]  # every entry, none hidden
     seven, tiny = rows["Qwen2.5-7B-Instruct"], rows["SmolLM2-360M-Instruct"]
-    assert seven.text(6) == "only Q4_K_M" and seven.foreground(6).color() == PARTLY
-    assert "this computer has 8.0 GB: only Q4_K_M would fit" in seven.toolTip(6)
-    assert tiny.text(6) == "fits" and tiny.text(5) == "Apache-2.0"
-    assert seven.text(3) == "15.2 GB / 8.1 GB / 4.7 GB"
+    assert seven.text(FIT) == "only Q4_K_M" and seven.foreground(FIT).color() == PARTLY
+    assert "this computer has 8.0 GB: only Q4_K_M would fit" in seven.toolTip(FIT)
+    assert tiny.text(FIT) == "fits" and tiny.text(COLUMNS.index("Licence")) == "Apache-2.0"
+    assert seven.text(COLUMNS.index("F16 / Q8_0 / Q4_K_M")) == "15.2 GB / 8.1 GB / 4.7 GB"
     pick(dialog, "Qwen/Qwen2.5-7B-Instruct")
     assert "only Q4_K_M would fit" in dialog.discover.note.text() and dialog.discover.download_button.isEnabled()
 
     monkeypatch.setattr(catalog.psutil, "virtual_memory", lambda: Memory(2 * 10**9))
     dialog.discover.reload()
     seven = tree.findItems("Qwen2.5-7B-Instruct", Qt.MatchFlag.MatchExactly)[0]
-    assert seven.text(6) == "too big" and seven.foreground(6).color() == TOO_BIG
+    assert seven.text(FIT) == "too big" and seven.foreground(FIT).color() == TOO_BIG
     assert tree.topLevelItemCount() == len(entries)
     dialog.shutdown()
 
@@ -106,6 +119,72 @@ def test_offline_download_is_one_line_and_leaves_nothing(
     dialog.shutdown()
 
 
+def test_the_fit_column_is_on_screen_at_the_default_size(qtbot) -> None:
+    """#63: "This computer" was the last column, off-screen at the dialog's default size."""
+    dialog = open_dialog(qtbot)
+    QApplication.processEvents()
+    tree = dialog.discover.tree
+    right = tree.header().sectionViewportPosition(FIT) + tree.header().sectionSize(FIT)
+    assert COLUMNS.index("Parameters") > FIT and right <= tree.viewport().width()
+    dialog.shutdown()
+
+
+def test_selecting_a_row_leaves_the_download_button_where_it_was(qtbot) -> None:
+    """#63: the description grew under the list and moved Download and convert under the pointer."""
+    dialog = open_dialog(qtbot)
+    before = button_at(dialog)
+    for entry in sorted(catalog.load_catalog(), key=lambda e: len(e.description), reverse=True)[:3]:
+        pick(dialog, entry.repo)
+        assert entry.description in dialog.discover.note.text()
+        assert button_at(dialog) == before, entry.repo
+    dialog.shutdown()
+
+
+def test_a_download_asks_first_and_names_its_size(qtbot, monkeypatch: pytest.MonkeyPatch) -> None:
+    """#63: one click started a 1 GB download."""
+    asked: list[str] = []
+    answer = [QMessageBox.StandardButton.No]
+    monkeypatch.setattr("app.discover.QMessageBox.question", lambda parent, title, text, *a: asked.append(text)
+                        or answer[0])
+    dialog = open_dialog(qtbot, confirmed=False)
+    pick(dialog, "Qwen/Qwen2.5-0.5B-Instruct")
+    entry = dialog.discover.selected()
+    requested: list[str] = []
+    dialog.discover.download_requested.connect(requested.append)
+    qtbot.mouseClick(dialog.discover.download_button, Qt.MouseButton.LeftButton)
+    assert not requested and not dialog.converting  # No: nothing starts
+    assert len(asked) == 1 and entry.name in asked[0] and f"({_size(entry.download_bytes)})" in asked[0]
+    dialog.discover.download_requested.disconnect()
+    answer[0] = QMessageBox.StandardButton.Yes
+    dialog.discover.download_requested.connect(requested.append)
+    dialog.discover._download()
+    assert requested == ["Qwen/Qwen2.5-0.5B-Instruct"]
+    dialog.shutdown()
+
+
+def test_a_download_with_the_hub_out_of_reach_fails_at_once_in_plain_words(
+    qtbot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_cache: Path
+) -> None:
+    """#63: offline (no HF_HUB_OFFLINE), "Downloading…" spun ~25 s and ended in "(offline or HF_HUB_OFFLINE=1)"."""
+    go_offline(tmp_path, monkeypatch)
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    with socket.socket() as s:  # a port nobody listens on: the connection is refused, as without a network
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", f"http://127.0.0.1:{port}")
+    for proxy in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(proxy, raising=False)
+    dialog = open_dialog(qtbot)
+    pick(dialog, "Qwen/Qwen2.5-0.5B-Instruct")
+    with qtbot.waitSignal(dialog.conversion_ended, timeout=15_000) as ended:
+        qtbot.mouseClick(dialog.discover.download_button, Qt.MouseButton.LeftButton)
+    line = dialog.stage.text()
+    assert ended.args[1] == line and "\n" not in line
+    assert "cannot reach" in line and "connect to the internet" in line and "HF_HUB_OFFLINE" not in line, line
+    dialog.shutdown()
+
+
 @pytest.mark.slow
 def test_download_shows_bytes_then_converts(
     qtbot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_cache: Path, micro_hf: Path, micro_catalogue
@@ -119,7 +198,7 @@ def test_download_shows_bytes_then_converts(
             qtbot.mouseClick(dialog.discover.download_button, Qt.MouseButton.LeftButton)
             assert not dialog.discover.download_button.isEnabled()  # one at a time
         assert ended.args == ["micro-instruct", ""] and "micro-instruct is ready" in dialog.stage.text()
-        assert dialog.discover.tree.topLevelItem(0).text(6) == "fits · installed"  # marked from the manifest
+        assert dialog.discover.tree.topLevelItem(0).text(FIT) == "fits · installed"  # marked from the manifest
         assert "Already converted as micro-instruct." in dialog.discover.note.text()
         total_mb = f"of {hub.total / 1e6:.0f} MB"
         assert shown and all(s.startswith(f"Downloading {MICRO}: ") for s in shown)

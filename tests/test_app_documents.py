@@ -16,9 +16,10 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QMessageBox
 
 from app.documents_panel import DocumentsPanel
+from app.documents_words import UNREADABLE
 from app.open_source import open_source, page_of, page_viewer, source_url
 from app.store import Store
-from app.transcript import source_label
+from app.transcript_text import source_label
 from app.window import MainWindow
 from runtime.documents import Library
 from tests.test_app import ANSWER_MS, ask, open_window
@@ -99,15 +100,26 @@ def test_a_folder_added_in_the_panel_is_indexed_and_a_bad_file_shows_its_error(
     panel.add_folder_button.click()
     assert offered == [["frob-docs"]]
     wait_indexed(qtbot, panel, "install.md", "usage.md")
-    qtbot.waitUntil(lambda: rows(panel).get("broken.pdf", ("",))[0] == "error", timeout=INDEX_MS)
+    qtbot.waitUntil(lambda: rows(panel).get("broken.pdf", ("",))[0] == UNREADABLE, timeout=INDEX_MS)
     reason = rows(panel)["broken.pdf"][1]
     assert "PDF" in reason and "\n" not in reason  # the one-line reason on hover
     qtbot.waitUntil(lambda: panel.jobs == 0, timeout=INDEX_MS)
     assert panel.status.text() == "Added to frob: 2 files indexed (2 chunks), 1 could not be indexed."
+    # #63: "error" in red, the reason only on hover: selected, the file says why in the line under the list.
+    w.side_tabs.setCurrentWidget(panel)
+    top = panel.tree.topLevelItem(0)
+    broken = next(top.child(j) for j in range(top.childCount()) if top.child(j).text(0) == "broken.pdf")
+    panel.tree.setCurrentItem(broken)
+    assert panel.status.text() == f"broken.pdf could not be read: {reason}" and panel.status.isVisible()
+    assert panel.tree.textElideMode() == Qt.TextElideMode.ElideMiddle  # a cut name keeps its extension
     assert (data / "documents.sqlite3").is_file()  # beside the history, in the data directory
     assert [w.composer.answer_from.itemText(i) for i in range(w.composer.answer_from.count())] == [
         "No documents", "All documents", "frob"
     ]
+    # #63: what was just added is what the open chat answers from, and a new chat starts there too.
+    assert w.composer.answer_from.currentText() == "frob"
+    w.chats.new_button.click()
+    assert w.composer.answer_from.currentText() == "frob" and w.chat.choices(None).documents == "frob"
 
     # Remove a file (after a confirmation), then a bad path is one line, never a dialog or a crash.
     top = panel.tree.topLevelItem(0)
@@ -147,8 +159,8 @@ def test_an_answer_from_a_collection_lists_its_sources_and_they_survive_reopenin
 
     check_sources(w)
     conversation = w.conversation
-    w.new_conversation()  # a new chat starts without documents
-    assert w.composer.answer_from.currentData() is None and not sources(w)
+    w.new_conversation()  # a new chat starts with the documents last chosen (#63)
+    assert w.composer.answer_from.currentData() == "frob" and not sources(w)
     w.close()
 
     again = open_window(data)
@@ -157,6 +169,25 @@ def test_an_answer_from_a_collection_lists_its_sources_and_they_survive_reopenin
     check_sources(again)  # from the stored facts
     assert again.composer.answer_from.currentText() == "frob"
     again.close()
+
+
+def test_a_chat_told_once_that_it_answers_without_the_documents_there_are(
+    qtbot, demo_cache: Path, data: Path, docs: Path
+) -> None:
+    """#63: documents exist, the chat is set to No documents: one line says the answer goes without them."""
+    w = open_window(data, max_tokens=8)
+    qtbot.addWidget(w)
+    w.documents.add([str(docs)], "frob")
+    wait_indexed(qtbot, w.documents, "install.md", "usage.md")
+    w.composer.answer_from.setCurrentIndex(0)
+    w.composer.answer_from.activated.emit(0)  # the user picks No documents
+    assert w.chat.choices(None).documents is None
+    said = [t for t in w.notes.texts if "without your documents" in t]
+    assert not said
+    assert ask(qtbot, w, "Say hi.", timeout=ANSWER_MS * 2) is not None
+    said = [t for t in w.notes.texts if "without your documents" in t]
+    assert len(said) == 1 and "Answer from" in said[0]
+    w.close()
 
 
 def test_a_folder_dropped_on_the_panel_is_added_and_text_is_refused(
@@ -314,7 +345,7 @@ def test_only_changes_a_sync_can_see_start_one(tmp_path: Path) -> None:
         FileOpenedEvent,
     )
 
-    from app.documents_panel import worth_a_sync
+    from app.documents_worker import worth_a_sync
 
     index = str(tmp_path / "documents.sqlite3")
     note = str(tmp_path / "notes" / "a.md")
@@ -328,7 +359,8 @@ def test_only_changes_a_sync_can_see_start_one(tmp_path: Path) -> None:
 
 
 def test_the_panel_says_words_work_while_vectors_are_computed() -> None:
-    from app.documents_panel import DocumentsJob, progress_line, result_line
+    from app.documents_words import progress_line, result_line
+    from app.documents_worker import DocumentsJob
     from runtime.documents.library import VECTORS, AddResult, Progress
 
     line = progress_line(Progress(1, 3, 48, 0, 0, "/notes/a.md", VECTORS, 64))

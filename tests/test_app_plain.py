@@ -15,12 +15,23 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QFontMetrics
 
 from app.chat_controller import Live
-from app.plain_words import BUSY, TOOLS_UNUSED_NOTE, details_line, gain_text, meta_line, plain_line, words_per_s
+from app.plain_words import (
+    BUSY,
+    TOOLS_UNUSED_NOTE,
+    details_line,
+    gain_text,
+    meta_line,
+    plain_line,
+    words_per_s,
+    words_text,
+)
 from app.source_viewer import SourceViewer, passages_of
 from app.store import TOOLS_UNUSED, Store
 from runtime.engine.answer import Chunk
 from runtime.engine.plain_estimate import LOAD_BAND
 from runtime.engine.summary import answer_facts
+from runtime.engine.thread import MEASURING
+from runtime.models.cache import DEMO_NAME
 from tests.test_app import ANSWER_MS, ask, open_window
 from tests.test_app_tools import ASK, SERVER, TURN_MS, question, send, servers
 from tests.test_app_tools import window as tools_window
@@ -57,7 +68,7 @@ def test_the_status_line_is_plain_the_details_wait_behind_a_toggle_and_a_new_cha
     line = w.stats.plain.text()
     assert line == plain_line(facts, answer) and line.startswith("Exact answer")  # the demo's F16 answers
     assert "words/s" in line and not any(word in line for word in JARGON), line
-    assert f"{words_per_s(facts, answer):.0f} words/s" in line
+    assert words_text(words_per_s(facts, answer)) in line
     assert w.statusBar().currentMessage() == "" and w.stats.plain.isVisible() and fits(w.stats.plain)
     # The technical facts: in the tooltip, and beside the line only once Details is on.
     assert details_line(facts) in w.stats.plain.toolTip() and "F16 ←" in w.stats.plain.toolTip()
@@ -100,8 +111,11 @@ def test_plain_words_from_an_answers_facts() -> None:
              "acceptance": 0.5, "speedup": 2.13, "saved_s": 3.0, "placement": "CPU · 2 threads"}
     assert gain_text(facts) == "2.1× faster than without speculation"
     assert plain_line(facts, "one two three four five six seven eight nine ten") == (
-        "Exact answer · 2.1× faster than without speculation · 5 words/s"  # 10 tok/s × 10 words / 20 tokens
+        "Exact answer · 2.1× faster than without speculation · 5.0 words/s"  # 10 tok/s × 10 words / 20 tokens
     )
+    # #63: never "1 words/s" nor "0 words/s": a slow answer keeps its decimal, a fast one needs none.
+    assert (words_text(0.04), words_text(1.0), words_text(9.96), words_text(12.4)) == (
+        "0.0 words/s", "1.0 words/s", "10 words/s", "12 words/s")
     slower = "0.90× the speed without speculation (slower this time)"
     assert gain_text(facts | {"speedup": 0.9, "saved_s": -0.5}) == slower
     assert gain_text(facts | {"speedup": 1.01, "saved_s": 0.01}) == "about as fast as without speculation"
@@ -133,6 +147,10 @@ def test_messages_stay_until_closed(qtbot, tmp_path: Path, isolated_cache: Path)
     assert w.notes.texts == ["A second message, long enough to wrap " * 8]
     w.notes.notes[0].close_button.click()
     assert w.notes.texts == [] and w.notes.isHidden()
+    # #63: four messages piled up and shrank the transcript at 1024×640: two at most, the newest.
+    for i in range(4):
+        w.notes.show_note(f"Message {i}")
+    assert w.notes.texts == ["Message 2", "Message 3"]
     w.close()
 
 
@@ -210,7 +228,10 @@ def test_waiting_for_approval_is_said_and_an_unused_offer_is_recorded(
         dialog = question(qtbot, w)
         wait = "Waiting for your approval to run add…"
         assert w.stats.plain.text() == wait and wait in w.transcript.toPlainText()
+        shown: list[str] = []  # the status line at each of the next round's words (#63: "Reading…" stood)
+        w.chunk_shown.connect(lambda _: shown.append(w.stats.plain.text()))
         dialog.deny_button.click()
+    assert shown and not any(t.startswith(("Reading", "Loading", "Searching")) for t in shown), shown
     answer = w.store.messages(w.conversation)[-1]
     assert answer.meta.get("tool_turn") and TOOLS_UNUSED not in answer.meta  # it called: nothing to say
     assert TOOLS_UNUSED_NOTE not in w.transcript.toPlainText()
@@ -219,13 +240,33 @@ def test_waiting_for_approval_is_said_and_an_unused_offer_is_recorded(
     w.apply_settings(replace(w.settings, tool_first_choice="auto", max_tokens=12))
     lives: list[Live] = []
     w.chat.finished.connect(lambda live, _: lives.append(live))
+    early: list[str] = []  # #63: the note stood while the model was still loading, before any call could come
+    w.chat.status.connect(lambda _: early.append(w.transcript.toPlainText()))
+    w.chunk_shown.connect(lambda _: early.append(w.transcript.toPlainText()))
     with qtbot.waitSignal(w.answer_finished, timeout=TURN_MS):
         send(w, "Just say hello, do not use any tool.")
+    assert early and not any(TOOLS_UNUSED_NOTE in t for t in early)
     assert lives[-1].tools_offered  # the engine was asked with the tool offered
     answer = w.store.messages(w.conversation)[-1]
     if not answer.meta.get("tool_turn"):
         assert answer.meta[TOOLS_UNUSED] is True and TOOLS_UNUSED_NOTE in w.transcript.toPlainText()
     assert meta_line({TOOLS_UNUSED: True}) == TOOLS_UNUSED_NOTE
+    w.close()
+
+
+def test_the_machine_probe_is_said_whatever_the_preset(qtbot, demo_cache: Path, tmp_path: Path) -> None:
+    """#63: "Reading the conversation…" stood while the machine-cost probe ran (only "auto" said it measured)."""
+    (demo_cache / DEMO_NAME / "costs.json").unlink(missing_ok=True)  # this machine not measured yet
+    w = open_window(tmp_path, max_tokens=8, preset="exact")  # not "auto": its own calibration says so already
+    qtbot.addWidget(w)
+    said: list[str] = []
+    w.chat.status.connect(said.append)
+    ask(qtbot, w, "Say hi.")
+    assert MEASURING in said and (demo_cache / DEMO_NAME / "costs.json").is_file(), said
+    assert said.index(MEASURING) < len(said) - 1 and said[-1] == ""  # the words ended the wait
+    said.clear()
+    ask(qtbot, w, "Say hi again.")
+    assert MEASURING not in said, said  # measured once
     w.close()
 
 
@@ -298,7 +339,7 @@ def test_the_collection_dialog_shows_its_whole_title(qtbot) -> None:
 
 
 def test_the_documents_panel_says_when_it_sets_up_the_embedding_model(qtbot, tmp_path: Path, monkeypatch) -> None:
-    from app.documents_panel import SETTING_UP
+    from app.documents_worker import SETTING_UP
 
     (tmp_path / "data").mkdir()
     monkeypatch.setenv("SPECQUANT_DATA_DIR", str(tmp_path / "data"))

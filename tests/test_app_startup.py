@@ -12,12 +12,15 @@ from pathlib import Path
 import pytest
 
 from app.platform_libs import (
+    BOX_COLUMNS,
+    box_commands,
     debian_package,
     explain,
     install_command,
     missing_libraries,
     os_release,
     uses_xcb,
+    x_display_problem,
     xcb_plugin,
 )
 
@@ -107,3 +110,23 @@ def test_xcb_is_checked_only_where_qt_will_use_it() -> None:
     assert uses_xcb({"QT_QPA_PLATFORM": "xcb", "WAYLAND_DISPLAY": "wayland-0"})
     assert not uses_xcb({"QT_QPA_PLATFORM": "offscreen", "DISPLAY": ":0"})
     assert not uses_xcb({})
+
+
+def test_the_native_box_shows_the_install_command_whole() -> None:
+    """#63: xmessage showed one long line ending "…install them wi"; zenity had --no-wrap."""
+    line = explain(["libxcb-icccm.so.4", "libxcb-cursor.so.0"], {"ID": "debian"})
+    command = install_command(["libxcb-icccm.so.4", "libxcb-cursor.so.0"], {"ID": "debian"})
+    boxes = dict(box_commands(line))
+    assert "--no-wrap" not in boxes["zenity"]
+    text = boxes["xmessage"][-1]
+    assert all(len(row) <= BOX_COLUMNS for row in text.splitlines())
+    assert command in [row.strip() for row in text.splitlines()]  # on a line of its own, not cut
+    assert " ".join(text.split()) == " ".join(line.split())  # nothing lost in the wrapping
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="X11")
+def test_a_display_that_cannot_be_opened_is_found_before_qt() -> None:
+    """#63: DISPLAY names an X server that is gone: said in one line (Qt itself aborts, exit 134)."""
+    problem = x_display_problem({"DISPLAY": ":987"})
+    assert problem.startswith("specquant-app: the display :987 cannot be opened") and "\n" not in problem
+    assert x_display_problem({"DISPLAY": ":987", "QT_QPA_PLATFORM": "offscreen"}) == ""  # not X: not asked

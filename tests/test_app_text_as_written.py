@@ -4,7 +4,8 @@ is rendered, plain lines are not run together."""
 from __future__ import annotations
 
 from app.store import StoredMessage
-from app.transcript import LINE_BREAK, TranscriptView, keep_line_breaks
+from app.transcript import TranscriptView
+from app.transcript_text import LINE_BREAK, keep_line_breaks
 from tests.test_app_transcript import tinted_runs
 
 POEM = "Roses are red,\nViolets are blue,\nSugar is sweet,\nAnd so are you."
@@ -84,3 +85,15 @@ def _blocks(view: TranscriptView):
     while block.isValid():
         yield block
         block = block.next()
+
+
+INDENTED = ("The sea is wide,\n  and deep and blue;\nThe waves come in,\n\tand go back too.\n"
+            "- a list item,\n  its second line")
+
+
+def test_an_indented_line_shows_indented(qtbot) -> None:
+    """#63: a poem's indented lines (spaces or a tab) showed flush left; a list item's own column is not more."""
+    view = view_of(qtbot, INDENTED)
+    lines = view.document().toPlainText().splitlines()
+    assert "  and deep and blue;" in lines and "    and go back too." in lines, lines
+    assert "The sea is wide," in lines and "its second line" in lines, lines

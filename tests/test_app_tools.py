@@ -104,7 +104,8 @@ def test_a_call_allowed_once_shows_its_block_and_result_and_the_chat_goes_on(
     assert [m.role for m in w.store.messages(chat)] == ["user", "assistant"]  # one turn: one row
     assert "".join(streamed) == answer.meta["tool_turn"][0]["content"] + answer.content  # each word once
     shown = w.transcript.toPlainText()
-    assert f"calc › add — allowed — {call['elapsed_s']:.2f} s" in shown and "Result" not in shown  # collapsed
+    # Collapsed, its result at a glance on the call's line (#63: only inside the block).
+    assert f"calc › add — allowed — {call['elapsed_s']:.2f} s → 42" in shown and "Result" not in shown
     w.transcript.anchorClicked.emit(QUrl("call:0"))
     assert "Result\n42" in w.transcript.toPlainText() and '"a": 17' in w.transcript.toPlainText()
 

@@ -8,7 +8,8 @@ from PySide6.QtWidgets import QApplication
 
 from app.store import StoredMessage
 from app.theme import dark_palette
-from app.transcript import DRAFT_TINT, TranscriptView, align, split_code
+from app.transcript import DRAFT_TINT, TranscriptView
+from app.transcript_text import align, split_code
 
 ANSWER = "Some **bold** words.\n\n- first item\n- second item\n\nAnd `code` here.\n\n```python\nx = 1\nprint(x)\n```\n"
 CODE = "def greet(name):\n    return 'hi ' + name  # a comment\n"
@@ -162,3 +163,15 @@ def test_the_reading_column_is_centred_in_a_wide_view(qtbot) -> None:
     assert 30 * view.fontMetrics().height() < column < 2400 / 2
     view.resize(500, 700)
     qtbot.waitUntil(lambda: view.document().rootFrame().frameFormat().leftMargin() < 50)
+
+
+def test_a_calls_line_shows_what_came_back_cut_short() -> None:
+    """#63: the call's result was only inside its collapsed block."""
+    from app.transcript_text import RESULT_PREVIEW, call_heading
+
+    call = {"server": "files", "tool": "read_file", "outcome": "allowed", "elapsed_s": 0.5,
+            "result": "line one\nline two " + "x" * 200}
+    line = call_heading(call)
+    assert line.startswith("files › read_file — allowed — 0.50 s → line one line two x") and line.endswith("…")
+    assert len(line.split(" → ", 1)[1]) == RESULT_PREVIEW + 1
+    assert " → " not in call_heading(call | {"outcome": "denied"})  # nothing ran: nothing came back

@@ -234,6 +234,19 @@ def test_fit_marks_what_this_computer_cannot_hold() -> None:
     assert roomy.needs["f16"] > seven.tier_bytes["f16"]  # KV cache, compute buffer and margin come on top
 
 
+def test_fits_means_the_plan_a_chat_loads_fits() -> None:
+    """#63: "fits" sized the F16 tier alone; a chat loads F16 with its Q4_K_M draft (and their KV caches)."""
+    model = next(e for e in catalog.load_catalog() if e.repo == "Qwen/Qwen2.5-1.5B-Instruct")
+    roomy = catalog.fit(model, ram_bytes=64 * 10**9)
+    assert roomy.plan_need >= roomy.needs["f16"] + model.tier_bytes["q4_k_m"]  # the draft's file comes on top
+    assert roomy.fits_plan and roomy.line.startswith("fits: F16 with its draft needs")
+    exact = catalog.fit(model, ram_bytes=roomy.plan_need)
+    assert exact.fits_plan
+    short = catalog.fit(model, ram_bytes=roomy.plan_need - 10**6)
+    assert short.fits_all and not short.fits_plan and "without the draft's speed-up" in short.line
+    assert catalog.better_model(roomy.plan_need - 10**6) != model  # the demo's offer is a model that fits whole
+
+
 def test_fit_reads_this_computers_ram(monkeypatch: pytest.MonkeyPatch) -> None:
     class Memory:
         total = 4 * 10**9

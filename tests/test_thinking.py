@@ -310,7 +310,7 @@ def test_the_window_shows_the_thought_as_a_closed_block_and_stores_it_apart(
         # Thinking off in this chat (the Chat menu's switch): its next answer has no thought; a new chat
         # follows Settings (on); the first chat keeps its switch when opened again.
         switch, thinking_chat = w.menus.thinking_toggle, w.conversation
-        assert switch.isChecked()  # as Settings say
+        assert switch.isChecked() and switch.isEnabled()  # as Settings say, for a model that thinks
         switch.trigger()
         assert not switch.isChecked() and w.store.thinking(thinking_chat) is False
         ask(qtbot, w, "And why is the sunset red?", timeout=120_000)

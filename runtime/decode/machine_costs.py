@@ -206,9 +206,11 @@ def load_or_measure(
     drafts: Callable[[], Mapping[str, LlamaBackend]],
     parent_name: str = "f16",
     refresh: bool = False,
+    before_measuring: Callable[[], None] | None = None,
 ) -> tuple[MachineCosts, bool]:
     """The cached costs for this machine (key), else measured now and cached; and whether they were cached.
-    A cache that cannot be written costs the next start a new probe, nothing more."""
+    `before_measuring` is called when the probe is about to run (a window's wait says so). A cache that cannot
+    be written costs the next start a new probe, nothing more."""
     path = folder / FILE
     wanted = json.loads(json.dumps(dict(key)))
     if not refresh:
@@ -221,6 +223,8 @@ def load_or_measure(
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             pass  # none yet, unreadable or malformed: measure
     log.info("measuring this machine's costs for %s (once; a few seconds)", folder.name)
+    if before_measuring is not None:
+        before_measuring()
     costs = measure(parent(), drafts(), parent_name)
     entries: dict[str, Any] = {}
     try:  # keep other parents' entries measured under the same key

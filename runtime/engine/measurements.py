@@ -34,6 +34,8 @@ class Measurements:
         self._costs: dict[str, MachineCosts] = {}
         self._stale: set[str] = set()  # parents whose costs an answer showed were measured under load
         self._measured_at: dict[str, float] = {}  # when this process last measured each parent's costs
+        # Called just before the probe runs (a few seconds to a minute): the answer's wait says so (#63).
+        self.on_measuring: Callable[[], None] | None = None
 
     def known_costs(self, parent: str) -> MachineCosts | None:
         """The parent's costs if this process has them (no measuring)."""
@@ -80,10 +82,12 @@ class Measurements:
             return {t: self.loaded(t) for t in tiers}
 
         key = self.key()
-        costs, cached = load_or_measure(self.folder, key, lambda: self.loaded(parent), backends, parent, refresh)
+        tell = self.on_measuring
+        costs, cached = load_or_measure(self.folder, key, lambda: self.loaded(parent), backends, parent, refresh, tell)
         if not all(d in costs.c for d in drafts):  # cached for other drafts than these: measure all of them
             tiers = sorted(set(drafts) | set(costs.c))
-            costs, cached = load_or_measure(self.folder, key, lambda: self.loaded(parent), backends, parent, True)
+            costs, cached = load_or_measure(self.folder, key, lambda: self.loaded(parent), backends, parent, True,
+                                            tell)
         self._costs[parent] = costs
         if not cached:
             self._measured_at[parent] = time.monotonic()

@@ -49,6 +49,9 @@ class QueueFull(SpecQuantError):
         self.retry_after_s = retry_after_s
 
 
+MEASURING = "Measuring this machine's speed with this model (once; up to a minute)…"
+
+
 def reading_text(tokens: int, rate: float | None, documents: bool) -> str:
     """The wait before the first words, once the prompt is built: "Reading 3,412 tokens of your documents and
     the conversation (about 40 s)…"; the time only where the machine's reading speed is known and it is long."""
@@ -247,8 +250,17 @@ class EngineThread(Answers):
             def reading(tokens: int, rate: float | None) -> None:
                 _tell(job, Status(reading_text(tokens, rate, documents)))
 
-            for chunk in engine.stream_chat(job.messages, job.options, job.cancel, on_reading=reading):
-                _tell(job, chunk)
+            # The machine-cost probe runs inside the answer's plan, whatever the preset (and again when an answer
+            # showed its costs were measured under load): its wait is said, not "Reading…" (#63).
+            measurements = getattr(engine, "measurements", None)  # an engine in its own process says nothing
+            if measurements is not None:
+                measurements.on_measuring = lambda: _tell(job, Status(MEASURING))
+            try:
+                for chunk in engine.stream_chat(job.messages, job.options, job.cancel, on_reading=reading):
+                    _tell(job, chunk)
+            finally:
+                if measurements is not None:
+                    measurements.on_measuring = None
         except Cancelled:  # a Stop needs no reason (the window shows none)
             _tell(job, Failure("", "cancelled"))
         except Exception as e:  # the worker must survive anything and say what happened

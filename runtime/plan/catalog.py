@@ -190,6 +190,14 @@ class Fit:
     needs: dict[str, int]  # RAM each tier needs (the placement plan's figure, its margin included)
     ram_bytes: int
     line: str
+    # RAM for the largest plan a chat loads: F16 with its Q4_K_M draft, both KV caches and buffers (#63: a model
+    # said to fit by its F16 tier alone reached far more once its draft was loaded beside it).
+    plan_need: int = 0
+
+    @property
+    def fits_plan(self) -> bool:
+        """Whether F16 and its draft fit together (else F16 answers without the draft's speed-up)."""
+        return self.fits_all and self.plan_need <= self.ram_bytes
 
     @property
     def fits_all(self) -> bool:
@@ -222,14 +230,43 @@ def fit(entry: Entry, ram_bytes: int | None = None, n_ctx: int = DEFAULT_N_CTX) 
             needs[tier] = chosen.ram_bytes + settings.margin_bytes
             fitting.append(tier)
     have = f"this computer has {_gb(ram)}"
-    if len(fitting) == len(TIERS):
-        line = f"fits: F16 needs {_gb(needs['f16'])}, {have}"
+    sizes = {t: tier_size(t, b, entry.shape, n_ctx) for t, b in entry.tier_bytes.items()}
+    roomy = Inventory("", physical_cores(), 1 << 50, 1 << 50)  # room for both: what the pair needs
+    plan_need = plan(roomy, sizes["f16"], sizes["q4_k_m"], settings).ram_bytes + settings.margin_bytes
+    if len(fitting) == len(TIERS) and plan_need <= ram:
+        line = f"fits: F16 with its draft needs {_gb(plan_need)}, {have}"
+    elif len(fitting) == len(TIERS):
+        line = f"F16 with its draft needs {_gb(plan_need)}, {have}: it fits, answering without the draft's speed-up"
     elif fitting:
         names = " and ".join(t.upper() for t in fitting)
         line = f"F16 needs {_gb(needs['f16'])}, {have}: only {names} would fit"
     else:
         line = f"too big for this computer: even Q4_K_M needs {_gb(needs['q4_k_m'])}, {have}"
-    return Fit(tuple(fitting), needs, ram, line)
+    return Fit(tuple(fitting), needs, ram, line, plan_need)
+
+
+DEMO_NOTE = ("That answer came from SpecQuant's tiny demo model (135 million parameters): it shows that everything "
+             "works, but its answers are often wrong.")
+
+
+def better_model(ram_bytes: int | None = None, path: Path | None = None) -> Entry | None:
+    """What to offer after the demo's first answer (#63): the catalogue's largest model whose F16 and draft fit
+    this computer together (or `ram_bytes`) and that downloads without a Hub login; None when none does (or
+    the catalogue cannot be read: the offer is a courtesy)."""
+    try:
+        entries = load_catalog(path)
+    except UserError:
+        return None
+    fitting = [e for e in entries if not e.gated and fit(e, ram_bytes).fits_plan]
+    return max(fitting, key=lambda e: e.params, default=None)
+
+
+def better_model_line(entry: Entry | None) -> str:
+    """The terminal's words after the demo's first answer: the demo note and the command that gets `entry`."""
+    if entry is None:
+        return f"{DEMO_NOTE} No larger model of the catalogue fits this computer's memory."
+    return (f"{DEMO_NOTE} For better answers, {entry.name} fits this computer ({size_text(entry.download_bytes)} "
+            f"to download): specquant convert {entry.repo}")
 
 
 def eta_text(done: int, total: int, elapsed_s: float) -> str:

@@ -1,0 +1,59 @@
+"""What the window was like when it closed, so that it opens the same way (#63: it opened on a blank chat at
+its default size, the text being typed gone): its size (maximised or not), the chat that was open and the unsent text
+in the input box. Kept beside the settings (the same QSettings file, its own group), not among them: these
+are not choices the user makes in Settings. The draft is saved shortly after typing stops as well as at close,
+so a crash or a killed session keeps it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from PySide6.QtCore import QSettings, QSize
+
+from app.settings import APPLICATION, ORGANIZATION
+
+GROUP = "window"
+DRAFT_CHARS = 100_000  # a draft longer than this is cut where it is saved (a pasted book is not a draft)
+
+
+@dataclass(frozen=True)
+class WindowState:
+    # The size (the window manager places it; Qt's saved geometry is cut to the screen it finds first, which
+    # shrank it under the offscreen platform and on a second monitor's absence alike) and whether maximised.
+    size: QSize | None = None
+    maximized: bool = False
+    conversation: int | None = None  # the chat open at close (None: a new chat)
+    draft: str = ""  # the input box's unsent text
+
+
+def load_state(store: QSettings | None = None) -> WindowState:
+    """The saved state; anything missing or unreadable is left at its default (a damaged file never stops us)."""
+    store = store or QSettings(ORGANIZATION, APPLICATION)
+    store.beginGroup(GROUP)
+    try:
+        size = store.value("size")
+        maximized = store.value("maximized")
+        conversation = store.value("conversation")
+        draft = store.value("draft")
+    finally:
+        store.endGroup()
+    try:
+        chat = int(conversation) if conversation not in (None, "") else None
+    except (TypeError, ValueError):
+        chat = None
+    return WindowState(size if isinstance(size, QSize) and size.isValid() else None,
+                       str(maximized).lower() in ("true", "1"), chat, draft if isinstance(draft, str) else "")
+
+
+def save_state(state: WindowState, store: QSettings | None = None) -> None:
+    store = store or QSettings(ORGANIZATION, APPLICATION)
+    store.beginGroup(GROUP)
+    try:
+        if state.size is not None:
+            store.setValue("size", state.size)
+        store.setValue("maximized", state.maximized)
+        store.setValue("conversation", "" if state.conversation is None else state.conversation)
+        store.setValue("draft", state.draft[:DRAFT_CHARS])
+    finally:
+        store.endGroup()
+    store.sync()
