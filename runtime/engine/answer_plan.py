@@ -4,13 +4,14 @@ sampling and the controller. `runtime.engine.generate.run` then runs it."""
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from runtime.decode.controller import Controller
-from runtime.decode.grammar import Grammar
+from runtime.decode.grammar import Grammar, markup_token
 from runtime.decode.llama_backend import LlamaBackend
 from runtime.decode.sampling import SamplingParams, recommended
 from runtime.decode.speculative import SpecConfig
@@ -19,6 +20,7 @@ from runtime.documents.grounding import WHOLE_CHARS_PER_TOKEN, Citation, grounde
 from runtime.documents.library import Library
 from runtime.engine import prompt as prompts
 from runtime.engine import thinking, tools
+from runtime.engine.call_check import call_problem
 from runtime.engine.decision import Decision
 from runtime.engine.measurements import Measurements
 from runtime.engine.options import ChatOptions, EngineSettings, Message
@@ -134,7 +136,10 @@ def prepare(
         )
         tool_grammar = model.tool_grammar(parent, options.tools, syntax)
         if tool_grammar is not None:  # else (tool_choice none) the answer is all text
-            grammar, calls = tool_grammar, tools.CallParser(syntax, options.tools.choice != "auto")
+            request = options.tools
+            check = functools.partial(call_problem, tools=request.callable) if request.refused_as_text else None
+            opener = markup_token(parent.path, syntax.opener) if syntax.opener else None
+            grammar, calls = tool_grammar, tools.CallParser(syntax, request.choice != "auto", opener, check)
     else:
         prompt, dropped = prompts.fit_context(
             model.render, parent, list(messages), reserve, cancel, trim=options.trim, think=options.thinking
