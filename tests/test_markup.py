@@ -153,7 +153,7 @@ def test_placeholders_in_a_message_are_its_own_text() -> None:
         runs.append(text)
         return [0]
 
-    tokens = chat_tokens(messages, lambda ms: "".join(f"<b>{m['content']}</b>" for m in ms), tokenize,
+    tokens = chat_tokens(messages, lambda ms, tools: "".join(f"<b>{m['content']}</b>" for m in ms), tokenize,
                          {"<b>": 7, "</b>": 8})
     assert runs == ["\ue0001\ue001 and <b>", "two"]
     assert tokens == [7, 0, 8, 7, 0, 8]

@@ -136,10 +136,7 @@ def prepare(
         )
         tool_grammar = model.tool_grammar(parent, options.tools, syntax)
         if tool_grammar is not None:  # else (tool_choice none) the answer is all text
-            request = options.tools
-            check = functools.partial(call_problem, tools=request.callable) if request.refused_as_text else None
-            opener = markup_token(parent.path, syntax.opener) if syntax.opener else None
-            grammar, calls = tool_grammar, tools.CallParser(syntax, request.choice != "auto", opener, check)
+            grammar, calls = tool_grammar, call_reader(parent, syntax, options.tools)
     else:
         prompt, dropped = prompts.fit_context(
             model.render, parent, list(messages), reserve, cancel, trim=options.trim, think=options.thinking
@@ -167,6 +164,14 @@ def prepare(
         model, options, decision, parent, draft, prompt, dropped, reused, grammar, calls, spec, params, controller,
         plain, ratio, citations, model.said if spec.suffix else None, thought=thought_plan(parent, prompt, options),
     )
+
+
+def call_reader(parent: LlamaBackend, syntax: tools.CallSyntax, request: tools.ToolRequest) -> tools.CallParser:
+    """The parser of an answer that may call `request`'s tools: calls open only at the opener's own token where
+    the vocabulary has one (as the grammar names it: Engine.tool_grammar), and each is checked."""
+    check = functools.partial(call_problem, tools=request.callable) if request.refused_as_text else None
+    opener = markup_token(parent.path, syntax.opener) if syntax.opener else None
+    return tools.CallParser(syntax, request.choice != "auto", opener, check)
 
 
 def thought_plan(parent: LlamaBackend, prompt: Sequence[int], options: ChatOptions) -> thinking.ThoughtPlan | None:

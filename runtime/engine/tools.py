@@ -38,7 +38,6 @@ from runtime.engine.call_formats import (
     GENERIC,
     HERMES,
     ID_LENGTH,
-    ID_SLOT,
     LLAMA3,
     LOOSE_LEAD,
     LOOSE_NAME,
