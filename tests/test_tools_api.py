@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import math
+import urllib.request
 from typing import Any
 
 import jsonschema
+import openai
 import pytest
 
 from tests.test_server import DEMO, Served, greedy
@@ -198,15 +200,19 @@ PICKY = {"type": "function", "function": {"name": "get_time", "parameters": {
 def test_a_call_its_schema_refuses_comes_back_as_text(server: Served) -> None:
     """Each call is checked against its tool's schema before it goes out: one that fails is the answer's text, in
     chat completions and in Anthropic's Messages API alike, never a call a client would run."""
-    first = server.client().chat.completions.create(
-        model=DEMO, messages=ASK, tools=[PICKY], tool_choice="required", temperature=0, max_tokens=96)
+    client = openai.OpenAI(base_url=f"{server.base}/v1", api_key="unused", max_retries=0, timeout=900)  # a loaded CPU
+    first = client.chat.completions.create(
+        model=DEMO, messages=ASK, tools=[PICKY], tool_choice="required", parallel_tool_calls=False, temperature=0,
+        max_tokens=96)
     choice = first.choices[0]
     assert choice.message.tool_calls is None and choice.finish_reason == "stop", choice
     assert choice.message.content.startswith('<tool_call>\n{"name": "get_time", "arguments": {')
-    body = {"model": DEMO, "max_tokens": 96, "temperature": 0, "messages": ASK, "tool_choice": {"type": "any"},
+    body = {"model": DEMO, "max_tokens": 96, "temperature": 0, "messages": ASK,
+            "tool_choice": {"type": "any", "disable_parallel_tool_use": True},
             "tools": [{"name": "get_time", "input_schema": PICKY["function"]["parameters"]}]}
-    status, _, raw = server.request("POST", "/v1/messages", json.dumps(body).encode(),
-                                    {"Content-Type": "application/json"})
-    message = json.loads(raw)
-    assert status == 200 and [b["type"] for b in message["content"]] == ["text"], message
+    request = urllib.request.Request(f"{server.base}/v1/messages", json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=900) as r:
+        message = json.loads(r.read())
+    assert [b["type"] for b in message["content"]] == ["text"], message
     assert message["stop_reason"] != "tool_use" and '"name": "get_time"' in message["content"][0]["text"]
