@@ -4,6 +4,8 @@ tokens, a Hermes tools section, and the generic tool prompt for templates withou
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from runtime.decode.llama_backend import LlamaBackend
 from runtime.engine.engine import Engine, EngineSettings
 from runtime.engine.markup import chat_tokens
 from runtime.engine.tools import OPENER, ToolRequest, prepare, syntax_for
+from runtime.errors import UserError
 from runtime.models.cache import DEMO_NAME, ModelDir
 from tests.conftest import copy_of_demo
 from tests.micro_model import MicroSpec, write_micro_gguf
@@ -153,7 +156,33 @@ def test_placeholders_in_a_message_are_its_own_text() -> None:
         runs.append(text)
         return [0]
 
-    tokens = chat_tokens(messages, lambda ms: "".join(f"<b>{m['content']}</b>" for m in ms), tokenize,
+    tokens = chat_tokens(messages, lambda ms, tools: "".join(f"<b>{m['content']}</b>" for m in ms), tokenize,
                          {"<b>": 7, "</b>": 8})
     assert runs == ["\ue0001\ue001 and <b>", "two"]
     assert tokens == [7, 0, 8, 7, 0, 8]
+
+
+def test_a_tool_s_text_goes_in_as_the_template_escaped_it_and_never_as_markup() -> None:
+    """A tool's string is a placeholder while the template renders (#59): where the template writes it raw, as
+    `tojson`, or `tojson` twice, it goes in as the same text, markup included, as text; a template that writes
+    it in a form that cannot be read back (Python's repr) is refused, not guessed."""
+    tools = [{"type": "function", "function": {"name": "f", "description": 'say "<b>"\n\\ now'}}]
+    once = functools.partial(json.dumps, ensure_ascii=False)
+
+    def render(messages: list[dict], shown: list[dict] | None) -> str:
+        d = shown[0]["function"]["description"] if shown else ""
+        return f"<b>{once(d)}|{d}|{once(once(d))}</b>"
+
+    runs: list[str] = []
+
+    def tokenize(text: str) -> list[int]:
+        runs.append(text)
+        return [0]
+
+    tokens = chat_tokens([], render, tokenize, {"<b>": 7, "</b>": 8}, tools)
+    d = tools[0]["function"]["description"]
+    assert tokens == [7, 0, 8] and runs == [f"{once(d)}|{d}|{once(once(d))}"]
+    plain = [{"type": "function", "function": {"name": "f", "description": "no markup here"}}]
+    assert chat_tokens([], render, tokenize, {"<b>": 7, "</b>": 8}, plain) == [7, 0, 8]  # left as it is
+    with pytest.raises(UserError, match="cannot be told from the text"):
+        chat_tokens([], lambda ms, shown: str(shown), tokenize, {"<b>": 7}, tools)

@@ -21,12 +21,13 @@ from runtime.engine.tool_loop import (
     DENIED,
     CallFinished,
     CallProposed,
+    CallRefused,
     LoopFinished,
     ToolCall,
     ToolResult,
     run_tool_loop,
 )
-from runtime.engine.tools import Tool
+from runtime.engine.tools import Tool, ToolRequest
 from runtime.errors import Cancelled
 from runtime.models.cache import DEMO_NAME, ModelDir
 from tests.conftest import copy_of_demo
@@ -144,3 +145,35 @@ def test_the_built_in_search_reads_the_documents(engine: Engine, tmp_path: Path)
     results = [e.result for e in seen if isinstance(e, CallFinished)]
     assert results and results[0].source == "built-in" and results[0].text
     assert not results[0].is_error or "no words" in results[0].text
+
+
+# `not` is a keyword llguidance does not implement: the lenient grammar of a tool that is not strict leaves it out,
+# so every call the model can write of this `add` fails jsonschema's check (#59).
+PICKY = Tool("add", "Add two integers.", {**ADD.parameters, "not": {"required": ["a"]}})
+
+
+class Picky(Calculator):
+    def tools(self) -> tuple[Tool, ...]:
+        return (PICKY,)
+
+
+def test_a_call_that_fails_the_check_is_refused_and_the_model_reads_why(engine: Engine) -> None:
+    calc, asked = Picky(), []
+    seen = events(engine, calc, lambda call, source: asked.append(call) or True, max_rounds=2)
+    refused = [e for e in seen if isinstance(e, CallRefused)]
+    assert refused and calc.calls == [] and asked == []  # neither asked about nor run
+    assert not any(isinstance(e, (CallProposed, CallFinished)) for e in seen)
+    end = seen[-1]
+    assert isinstance(end, LoopFinished)
+    result = next(m for m in end.messages if m["role"] == "tool")
+    assert result["tool_call_id"] == refused[0].call.id
+    assert result["content"].startswith("error: this call was not run: the arguments of add do not match its schema")
+    assert result["content"] == refused[0].result.text and refused[0].result.is_error
+
+
+def test_outside_the_loop_a_call_that_fails_the_check_is_the_answer_s_text(engine: Engine) -> None:
+    options = replace(GREEDY, tools=ToolRequest((PICKY,), "required"))
+    chunks = list(engine.stream_chat(ASK, options))
+    assert not any(c.calls for c in chunks)
+    text = "".join(c.text for c in chunks)  # the call as the model wrote it, but as text
+    assert text.startswith('<tool_call>\n{"name": "add", "arguments": {') and text.endswith("}}\n</tool_call>")

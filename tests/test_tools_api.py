@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import math
+import urllib.request
 from typing import Any
 
 import jsonschema
+import openai
 import pytest
 
 from tests.test_server import DEMO, Served, greedy
@@ -186,3 +188,31 @@ def test_the_completions_endpoint_refuses_what_it_cannot_honour(
     data = json.dumps(payload | {"max_tokens": 4}).encode()
     status, _, body = server.request("POST", "/v1/completions", data, {"Content-Type": "application/json"})
     assert status == 400 and body["error"]["param"] == param, body
+
+
+# A tool whose schema the lenient grammar holds only in part (`not` is a keyword llguidance does not implement, so
+# a non-strict tool's grammar leaves it out): every call the model can write fails jsonschema's check (#59).
+PICKY = {"type": "function", "function": {"name": "get_time", "parameters": {
+    "type": "object", "properties": {"zone": {"type": "string", "maxLength": 20}}, "required": ["zone"],
+    "not": {"required": ["zone"]}}}}
+
+
+def test_a_call_its_schema_refuses_comes_back_as_text(server: Served) -> None:
+    """Each call is checked against its tool's schema before it goes out: one that fails is the answer's text, in
+    chat completions and in Anthropic's Messages API alike, never a call a client would run."""
+    client = openai.OpenAI(base_url=f"{server.base}/v1", api_key="unused", max_retries=0, timeout=900)  # a loaded CPU
+    first = client.chat.completions.create(
+        model=DEMO, messages=ASK, tools=[PICKY], tool_choice="required", parallel_tool_calls=False, temperature=0,
+        max_tokens=96)
+    choice = first.choices[0]
+    assert choice.message.tool_calls is None and choice.finish_reason == "stop", choice
+    assert choice.message.content.startswith('<tool_call>\n{"name": "get_time", "arguments": {')
+    body = {"model": DEMO, "max_tokens": 96, "temperature": 0, "messages": ASK,
+            "tool_choice": {"type": "any", "disable_parallel_tool_use": True},
+            "tools": [{"name": "get_time", "input_schema": PICKY["function"]["parameters"]}]}
+    request = urllib.request.Request(f"{server.base}/v1/messages", json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=900) as r:
+        message = json.loads(r.read())
+    assert [b["type"] for b in message["content"]] == ["text"], message
+    assert message["stop_reason"] != "tool_use" and '"name": "get_time"' in message["content"][0]["text"]

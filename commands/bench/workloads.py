@@ -83,12 +83,10 @@ def passes_humaneval(problem: dict[str, Any], answer: str) -> bool:
 
 
 def valid_json(schema: dict[str, Any], text: str) -> bool:
-    """Whether `text` is one JSON document that validates against `schema` (by the jsonschema package, the
-    `bench` extra, independent of the grammar engine that produced it)."""
-    try:
-        import jsonschema
-    except ImportError:
-        raise UserError("scoring the json workload needs the jsonschema package: pip install -e '.[bench]'") from None
+    """Whether `text` is one JSON document that validates against `schema` (by the jsonschema package,
+    independent of the grammar engine that produced it)."""
+    import jsonschema
+
     try:
         jsonschema.validate(json.loads(text), schema)
     except (ValueError, jsonschema.ValidationError):
@@ -102,15 +100,13 @@ _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 def valid_calls(request: ToolRequest, calls: list[dict[str, Any]]) -> bool:
     """Whether the answer made at least one call where it had to, each of a tool it was given, with arguments
-    that validate against that tool's parameter schema."""
-    tools = {t.name: t for t in request.callable}
+    that validate against that tool's parameter schema (the check every call passes: runtime.engine.call_check)."""
+    from runtime.engine.call_check import call_problem
+
     if request.choice != "auto" and not calls:
         return False
-    for call in calls:
-        tool = tools.get(call["function"]["name"])
-        if tool is None or not valid_json(tool.parameters, call["function"]["arguments"]):
-            return False
-    return True
+    return all(call_problem(c["function"]["name"], c["function"]["arguments"], request.callable) is None
+               for c in calls)
 
 
 def score(item: dict[str, Any], text: str, calls: list[dict[str, Any]] | None = None) -> bool | None:

@@ -6,13 +6,18 @@ and text that may be the start of a stop string waits until it is known not to b
 from __future__ import annotations
 
 import codecs
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 
 class TextStream:
-    def __init__(self, token_bytes: Callable[[int], bytes], stops: Sequence[str] = ()) -> None:
+    """`marks`: tokens shown as a text of their own instead of their bytes (a tool call's opener token, as
+    runtime.engine.call_parser reads it): a character split before one is complete there (replaced)."""
+
+    def __init__(self, token_bytes: Callable[[int], bytes], stops: Sequence[str] = (),
+                 marks: Mapping[int, str] | None = None) -> None:
         self.token_bytes = token_bytes
         self.stops = tuple(stops)
+        self.marks = dict(marks or {})
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.held = ""  # text that might be the start of a stop string
         self.held_flags: tuple[bool, ...] = ()
@@ -21,7 +26,12 @@ class TextStream:
     def add(self, tokens: Sequence[int], flags: Sequence[bool]) -> tuple[str, tuple[bool, ...], bool]:
         """(text safe to show now, its per-character draft flags, whether a stop string was reached)."""
         for tok, flag in zip(tokens, flags, strict=True):
-            piece = self.decoder.decode(self.token_bytes(tok))
+            mark = self.marks.get(tok)
+            if mark is not None:
+                piece = self.decoder.decode(b"", final=True) + mark
+                self.decoder.reset()
+            else:
+                piece = self.decoder.decode(self.token_bytes(tok))
             self.held += piece
             self.held_flags += (flag,) * len(piece)
         before = len(self.held)

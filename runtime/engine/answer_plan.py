@@ -4,13 +4,14 @@ sampling and the controller. `runtime.engine.generate.run` then runs it."""
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from runtime.decode.controller import Controller
-from runtime.decode.grammar import Grammar
+from runtime.decode.grammar import Grammar, markup_token
 from runtime.decode.llama_backend import LlamaBackend
 from runtime.decode.sampling import SamplingParams, recommended
 from runtime.decode.speculative import SpecConfig
@@ -19,6 +20,7 @@ from runtime.documents.grounding import WHOLE_CHARS_PER_TOKEN, Citation, grounde
 from runtime.documents.library import Library
 from runtime.engine import prompt as prompts
 from runtime.engine import thinking, tools
+from runtime.engine.call_check import call_problem
 from runtime.engine.decision import Decision
 from runtime.engine.measurements import Measurements
 from runtime.engine.options import ChatOptions, EngineSettings, Message
@@ -134,7 +136,7 @@ def prepare(
         )
         tool_grammar = model.tool_grammar(parent, options.tools, syntax)
         if tool_grammar is not None:  # else (tool_choice none) the answer is all text
-            grammar, calls = tool_grammar, tools.CallParser(syntax, options.tools.choice != "auto")
+            grammar, calls = tool_grammar, call_reader(parent, syntax, options.tools)
     else:
         prompt, dropped = prompts.fit_context(
             model.render, parent, list(messages), reserve, cancel, trim=options.trim, think=options.thinking
@@ -162,6 +164,14 @@ def prepare(
         model, options, decision, parent, draft, prompt, dropped, reused, grammar, calls, spec, params, controller,
         plain, ratio, citations, model.said if spec.suffix else None, thought=thought_plan(parent, prompt, options),
     )
+
+
+def call_reader(parent: LlamaBackend, syntax: tools.CallSyntax, request: tools.ToolRequest) -> tools.CallParser:
+    """The parser of an answer that may call `request`'s tools: calls open only at the opener's own token where
+    the vocabulary has one (as the grammar names it: Engine.tool_grammar), and each is checked."""
+    check = functools.partial(call_problem, tools=request.callable) if request.refused_as_text else None
+    opener = markup_token(parent.path, syntax.opener) if syntax.opener else None
+    return tools.CallParser(syntax, request.choice != "auto", opener, check)
 
 
 def thought_plan(parent: LlamaBackend, prompt: Sequence[int], options: ChatOptions) -> thinking.ThoughtPlan | None:

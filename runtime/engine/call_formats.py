@@ -10,10 +10,14 @@
 * `generic` (any other template: Gemma 3, SmolLM2, ...): the Hermes form, taught by our own system prompt.
 
 A call's opener may be a control token (`[TOOL_CALLS]`, Phi's `<|tool_call|>`), which the answer's text does not
-show; such formats are `anchored`: the call is the answer's start or there is none, so its visible JSON alone
-marks it. Hermes's opener is text (`<tool_call>` is not a control token in Qwen's vocabulary), so its calls
-may follow the model's own text; its bare form (Qwen2.5-Coder answers so, pretty-printed and often in a
-```json fence) is recognised at the start only, as llama.cpp's trigger pattern for Hermes does.
+show; such formats are `anchored`: the call is the answer's start or there is none. Hermes's calls may follow
+the model's own text; its bare form (Qwen2.5-Coder answers so, pretty-printed and often in a ```json fence) is
+recognised at the start only, as llama.cpp's trigger pattern for Hermes does.
+
+Where the vocabulary has the opener as a token of its own (Qwen's `<tool_call>`, a user-defined token; Mistral's
+`[TOOL_CALLS]`), only that token opens a call: the answer's text shows it as `OPENER_MARK`, which no decoded
+text can hold, and text that merely spells the opener (copied from a document, a message, a tool's result)
+stays text (runtime.engine.call_parser).
 """
 
 from __future__ import annotations
@@ -26,6 +30,15 @@ OPENER, CLOSER = "<tool_call>", "</tool_call>"
 NAME_START = '{"name": "'
 ID_SLOT = "\0"  # one letter or digit of a Mistral call id, in `CallFormat.tail`
 ID_LENGTH = 9  # Mistral's templates refuse any other
+# The opener token as the answer's text shows it to the call parser: a lone surrogate, which UTF-8 decoding
+# (errors="replace") never yields, so no text the model writes, and no text it copies, can spell it.
+OPENER_MARK = "\udfff"
+
+# A bare call's start as the model lays it out (llama.cpp's Hermes trigger), in Lark's and in Python's regex.
+# Its braces may be doubled: Qwen2.5-Coder's template shows the call as `{{"name": ..., "arguments": ...}}`
+# (a Jinja escape its authors left in), and the model copies it (issue 50's run).
+LOOSE_LEAD = r'(```(json)?\n)?[ \t\n]{0,20}\{([ \t\n]{0,20}\{)?[ \t\n]{0,20}"name"'
+LOOSE_NAME = r'[ \t]{{0,4}}:[ \t]{{0,4}}"{name}"[ \t\n]{{0,20}},[ \t\n]{{0,20}}"{key}"[ \t]{{0,4}}:[ \t]{{0,4}}'
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,9 @@ def run(plan: AnswerPlan, cancel: threading.Event | None = None) -> Iterator[Chu
     """Stream the plan's answer as Chunks; the last has done=True. The model's estimates are saved after it."""
     parent, options, route = plan.parent, plan.options, plan.decision.route
     choice, placement = plan.decision.choice, plan.decision.placement
-    text = TextStream(parent.token_bytes, options.stop)
+    calls = plan.calls
+    # The call opener's own token reads as a mark no text can spell (runtime.engine.call_parser).
+    text = TextStream(parent.token_bytes, options.stop, calls.marks if calls is not None else None)
     stats = Stats(prompt_tokens=len(plan.prompt), reused_tokens=plan.reused, dropped_turns=plan.dropped)
     t_start = time.perf_counter()
     t_first: float | None = None
@@ -55,7 +57,6 @@ def run(plan: AnswerPlan, cancel: threading.Event | None = None) -> Iterator[Chu
         close = BudgetClose(thought.close, thought.budget, lambda: splitter.thinking)
         decoding = replace(decoding, sources=(close, *decoding.sources))
     steps = generate_steps(parent, plan.prompt, decoding, cancel)
-    calls = plan.calls
     reason: str | None = "length"
     try:
         for step in steps:

@@ -7,44 +7,57 @@ a user's message, a tool's result or a document passage as the real end of a tur
 replaced by a placeholder: markup tokens are read only in what is left, the template's own text, and each
 content, in its placeholder's place, is text.
 
+The same holds for every other text a template writes from the request: the tools' names, descriptions and
+schemas (Qwen's template writes `tool | tojson`), earlier calls' names and arguments (`arguments | tojson`), a
+message's other fields. Each such string that could form markup (it holds a character a markup spelling starts
+or ends with) gets a placeholder too; a template that writes it through `tojson` writes the placeholder's
+quote escaped, and the string goes in escaped as often. Strings that cannot form markup (`"object"`, a plain
+description) are left as they are, so a template that reads them (`tool.type == "function"`) reads them.
+
 Where the template renders contents verbatim (ChatML, Llama 3.x, Qwen, the generic prompt), the text the model
 sees is exactly the template's; a template that rewrites contents (`| trim`, splitting off `<think>` parts) gets
-them as the messages hold them.
+them as the messages hold them. A template that writes a placeholder in a form it cannot be read back from
+(Python's repr, `tojson` with `ensure_ascii`) is refused with a UserError: its markup could not be told apart.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from runtime.errors import UserError
+
 # Private-use characters: no template writes them, and a message holding the same ones is still text (only
-# the placeholder rendering is searched for them).
+# the placeholder rendering is searched for them). The quote tells how often `tojson` escaped the placeholder.
 _OPEN, _CLOSE = "\ue000", "\ue001"
-_PLACEHOLDER = re.compile(f"{_OPEN}(\\d+){_CLOSE}")
+_PLACEHOLDER = re.compile(f'{_OPEN}(\\d+)(\\\\*)"{_CLOSE}')
+_ESCAPED = re.compile(r"\\u[eE]00[01]")  # a placeholder's character written as an escape: unreadable
+
+Render = Callable[[list[dict[str, Any]], "list[dict[str, Any]] | None"], str]
 
 
 def chat_tokens(
     messages: Sequence[dict[str, Any]],
-    render: Callable[[list[dict[str, Any]]], str],
+    render: Render,
     tokenize: Callable[[str], list[int]],
     markup: Mapping[str, int],
+    tools: list[dict[str, Any]] | None = None,
 ) -> list[int]:
-    """Tokens of `render(messages)`: the vocabulary's `markup` tokens (spelling -> id) where the template
-    writes them, and everything between them, contents included, as text (`tokenize`, special tokens off).
+    """Tokens of `render(messages, tools)`: the vocabulary's `markup` tokens (spelling -> id) where the template
+    writes them, and everything between them, contents, tools and earlier calls included, as text (`tokenize`,
+    special tokens off).
 
     Text runs span the template's text and the contents together, as llama.cpp's own tokenizer splits a
     string only at special tokens: an ordinary chat gets exactly the tokens of its whole rendered text."""
-    # A thinking model's earlier thought (`reasoning_content`, runtime.engine.thinking) is text the template
-    # writes too: it gets a placeholder of its own, numbered after the contents.
-    contents = [m.get("content") or "" for m in messages]
-    thoughts = [m.get("reasoning_content") or "" for m in messages]
-    n = len(contents)
-    marked = [{**m, **({"content": f"{_OPEN}{i}{_CLOSE}"} if text else {}),
-               **({"reasoning_content": f"{_OPEN}{n + i}{_CLOSE}"} if thought else {})}
-              for i, (m, text, thought) in enumerate(zip(messages, contents, thoughts, strict=True))]
-    contents += thoughts
-    skeleton = render(marked)
+    hider = _Hider(markup)
+    marked = [hider.message(m) for m in messages]
+    skeleton = render(marked, hider.data(tools) if tools is not None else None)
+    if _ESCAPED.search(skeleton):
+        raise UserError("the model's chat template writes a tool's or a message's text escaped, so its markup "
+                        "cannot be told from the text: use a template that renders them as text or JSON")
+    texts = hider.texts
     spelled = re.compile("|".join(map(re.escape, sorted(markup, key=len, reverse=True)))) if markup else None
     tokens: list[int] = []
     run: list[str] = []  # text since the last markup token
@@ -66,14 +79,60 @@ def chat_tokens(
     at = 0
     for found in _PLACEHOLDER.finditer(skeleton):
         index = int(found.group(1))
-        if index >= len(contents):  # not one of ours: the template's own text
+        if index >= len(texts):  # not one of ours: the template's own text
             continue
         template_text(skeleton[at : found.start()])
-        run.append(contents[index])
+        run.append(_escaped(texts[index], len(found.group(2))))
         at = found.end()
     template_text(skeleton[at:])
     end_run()
     return tokens
+
+
+class _Hider:
+    """Placeholders for a chat's texts: `texts[i]` is what placeholder i stands for."""
+
+    def __init__(self, markup: Mapping[str, int]) -> None:
+        self.texts: list[str] = []
+        # A string holding none of these can neither hold markup nor complete it at its edges.
+        self.edges = {c for spelling in markup if spelling for c in (spelling[0], spelling[-1])}
+        self.edges |= {_OPEN, _CLOSE, "\\"}  # placeholders' own characters, and an escape of them
+
+    def hold(self, text: str) -> str:
+        self.texts.append(text)
+        return f'{_OPEN}{len(self.texts) - 1}"{_CLOSE}'
+
+    def message(self, message: dict[str, Any]) -> dict[str, Any]:
+        """The message for the template: its content and thought placeholders, its other fields' risky strings
+        too (earlier calls' names and arguments, a tool's name, Phi-4-mini's `tools` field); its role as it is."""
+        out: dict[str, Any] = {}
+        for key, value in message.items():
+            if key in ("content", "reasoning_content") and isinstance(value, str):
+                out[key] = self.hold(value) if value else value
+            else:
+                out[key] = value if key == "role" else self.data(value)
+        return out
+
+    def data(self, value: Any) -> Any:
+        """`value` with each string (and key) that could form markup replaced by a placeholder."""
+        if isinstance(value, str):
+            return self.hold(value) if any(c in self.edges for c in value) else value
+        if isinstance(value, dict):
+            return {self.data(k): self.data(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.data(v) for v in value]
+        return value
+
+
+def _escaped(text: str, backslashes: int) -> str:
+    """`text` JSON-escaped as often as the placeholder's quote was (1, 3, 7 backslashes: once, twice, thrice)."""
+    times = (backslashes + 1).bit_length() - 1
+    if backslashes + 1 != 1 << times:
+        raise UserError("the model's chat template rewrites a tool's or a message's text in a way SpecQuant "
+                        "cannot read back, so its markup cannot be told from the text")
+    for _ in range(times):
+        text = json.dumps(text, ensure_ascii=False)[1:-1]
+    return text
 
 
 def text_tokens(text: str, tokenize: Callable[[str], list[int]], markup: Mapping[str, int]) -> list[int]:

@@ -38,7 +38,7 @@ class ChatTemplates:
         messages = thinking.template_messages(list(messages), syntax)
         extra = {"enable_thinking": think} if think is not None and syntax is not None and syntax.switchable else {}
         if not template:
-            def render(chat: list[Message]) -> str:
+            def render(chat: list[Message], shown: list[dict[str, Any]] | None) -> str:
                 return "".join(f"{m['role']}: {m['content']}\n" for m in chat) + "assistant: "
         else:
             formatter = self._formatters.get(template)
@@ -47,15 +47,15 @@ class ChatTemplates:
                 eos = parent.detokenize([parent.eos], special=True) if parent.eos >= 0 else ""
                 formatter = self._formatters[template] = Jinja2ChatFormatter(template, eos, bos)
 
-            def render(chat: list[Message]) -> str:
+            def render(chat: list[Message], shown: list[dict[str, Any]] | None) -> str:
                 try:
-                    return formatter(messages=chat, tools=tools, **extra).prompt
+                    return formatter(messages=chat, tools=shown, **extra).prompt
                 except Exception as e:  # a template's own raise_exception, or a Jinja error
                     raise UserError(f"the model's chat template rejected this chat: {e}") from None
 
-        # Only the template's own markup is special: `<|im_end|>` in what a message says stays text.
+        # Only the template's own markup is special: `<|im_end|>` in what a message or a tool says stays text.
         text = functools.partial(parent.tokenize, add_bos=False, special=False)
-        return chat_tokens(messages, render, text, markup_spellings(parent.path))
+        return chat_tokens(messages, render, text, markup_spellings(parent.path), tools)
 
 
 def raw_prompt(parent: LlamaBackend, text: str, reserve: int) -> list[int]:

@@ -6,12 +6,14 @@ back as a tool message, and the model goes on, for up to `max_rounds` answers.
 Where the tools come from is a `Toolbox` (MCP servers through runtime.mcp, the documents search below, or a
 test's own); who approves is an `Approve` callback (the CLI's prompt, the window's dialog, a fixed policy).
 The loop never lets a tool's result decide anything: a result is text in a tool message, read by the model
-only; approvals come from the callback alone.
+only; approvals come from the callback alone. Nor is every call the model writes a call: each is checked first
+(runtime.engine.call_check: an offered tool, arguments its schema accepts), and one that fails is neither put
+to the approver nor run; the model reads why, as the call's result (`CallRefused`).
 
 Each round is one answer on the same chat, so the engine keeps the KV cache of the conversation so far and
 round two starts with only the new call and result to read (`Chunk.stats.reused_tokens` says how much).
 Front ends read the loop as events: `RoundStarted`, the answer's `Chunk`s, `CallProposed`, `CallDecided`,
-`CallFinished`, and `LoopFinished` with the whole chat.
+`CallFinished`, `CallRefused`, and `LoopFinished` with the whole chat.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from runtime.engine.answer import Chunk
+from runtime.engine.call_check import call_problem
 from runtime.engine.options import ChatOptions, Message
 from runtime.engine.tools import Tool, ToolRequest, assemble
 from runtime.errors import Cancelled, UserError
@@ -89,6 +92,15 @@ class CallFinished:
 
 
 @dataclass(frozen=True)
+class CallRefused:
+    """A call that failed the check (runtime.engine.call_check): not asked about, not run; `result` tells the
+    model why."""
+
+    call: ToolCall
+    result: ToolResult
+
+
+@dataclass(frozen=True)
 class LoopFinished:
     """The chat with every round's answers, calls and results; the last answer's last Chunk; the rounds run."""
 
@@ -99,7 +111,7 @@ class LoopFinished:
     round_stats: list[Chunk] = field(default_factory=list)  # each round's last Chunk
 
 
-LoopEvent = RoundStarted | Chunk | CallProposed | CallDecided | CallFinished | LoopFinished
+LoopEvent = RoundStarted | Chunk | CallProposed | CallDecided | CallFinished | CallRefused | LoopFinished
 Stream = Callable[[list[Message], ChatOptions], Iterator[Chunk]]
 
 
@@ -129,7 +141,8 @@ def run_tool_loop(
     for n in range(1, max_rounds + 1):
         yield RoundStarted(n)
         choice = (first_choice if n == 1 else "auto") if n < max_rounds and not answer_now else "none"
-        request = ToolRequest(tools, choice, parallel=False) if tools else None  # a call, its result, then on
+        # A call, its result, then on; a call that fails the check comes as a call, refused below
+        request = ToolRequest(tools, choice, parallel=False, refused_as_text=False) if tools else None
         text: list[str] = []
         thought: list[str] = []
         deltas = []
@@ -161,6 +174,13 @@ def run_tool_loop(
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls
         ]})
         for call in calls:
+            problem = call_problem(call.name, call.arguments, request.callable if request is not None else ())
+            if problem is not None:
+                result = ToolResult(f"error: this call was not run: {problem}", True)
+                done.append((call, False, result))
+                yield CallRefused(call, result)
+                chat.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": result.text})
+                continue
             source = toolbox.source(call.name)
             yield CallProposed(call, source)
             verdict = approve(call, source)

@@ -19,8 +19,8 @@ or Llama 3.x's, one call that is the whole answer: `{"name": "get_weather", "par
   drafts for the speculative loop; the arguments follow the tool's parameter schema. `auto` lets the model
   write text, and a call only after it (a lazy trigger, as llguidance's structural tags do); `required` and a
   named function start with the call.
-* `CallParser`: splits the streamed answer into content and `CallDelta`s (OpenAI's `delta.tool_calls`), each
-  call whole once it is complete: a call cut off at the token limit is dropped.
+* `CallParser` (runtime.engine.call_parser): splits the streamed answer into content and `CallDelta`s (OpenAI's
+  `delta.tool_calls`), each call whole once it is complete: a call cut off at the token limit is dropped.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,8 +38,9 @@ from runtime.engine.call_formats import (
     GENERIC,
     HERMES,
     ID_LENGTH,
-    ID_SLOT,
     LLAMA3,
+    LOOSE_LEAD,
+    LOOSE_NAME,
     NAME_START,
     OPENER,
     CallFormat,
@@ -48,8 +48,10 @@ from runtime.engine.call_formats import (
     detect,
     short_id,
 )
+from runtime.engine.call_parser import CallDelta, CallParser, assemble
 
-__all__ = ["CLOSER", "GENERIC", "HERMES", "LLAMA3", "OPENER", "CallSyntax", "call_text", "syntax_for"]
+__all__ = ["CLOSER", "GENERIC", "HERMES", "LLAMA3", "OPENER", "CallDelta", "CallParser", "CallSyntax", "assemble",
+           "call_text", "syntax_for"]
 
 NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for function names
 CHOICES = ("auto", "none", "required")  # or a function's name
@@ -92,6 +94,9 @@ class ToolRequest:
     choice: str = "auto"
     parallel: bool = True  # more than one call in an answer
     whitespace: Whitespace = "bounded"  # inside the arguments
+    # A call that fails runtime.engine.call_check goes out as its text (the API); False: as a call, for a
+    # caller that refuses it itself and tells the model why (the tool loop).
+    refused_as_text: bool = True
 
     @property
     def callable(self) -> tuple[Tool, ...]:
@@ -226,7 +231,7 @@ def call_lark(request: ToolRequest, syntax: CallSyntax, opener: str = "", closer
     bare = ""
     if syntax.bare:  # Qwen2.5-Coder's call, untagged, as the whole answer: any layout, maybe in a ```json fence
         for i, tool in enumerate(tools):
-            lines.append(f"BARE_{i}: /{_LOOSE_LEAD}{_LOOSE_NAME.format(name=_regex(tool.name), key=syntax.key)}/")
+            lines.append(f"BARE_{i}: /{LOOSE_LEAD}{LOOSE_NAME.format(name=_regex(tool.name), key=syntax.key)}/")
             lines.append(f"bare_{i}: BARE_{i} args_{i} BARE_END")
         lines.append(r"BARE_END: /[ \t\n]{0,20}\}([ \t\n]{0,20}\})?(\n```)?\n?/")
         bare = " | " + " | ".join(f"bare_{i}" for i in range(len(tools)))
@@ -238,297 +243,10 @@ def call_lark(request: ToolRequest, syntax: CallSyntax, opener: str = "", closer
     else:
         lines.append(f"start: TEXT | TEXT {opener} body {more}{bare}")
     text = r"TEXT: /(.|\n)*/"
-    lines.append(text + (f" & ~/{_LOOSE_LEAD}(.|\\n)*/" if syntax.bare else ""))
+    lines.append(text + (f" & ~/{LOOSE_LEAD}(.|\\n)*/" if syntax.bare else ""))
     return "\n".join(lines)
-
-
-# A bare call's start as the model lays it out (llama.cpp's Hermes trigger), in Lark's and in Python's regex.
-# Its braces may be doubled: Qwen2.5-Coder's template shows the call as `{{"name": ..., "arguments": ...}}`
-# (a Jinja escape its authors left in), and the model copies it (issue 50's run).
-_LOOSE_LEAD = r'(```(json)?\n)?[ \t\n]{0,20}\{([ \t\n]{0,20}\{)?[ \t\n]{0,20}"name"'
-_LOOSE_NAME = r'[ \t]{{0,4}}:[ \t]{{0,4}}"{name}"[ \t\n]{{0,20}},[ \t\n]{{0,20}}"{key}"[ \t]{{0,4}}:[ \t]{{0,4}}'
-_LOOSE_TAIL = re.compile(r"[ \t\n]{0,20}\}([ \t\n]{0,20}\})?")
 
 
 def _regex(text: str) -> str:
     """`text` as a literal inside a Lark `/.../` regex."""
     return "".join("\\" + c if c in r"\.^$|?*+()[]{}/" else c for c in text)
-
-
-# --- the answer, split -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CallDelta:
-    """A tool call in OpenAI's `delta.tool_calls` shape: the parser sends each call whole, once it is complete
-    (its id, name and arguments in one piece); `assemble` also joins calls sent in several pieces."""
-
-    index: int
-    id: str | None = None
-    name: str | None = None
-    arguments: str = ""
-
-
-class CallParser:
-    """Feeds on the answer's text; returns the content to show and the tool calls completed so far.
-
-    The grammar fixes the calls' form, so this reads exactly that form; text that does not follow it (no
-    grammar: `choice: none`) stays content. A call goes out only once it is complete, never in pieces: an
-    answer cut at the token limit inside a call (`final` before its end) drops that call, so no client can
-    take a half-written call, or its arguments repaired into valid JSON, for one the model made. A control
-    token (`[TOOL_CALLS]`) is not in the text; its spelling is skipped where a vocabulary lacks the token.
-    """
-
-    def __init__(self, syntax: CallSyntax = GENERIC, calls_only: bool = False) -> None:
-        self.syntax = syntax
-        # tool_choice required or a function: the answer is calls alone, so what a cut leaves of a call's opener
-        # is its wrapper, not content (under auto it may be the model's own text).
-        self.calls_only = calls_only
-        self.shape = syntax if syntax.anchored else None  # anchored: where the answer's first call starts
-        self.head = _head(syntax)
-        self.buffer = ""
-        self.calls = 0
-        self.text = False  # an anchored answer began as text, so it is all content
-        self.started = False  # the start (a bare call or not) is decided
-        self.in_call = False
-        self.name: str | None = None  # the current call's name, once its head is read
-
-    def feed(self, text: str, final: bool = False) -> tuple[str, list[CallDelta]]:
-        self.buffer += text
-        if not self.started and not self._start(final):
-            return "", []
-        if self.shape is not None:
-            return self._anchored(final)
-        return self._wrapped(final)
-
-    def _start(self, final: bool) -> bool:
-        """Decide, once the answer's start is known, whether it is a bare call (Hermes's untagged form)."""
-        if self.syntax.anchored or not self.syntax.bare or self.calls_only:
-            self.started = True
-            return True
-        if re.match(_LOOSE_LEAD, self.buffer):
-            self.shape, self.head = self.syntax.bare_format, _head(self.syntax.bare_format)
-        elif _may_lead(self.buffer) and not final:
-            return False  # may still become a call
-        self.started = True
-        return True
-
-    # --- a call after the model's text, each in its wrapper (Hermes) ---
-    def _wrapped(self, final: bool) -> tuple[str, list[CallDelta]]:
-        content, deltas = "", []
-        while True:
-            if not self.in_call:
-                found, content = self._content(content, final)
-                if not found:
-                    break
-                self.in_call, self.name = True, None
-            delta = self._call(final)
-            if delta is None:
-                break
-            deltas.append(delta)
-            self.in_call = False
-        if final and self.in_call:  # cut off inside a call (or before its name): nothing to call
-            self.in_call, self.buffer = False, ""
-        return content, deltas
-
-    def _content(self, content: str, final: bool) -> tuple[bool, str]:
-        """Move text before a call into `content`; whether a call starts at the buffer's start now."""
-        opener = self.syntax.opener
-        at = self.buffer.find(opener)
-        if at >= 0:
-            before = self.buffer[:at]
-            content += before.rstrip("\n") if self.calls == 0 else before.strip("\n")
-            self.buffer = self.buffer[at + len(opener) :]
-            return True, content
-        cut = len(self.buffer) - (0 if final else _partial_suffix(self.buffer, opener))
-        while not final and cut > 0 and self.buffer[cut - 1] == "\n":  # may come before a call
-            cut -= 1
-        piece = self.buffer[:cut]
-        if (self.calls or self.calls_only) and final:  # only a break, or a call cut off, can follow a call
-            piece = piece.strip("\n")
-            piece = "" if opener.startswith(piece) else piece
-        self.buffer = self.buffer[cut:]
-        return False, content + piece
-
-    # --- calls that are the answer (Llama 3.x, Mistral, Granite, Phi-4-mini, Hermes's bare call) ---
-    def _anchored(self, final: bool) -> tuple[str, list[CallDelta]]:
-        shape = self.shape
-        assert shape is not None
-        deltas = []
-        while not self.text:
-            if not self.in_call:
-                if self.calls and not shape.array:
-                    self._skip(shape.closer)
-                    self._skip(shape.opener)  # a vocabulary without the token spells it
-                    if not self.buffer.startswith(shape.start):
-                        break  # nothing follows a call but the end
-                else:
-                    state = self._block_start(final)
-                    if state is None:
-                        break
-                    if not state:
-                        self.text = True
-                        break
-                self.in_call, self.name = True, None
-            delta = self._call(final)
-            if delta is None:
-                break
-            deltas.append(delta)
-            self.in_call = False
-        if self.text:
-            content, self.buffer = self.buffer, ""
-            return content, deltas
-        if final:  # after the calls only the end (or a call cut off): nothing is content
-            self.in_call, self.buffer = False, ""
-        return "", deltas
-
-    def _block_start(self, final: bool) -> bool | None:
-        """At the start of the answer or after a call in an array: whether a call follows (None: not known yet)."""
-        shape = self.shape
-        assert shape is not None
-        if self.calls:  # inside an array: ", " and the next call, or "]" and the end
-            for word, more in ((", ", True), ("]", False)):
-                if self.buffer.startswith(word):
-                    self.buffer = self.buffer[len(word) :]
-                    if not more:
-                        self.buffer = self.buffer.strip()
-                        return None if not self.buffer else False
-                    return True
-            return None
-        if shape.loose:  # Hermes's bare call: `_start` found its lead
-            return True
-        rest = self.buffer
-        if shape.opener and rest.startswith(shape.opener):
-            rest = rest[len(shape.opener) :]
-        elif shape.opener and shape.opener.startswith(rest) and rest and not final:
-            return None
-        start = ("[" if shape.array else "") + shape.start
-        if rest.startswith(start):
-            self.buffer = rest[1:] if shape.array else rest
-            return True
-        if start.startswith(rest) and not final:
-            return None
-        if self.calls_only:  # cut off before the call's name: its wrapper, not content
-            self.buffer = ""
-            return None
-        return False
-
-    def _skip(self, word: str) -> None:
-        if word and self.buffer.startswith(word):
-            self.buffer = self.buffer[len(word) :]
-
-    # --- one call ---
-    def _call(self, final: bool) -> CallDelta | None:
-        """The current call once it is complete (its head, arguments and tail are in the buffer)."""
-        if self.name is None:
-            m = self.head.match(self.buffer)
-            if m is None:
-                return None
-            rest = self.buffer[m.end() :]
-            if self.shape is not None and self.shape.loose:  # the head's last spaces may still grow
-                if not rest.lstrip(" \t\n"):
-                    return None
-                rest = rest.lstrip(" \t\n")
-            self.name, self.buffer = m.group("name"), rest
-        found = self._end_of_call(self.buffer, final)
-        if found is None:
-            return None
-        end, after = found
-        delta = CallDelta(self.calls, f"call_{uuid.uuid4().hex[:24]}", self.name, self.buffer[:end])
-        self.buffer = self.buffer[after:]
-        self.calls += 1
-        return delta
-
-    def _end_of_call(self, args: str, final: bool) -> tuple[int, int] | None:
-        """Where the current call's arguments end in `args` and where its tail ends, once both are there. At the
-        answer's end a tail cut short counts: the grammar fixes every character after the arguments (but an
-        id's letters, which only have to be there)."""
-        try:
-            end = _DECODER.raw_decode(args)[1]
-        except ValueError:
-            return None
-        if end == len(args) and args[-1:].isdigit() and not final:
-            return None  # a number may go on ("12" of "123")
-        rest = args[end:]
-        if self.shape is not None and self.shape.loose:
-            m = _LOOSE_TAIL.match(rest)
-            if m is not None:
-                return end, end + m.end()
-            return (end, len(args)) if final and not rest.strip() else None
-        tail = _visible(self.shape or self.syntax)
-        n = _tail_match(rest, tail)
-        if n is not None:
-            return end, end + n
-        if final and _tail_prefix(rest, tail) and not (self.syntax.call_id and len(rest) < len(tail) - 2):
-            return end, len(args)
-        return None
-
-
-_DECODER = json.JSONDecoder()
-
-
-def _head(syntax: CallSyntax) -> re.Pattern[str]:
-    """A call's text up to its arguments, with the name as group 1."""
-    if syntax.loose:
-        return re.compile(_LOOSE_LEAD + _LOOSE_NAME.format(name="(?P<name>[A-Za-z0-9_-]{1,64})", key=syntax.key))
-    start = syntax.start if not syntax.array else NAME_START
-    return re.compile(re.escape(start) + r'(?P<name>[A-Za-z0-9_-]{1,64})", "' + re.escape(syntax.key) + '": ')
-
-
-def _may_lead(text: str) -> bool:
-    """Whether `text` may still grow into a bare call's start (`_LOOSE_LEAD`)."""
-    for fence in ("```json\n", "```\n"):
-        if text.startswith(fence):
-            text = text[len(fence) :]
-            break
-        if fence.startswith(text):
-            return True
-    else:
-        if text.startswith("`"):
-            return False
-    text = text.lstrip(" \t\n")
-    if not text:
-        return True
-    if not text.startswith("{"):
-        return False
-    text = text[1:].lstrip(" \t\n")
-    if text.startswith("{"):  # the doubled brace of Qwen2.5-Coder's template
-        text = text[1:].lstrip(" \t\n")
-    return '"name"'.startswith(text)
-
-
-def _visible(syntax: CallSyntax) -> str:
-    """A call's tail as the text shows it: an anchored format's closer may be a control token (not shown)."""
-    return syntax.tail.removesuffix(syntax.closer) if syntax.anchored and syntax.closer else syntax.tail
-
-
-def _tail_match(text: str, tail: str) -> int | None:
-    """The length of `tail` at the start of `text` (`ID_SLOT`: any letter or digit), if it is all there."""
-    if len(text) < len(tail) or not _tail_prefix(text[: len(tail)], tail):
-        return None
-    return len(tail)
-
-
-def _tail_prefix(text: str, tail: str) -> bool:
-    """Whether `text` is a start of `tail` (or all of it)."""
-    if len(text) > len(tail):
-        return False
-    return all(t == c or (t == ID_SLOT and c.isascii() and c.isalnum()) for t, c in zip(tail, text, strict=False))
-
-
-def _partial_suffix(text: str, word: str) -> int:
-    """The length of the longest end of `text` that starts `word` (held back: it may become `word`)."""
-    for n in range(min(len(word) - 1, len(text)), 0, -1):
-        if word.startswith(text[-n:]):
-            return n
-    return 0
-
-
-def assemble(deltas: Sequence[CallDelta]) -> list[dict[str, Any]]:
-    """Whole calls in OpenAI's `message.tool_calls` shape from their streamed pieces."""
-    calls: dict[int, dict[str, Any]] = {}
-    for d in deltas:
-        new = {"id": d.id, "type": "function", "function": {"name": d.name, "arguments": ""}}
-        call = calls.setdefault(d.index, new)
-        call["function"]["arguments"] += d.arguments
-    return [calls[i] for i in sorted(calls)]
