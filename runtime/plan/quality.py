@@ -5,11 +5,14 @@ into chunks of CHUNK tokens, the first of each replaced by BOS where the model a
 half of each chunk is scored, so every scored token has at least CHUNK/2 tokens of context. Per scored token:
 the KL divergence of the tier's distribution from F16's, whether both pick the same most likely next token
 (top-1 agreement), and each one's negative log-likelihood of the real next token (perplexity). F16 is also
-scored against itself: agreement 1 and KL 0 check the method. Logits are requested only for the scored rows.
+scored against itself on the first chunk: agreement 1 and KL 0 check the method (F16's log-probabilities are
+kept as 16-bit floats meanwhile, as in llama.cpp's base file, so its KL is a few millionths, not 0). Logits are
+requested only for the scored rows.
 
-At most MAX_CHUNKS chunks are scored (1,020 tokens): the time is bounded by that, not by the text. The figures
-are cached in the model's folder (FILE), keyed by the tiers' identity (the manifest's sha256, each file's size
-and modification time) and the method, and measured again when either changes.
+At most MAX_CHUNKS chunks are scored (1,020 tokens): the time is bounded by that, not by the text, at 13 reads
+of CHUNK tokens (4 per tier and F16's check). The figures are cached in the model's folder (FILE), keyed by the
+tiers' identity (the manifest's sha256, each file's size and modification time) and the method, and measured
+again when either changes.
 
 API, for the other modules: `cached(model)` (valid figures or None, never measures), `measure(model)`,
 `load_or_measure(model)`, `describe(figures, tier)` and `lines(figures)` (plain words).
@@ -37,6 +40,7 @@ log = logging.getLogger("specquant.quality")
 
 FILE = "quality.json"
 SCHEMA = 1
+METHOD_VERSION = 1  # raise it when the way of measuring changes: saved figures are then measured again
 CHUNK = 512  # tokens per chunk, as llama-perplexity's default context
 MAX_CHUNKS = 4  # the bound: at most 4 x 255 = 1,020 scored tokens per tier
 LOG_P_FLOOR = -16.0  # F16's log-probabilities below this add nothing to the KL sum (llama.cpp's cut-off)
@@ -57,6 +61,7 @@ def reference_path() -> Path:
 
 def _method(text: str, chunk: int, max_chunks: int) -> dict[str, Any]:
     return {
+        "version": METHOD_VERSION,
         "reference": "assets/quality/reference.txt",
         "text_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
         "chunk": chunk,
@@ -132,7 +137,7 @@ def measure(
     like llama.cpp's base file), so the memory needed is the biggest tier's, not all three together."""
     from runtime.decode.llama_backend import LlamaBackend, LoadOptions
 
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     manifest = _manifest(model)
     text = reference_path().read_text(encoding="utf-8")
     key = {"method": _method(text, chunk, max_chunks), "tiers": _identity(model, manifest)}
@@ -169,7 +174,7 @@ def measure(
                 if n < 1:
                     raise ModelError(f"the reference text {reference_path()} is shorter than {chunk} tokens")
                 chunks = [bos + tokens[i * chunk + len(bos) : (i + 1) * chunk] for i in range(n)]
-                total = n * (len(tiers) + 1)  # F16 twice: once as the base, once against itself
+                total = n * len(tiers) + 1  # and F16 against itself on the first chunk
             if tier == "f16":
                 for toks in chunks:
                     logits = _rows(backend, toks, rows)
@@ -180,14 +185,12 @@ def measure(
                     base_nll.append(-logp[np.arange(len(rows)), targets].astype(np.float64))
                     step()
             sums = _Sums()
-            for i, toks in enumerate(chunks):
+            for i, toks in enumerate(chunks[:1] if tier == "f16" else chunks):  # the check: one chunk is enough
                 logits = _rows(backend, toks, rows)
                 sums.add(logits, np.asarray(toks[first + 1 :]), base_logp[i], base_top[i], base_nll[i])
                 step()
             results[tier] = sums.figures()
     f16_ppl = float(np.exp(np.mean(np.concatenate(base_nll))))
-    for figures in results.values():
-        figures["ppl_ratio"] = round(figures["perplexity"] / f16_ppl, 5)
     import llama_cpp
 
     return {
@@ -201,6 +204,7 @@ def measure(
         "f16_perplexity": round(f16_ppl, 4),
         "tiers": results,
         "seconds": round(time.perf_counter() - started, 1),
+        "cpu_seconds": round(time.process_time() - cpu_started, 1),  # all threads: what a busy machine hides
         "threads": used_threads,
         "llama_cpp_python": llama_cpp.__version__,
         "measured_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -229,6 +233,7 @@ class _Sums:
         self.kl: list[np.ndarray] = []
         self.same: list[np.ndarray] = []
         self.nll: list[np.ndarray] = []
+        self.base_nll: list[np.ndarray] = []
 
     def add(self, logits: np.ndarray, targets: np.ndarray, base_logp: np.ndarray, base_top: np.ndarray,
             base_nll: np.ndarray) -> None:
@@ -242,9 +247,11 @@ class _Sums:
         self.kl.append(kl)
         self.same.append(logits.argmax(axis=1) == base_top)
         self.nll.append(-logq[np.arange(len(logits)), targets].astype(np.float64))
+        self.base_nll.append(base_nll)
 
     def figures(self) -> dict[str, Any]:
         kl, same, nll = np.concatenate(self.kl), np.concatenate(self.same), np.concatenate(self.nll)
+        base_nll = np.concatenate(self.base_nll)  # F16's on the same tokens: the ratio's denominator
         n = len(kl)
         top1 = float(same.mean())
         return {
@@ -255,6 +262,7 @@ class _Sums:
             "kl_p99": round(float(np.percentile(kl, 99)), 6),
             "kl_max": round(float(kl.max()), 6),
             "perplexity": round(float(np.exp(nll.mean())), 4),
+            "ppl_ratio": round(float(np.exp(nll.mean() - base_nll.mean())), 5),
             "tokens": n,
         }
 
@@ -270,15 +278,22 @@ def agreement_words(top1: float) -> str:
     return f"{round(pct)} times in 100"
 
 
-def describe(figures: dict[str, Any], tier: str) -> str:
-    """One tier in plain words: 'Q4_K_M: the same next word as full precision 93 times in 100'."""
-    name = TIER_NAMES.get(tier, tier.upper())
+def words(figures: dict[str, Any], tier: str) -> str:
+    """A tier's figure without its name: 'the same next word as full precision 93 times in 100'; where F16 was
+    rebuilt from a quantized file (--allow-requant) the words say so, next to the figure."""
     t = figures.get("tiers", {}).get(tier)
     if t is None:
-        return f"{name}: not measured"
+        return "not measured"
+    rebuilt = bool(figures.get("reconstructed"))
     if tier == "f16":
-        return f"{name}: full precision itself (checked against itself: the same next word {agreement_words(t['top1'])})"
-    return f"{name}: the same next word as full precision {agreement_words(t['top1'])}"
+        return "rebuilt from a quantized file: the reference here" if rebuilt else "full precision, the reference"
+    reference = "its F16 (rebuilt from a quantized file)" if rebuilt else "full precision"
+    return f"the same next word as {reference} {agreement_words(t['top1'])}"
+
+
+def describe(figures: dict[str, Any], tier: str) -> str:
+    """One tier in plain words: 'Q4_K_M: the same next word as full precision 93 times in 100'."""
+    return f"{TIER_NAMES.get(tier, tier.upper())}: {words(figures, tier)}"
 
 
 def detail(figures: dict[str, Any], tier: str) -> str:
@@ -295,7 +310,8 @@ def lines(figures: dict[str, Any]) -> list[str]:
     out = [f"{describe(figures, t)}  ({detail(figures, t)})" for t in TIERS if t != "f16" and t in figures["tiers"]]
     if "f16" in figures["tiers"]:
         f = figures["tiers"]["f16"]
-        out.append(f"F16 against itself, as a check: agreement {f['top1']:.3f}, KL {f['kl_mean']:.2g}")
+        out.append(f"F16 against itself, as a check: agreement {f['top1']:.3f}, KL {f['kl_mean']:.2g} "
+                   f"({f['tokens']} tokens)")
     if figures.get("reconstructed"):
         out.append("note: " + REQUANT_NOTE)
     return out
