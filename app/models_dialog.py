@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt, QThread, Signal
 from PySide6.QtWidgets import (
@@ -30,7 +30,17 @@ from PySide6.QtWidgets import (
 from app.discover import DiscoverTab
 from app.worker import ConvertJob, ConvertWorker, start_thread
 from runtime.errors import UserError
-from runtime.models.cache import DEMO_NAME, TIERS, CachedModel, cache_root, delete_model, list_models, size_text
+from runtime.models.cache import (
+    DEMO_NAME,
+    TIERS,
+    CachedModel,
+    ModelDir,
+    cache_root,
+    delete_model,
+    list_models,
+    size_text,
+)
+from runtime.plan import quality
 from runtime.plan.catalog import eta_text
 
 if TYPE_CHECKING:
@@ -61,6 +71,17 @@ def fallback_words(count: int) -> tuple[str, str]:
         return "", ""
     return ("some parts kept in another format", f"{count} tensors on fallback types: their shape does not fit "
             "this tier's quantization blocks, so they were stored in a type that does")
+
+
+def quality_words(figures: dict[str, Any] | None, tier: str, note: str, detail: str) -> tuple[str, str]:
+    """A quantized tier's Notes: what it keeps of F16's words (runtime.plan.quality), before any fallback note;
+    the figures behind it in the tooltip."""
+    if figures is None or tier == "f16" or tier not in figures.get("tiers", {}):
+        return note, detail
+    said = quality.words(figures, tier)
+    return "; ".join(x for x in (said[0].upper() + said[1:], note) if x), "\n".join(
+        x for x in (quality.detail(figures, tier), detail) if x
+    )
 
 
 def model_summary(m: CachedModel) -> str:
@@ -190,8 +211,11 @@ class ModelsDialog(QDialog):
             item = QTreeWidgetItem([m.name, model_summary(m), "" if m.complete else "incomplete"])
             item.setData(0, Qt.ItemDataRole.UserRole, m.name)
             tiers = (m.manifest or {}).get("tiers", {})
+            figures = quality.cached(ModelDir(m.path.parent, m.name))  # measured by a conversion or `info`
+            if figures is not None and figures.get("reconstructed"):
+                item.setToolTip(1, quality.REQUANT_NOTE[0].upper() + quality.REQUANT_NOTE[1:] + ".")
             for tier, rec in ((t, tiers[t]) for t in TIERS if t in tiers):  # most precise first
-                note, detail = fallback_words(rec.get("fallbacks") or 0)
+                note, detail = quality_words(figures, tier, *fallback_words(rec.get("fallbacks") or 0))
                 child = QTreeWidgetItem([TIER_WORDS.get(tier, tier.upper()), size_text(rec["bytes"]), note])
                 child.setToolTip(2, detail)
                 item.addChild(child)
@@ -317,6 +341,10 @@ class ModelsDialog(QDialog):
             self.stage.setText(f"Downloading {self.converting}: {eta}")
         elif stage == "hash":
             self.stage.setText("Checking the tiers…")
+        elif stage == "quality":
+            self.bar.setRange(0, max(p.total, 1))
+            self.bar.setValue(p.done)
+            self.stage.setText(f"Measuring what each tier keeps of the full model's words: {p.done} of {p.total}")
         self.progressed.emit(p)
 
     def _on_done(self, name: str) -> None:

@@ -58,7 +58,25 @@ class ConvertWorker(QObject):
             log.debug("conversion failed", exc_info=True)
             self.failed.emit("" if self.cancel.is_set() else readable(e))
         else:
+            self._measure_quality(manifest["name"])
             self.done.emit(manifest["name"])
+
+    def _measure_quality(self, name: str) -> None:
+        """What each tier keeps of F16's words (runtime.plan.quality), for the model list; kept figures when the
+        tiers did not change. The model is ready either way: a cancel or a failure here only leaves the figures
+        for later (`specquant info` measures them when missing)."""
+        from converters.convert import Progress
+        from runtime.models.cache import ModelDir, cache_root
+        from runtime.plan import quality
+
+        try:
+            quality.load_or_measure(
+                ModelDir(cache_root(), name),
+                progress=lambda done, total: self.progress.emit(Progress("quality", done, total)),
+                cancel=self.cancel,
+            )
+        except Exception as e:  # the conversion succeeded: the figures are an extra
+            log.warning("could not measure what each tier of %s keeps of F16's words: %s", name, readable(e))
 
 
 def start_thread(worker: QObject, name: str) -> QThread:

@@ -22,6 +22,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-requant", action="store_true", help="accept a quantized GGUF (reconstructs F16)")
     p.add_argument("--max-memory", type=float, metavar="GB", help=MAX_MEMORY_HELP)
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    p.add_argument(
+        "--no-quality",
+        action="store_true",
+        help="skip measuring what each tier keeps of F16's words (`specquant info` measures it when missing)",
+    )
 
 
 class ProgressPrinter:
@@ -80,6 +85,7 @@ def main(args: argparse.Namespace) -> int:
     )
     model = ModelDir(cache_root(), manifest["name"])
     rows = model.tier_rows(manifest)
+    figures = None if args.no_quality else _quality(model)
     if args.json:
         out = {
             "name": manifest["name"],
@@ -89,6 +95,7 @@ def main(args: argparse.Namespace) -> int:
             "path": str(model.path),
             "f16_conversion": manifest["f16_conversion"],
             "tiers": rows,
+            "quality": figures,
         }
         print(json.dumps(out, indent=2))
     else:
@@ -96,4 +103,32 @@ def main(args: argparse.Namespace) -> int:
         for r in rows:
             fb = f", {r['fallbacks']} tensors on fallback types" if r["fallbacks"] else ""
             print(f"  {r['tier']:<7} {gb(r['bytes']):>9}{fb}")
+        if figures is not None:
+            from runtime.plan import quality
+
+            print(f"against F16, on {figures['tokens_scored']} tokens of a reference text:")
+            for line in quality.lines(figures):
+                print(f"  {line}")
     return 0
+
+
+def _quality(model: ModelDir) -> dict[str, Any] | None:
+    """What each tier keeps of F16's words (runtime.plan.quality), measured once the tiers are in place; kept
+    figures when the tiers did not change. A failure here is a warning: the conversion itself succeeded."""
+    from runtime.errors import Cancelled, SpecQuantError
+    from runtime.plan import quality
+
+    measuring = quality.cached(model) is None
+    if measuring:
+        print("quality: measuring what each tier keeps of F16's words", file=sys.stderr)
+    started = time.monotonic()
+    try:
+        figures = quality.load_or_measure(model, refresh=measuring)
+    except Cancelled:
+        raise
+    except SpecQuantError as e:
+        logging.getLogger(__name__).warning("could not measure what each tier keeps of F16's words: %s", e)
+        return None
+    if measuring:
+        print(f"quality: done in {time.monotonic() - started:.1f} s", file=sys.stderr)
+    return figures

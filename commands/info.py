@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 from typing import Any
 
 from commands.common import add_engine_flags, gb, load_engine
 from runtime.engine.call_formats import CallFormat, detect
 from runtime.models.cache import ModelDir
+
+log = logging.getLogger("specquant.info")
 
 NAME = "info"
 HELP = "show the model, the hardware and the placement plan"
@@ -24,12 +27,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="measure (once, at most ~10 s; cached) what speculation costs here: v(n), c, each draft's cap",
     )
     p.add_argument("--refresh", action="store_true", help="with --costs: measure again, ignoring the cache")
+    quality = p.add_mutually_exclusive_group()
+    quality.add_argument(
+        "--no-quality",
+        action="store_true",
+        help="show what precision buys only if already measured (it is measured once, when missing, otherwise)",
+    )
+    quality.add_argument(
+        "--remeasure-quality", action="store_true", help="measure what precision buys again, ignoring the cache"
+    )
 
 
 def main(args: argparse.Namespace) -> int:
     from runtime.decode.machine_costs import format_costs
     from runtime.machine import rpc
     from runtime.machine.hardware import ensure_backends
+    from runtime.plan import quality
     from runtime.plan.policy import PRESETS
 
     engine = load_engine(args, isolated=False)  # one-shot: a lost worker ends it with one line (runtime.machine.rpc)
@@ -50,6 +63,7 @@ def main(args: argparse.Namespace) -> int:
             "workers": [w.as_dict() for w in engine.workers],
             "tool_calls": _call_format(engine).name,
             "thinking": _thinking(engine),
+            "quality": _quality(engine, args),
         }
         costs = None
         if args.costs:
@@ -82,11 +96,33 @@ def main(args: argparse.Namespace) -> int:
                 )
             for level, p in plans.items():
                 print(f"  {level:<6} {p['reason']}")
+            if out["quality"] is not None:
+                print(f"quality against F16, on {out['quality']['tokens_scored']} tokens of a reference text:")
+                for line in quality.lines(out["quality"]):
+                    print(f"  {line}")
+            else:
+                print("quality not measured yet (run `specquant info` without --no-quality to measure it)")
             if costs is not None:
                 print(format_costs(costs, out["costs"]["cached"]))
     finally:
         engine.close()
     return 0
+
+
+def _quality(engine: Any, args: argparse.Namespace) -> dict[str, Any] | None:
+    """What each tier keeps of F16's words (runtime.plan.quality): cached, else measured now, once, with a note."""
+    from runtime.plan import quality
+
+    model = ModelDir(engine.model.root, engine.model.name)
+    figures = None if args.remeasure_quality else quality.cached(model)
+    if figures is None and not args.no_quality:
+        log.warning(
+            "measuring what each tier keeps of F16's words, once (at most %d tokens per tier of a reference "
+            "text; under a minute on the demo model, a few minutes on a 1.5B)",
+            quality.MAX_CHUNKS * (quality.CHUNK // 2 - 1),
+        )
+        figures = quality.load_or_measure(model, refresh=True, threads=engine.settings.n_threads)
+    return figures
 
 
 def _call_format(engine: Any) -> CallFormat:

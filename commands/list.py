@@ -17,6 +17,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from runtime.plan import quality
+
     models = list_models()
     if args.json:
         out = []
@@ -31,6 +33,7 @@ def main(args: argparse.Namespace) -> int:
                     "reconstructed": man.get("reconstructed"),
                     "source": man.get("source", {}).get("ref"),
                     "tiers": md.tier_rows(man),
+                    "quality": quality.cached(md),  # measured by convert or info; null until then
                 }
             )
         print(json.dumps({"cache": str(cache_root()), "models": out}, indent=2))
@@ -46,7 +49,11 @@ def main(args: argparse.Namespace) -> int:
         if not m.complete:
             flags.append("incomplete: run `specquant convert` again")
         print(f"{m.name}" + (f"  ({'; '.join(flags)})" if flags else ""))
+        figures = quality.cached(ModelDir(m.path.parent, m.name))
         for t, rec in man.get("tiers", {}).items():
             fb = f"  {rec['fallbacks']} fallback tensors" if rec.get("fallbacks") else ""
-            print(f"  {t:<7} {gb(rec['bytes']):>9}{fb}")
+            said = f"  {quality.words(figures, t)}" if figures is not None and t != "f16" else ""
+            print(f"  {t:<7} {gb(rec['bytes']):>9}{fb}{said}")
+        if figures is not None and figures.get("reconstructed"):
+            print(f"  note: {quality.REQUANT_NOTE}")
     return 0

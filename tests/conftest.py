@@ -85,6 +85,10 @@ def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelDir]:
     finally:
         engine.close()
     model = ModelDir(root, DEMO_NAME)
+    # What each tier keeps of F16's words, measured once as `specquant convert` does: `info` reads it.
+    from runtime.plan import quality
+
+    quality.load_or_measure(model)
     saved = {p.name: p.read_bytes() for p in model.path.glob("*.json")}  # the manifest and the costs
     tiers = tier_stamps(model)
     yield model

@@ -386,7 +386,7 @@ def test_model_manager_adds_uses_and_deletes_a_model(
     w.show_models()
     dialog.source.setText(str(micro_gguf))
     dialog.name.setText("micro-added")
-    with qtbot.waitSignal(dialog.conversion_ended, timeout=60_000):
+    with qtbot.waitSignal(dialog.conversion_ended, timeout=120_000):  # the conversion, then its quality figures
         qtbot.mouseClick(dialog.add_button, Qt.MouseButton.LeftButton)
     assert "micro-added is ready" in dialog.stage.text()
     names = [dialog.tree.topLevelItem(i).text(0) for i in range(dialog.tree.topLevelItemCount())]
@@ -395,6 +395,8 @@ def test_model_manager_adds_uses_and_deletes_a_model(
     item = dialog.tree.findItems("micro-added", Qt.MatchFlag.MatchExactly)[0]
     tiers = [item.child(i).text(0) for i in range(item.childCount())]  # in words, the tier's name after
     assert tiers == ["Full model (F16)", "Compressed, 8-bit (Q8_0)", "Compressed, 4-bit (Q4_K_M)"]
+    # What each compressed tier keeps of F16's words, measured after the conversion (runtime.plan.quality).
+    assert item.child(2).text(2).startswith("The same next word as full precision"), item.child(2).text(2)
     dialog.tree.setCurrentItem(item)
     monkeypatch.setattr("app.models_dialog.QMessageBox.question", lambda *a, **k: QMessageBox.StandardButton.Yes)
     qtbot.mouseClick(dialog.delete_button, Qt.MouseButton.LeftButton)

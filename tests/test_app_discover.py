@@ -194,7 +194,8 @@ def test_download_shows_bytes_then_converts(
         pick(dialog, MICRO)
         shown: list[str] = []
         dialog.progressed.connect(lambda p: shown.append(dialog.stage.text()) if p.stage == "download" else None)
-        with qtbot.waitSignal(dialog.conversion_ended, timeout=60_000) as ended:
+        # The download, the conversion, then its quality figures (runtime.plan.quality).
+        with qtbot.waitSignal(dialog.conversion_ended, timeout=120_000) as ended:
             qtbot.mouseClick(dialog.discover.download_button, Qt.MouseButton.LeftButton)
             assert not dialog.discover.download_button.isEnabled()  # one at a time
         assert ended.args == ["micro-instruct", ""] and "micro-instruct is ready" in dialog.stage.text()

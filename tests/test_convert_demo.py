@@ -75,6 +75,8 @@ def test_convert_json_then_rerun_touches_nothing(demo_model: ModelDir, isolated_
         assert Path(row["path"]) == model.tier_path(row["tier"])
         st = model.tier_path(row["tier"]).stat()
         assert (st.st_ino, st.st_mtime_ns) == (before[row["tier"]].st_ino, before[row["tier"]].st_mtime_ns)
+    # The same tiers: the saved quality figures (runtime.plan.quality), not a new measure.
+    assert out["quality"] == json.loads((model.path / "quality.json").read_text()) and "measuring" not in result.stderr
 
     listed = json.loads(run_cli("list", "--json").stdout)
     [entry] = listed["models"]

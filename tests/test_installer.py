@@ -394,7 +394,8 @@ def test_linux_bundle_installs_and_passes_its_self_test(tmp_path: Path) -> None:
     selftest.routes(program / "specquant", installed.env())
 
     # The CPU variant was proven by the first start (in a child) and this start reads the verdict.
-    info = run_clean([str(program / "specquant"), "info", "--json"], home, timeout=120)
+    # --no-quality: what precision buys is measured elsewhere (tests/test_quality.py), and takes a minute here.
+    info = run_clean([str(program / "specquant"), "info", "--json", "--no-quality"], home, timeout=120)
     assert info.returncode == 0, info.stderr
     kernels = json.loads(info.stdout)["cpu_kernels"]
     bundled = {cpu_variant.variant_name(p) for p in cpu_variant.variant_libraries(program / "_internal/llama_cpp/lib")}
@@ -441,7 +442,8 @@ def test_linux_bundle_installs_and_passes_its_self_test(tmp_path: Path) -> None:
                 if probe.connect_ex(("127.0.0.1", port)) == 0:
                     break
             time.sleep(0.2)
-        remote = run_clean([str(program / "specquant"), "info", "--rpc", f"127.0.0.1:{port}", "--json"], home, 120)
+        remote = run_clean([str(program / "specquant"), "info", "--rpc", f"127.0.0.1:{port}", "--json", "--no-quality"],
+                           home, 120)
         assert remote.returncode == 0, remote.stderr
         assert json.loads(remote.stdout)["workers"][0]["endpoint"] == f"127.0.0.1:{port}"
     finally:
