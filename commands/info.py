@@ -1,5 +1,5 @@
-"""`specquant info`: the model, the hardware, the placement plan per level and, with --costs, what
-speculation costs on this machine."""
+"""`specquant info`: the model, the hardware, the placement plan per level, what the default preset answers
+with here (with --calibrate: measured now) and, with --costs, what speculation costs on this machine."""
 
 from __future__ import annotations
 
@@ -24,13 +24,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="measure (once, at most ~10 s; cached) what speculation costs here: v(n), c, each draft's cap",
     )
     p.add_argument("--refresh", action="store_true", help="with --costs: measure again, ignoring the cache")
+    p.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="measure (once; cached) each preset's speed against a plain Q4_K_M file: what the default picks",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
     from runtime.decode.machine_costs import format_costs
     from runtime.machine import rpc
     from runtime.machine.hardware import ensure_backends
-    from runtime.plan.policy import PRESETS
+    from runtime.plan.policy import PRESETS, frontier_pick, preset_words
 
     engine = load_engine(args, isolated=False)  # one-shot: a lost worker ends it with one line (runtime.machine.rpc)
     try:
@@ -51,6 +56,11 @@ def main(args: argparse.Namespace) -> int:
             "tool_calls": _call_format(engine).name,
             "thinking": _thinking(engine),
         }
+        calibration = engine.calibration() if args.calibrate or engine.calibrated else None
+        pick, why = frontier_pick(calibration)
+        ratio = (calibration or {}).get("vs_q4", {}).get(pick)
+        out["default"] = {"preset": pick, "why": why, "words": preset_words(pick, ratio),
+                          "vs_q4": (calibration or {}).get("vs_q4")}
         costs = None
         if args.costs:
             drafts = [t for t in ("q8_0", "q4_k_m") if t in engine.manifest["tiers"]]
@@ -82,6 +92,8 @@ def main(args: argparse.Namespace) -> int:
                 )
             for level, p in plans.items():
                 print(f"  {level:<6} {p['reason']}")
+            measure = "" if calibration else " (`specquant info --calibrate` measures it, once)"
+            print(f"default {out['default']['words']}{measure}")
             if costs is not None:
                 print(format_costs(costs, out["costs"]["cached"]))
     finally:
