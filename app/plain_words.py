@@ -22,7 +22,9 @@ KIND = {
                                "sometimes worded differently from the full model."),
 }
 # The speed presets' words without tier names (runtime.plan.policy.preset_words has the technical ones).
-PRESET_PLAIN = {"exact": "the full model's words", "balanced": "the 8-bit copy's words", "fast": "the 4-bit copy's words"}
+PRESET_PLAIN = {
+    "exact": "the full model's words", "balanced": "the 8-bit copy's words", "fast": "the 4-bit copy's words"
+}
 YARDSTICK = "a plain 4-bit copy"  # plain Q4_K_M, what other apps run by default
 BUSY = "Slower than usual: another program is using the processor"
 TOOLS_UNUSED_NOTE = "Tools were offered; the model answered without them"

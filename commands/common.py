@@ -58,7 +58,9 @@ def add_answer_flags(p: argparse.ArgumentParser, unsaid: str = "") -> None:
         help="exact: the full model's words; balanced: Q8_0's; fast: Q4_K_M's; paper: the paper's table; auto "
         "(default): the most precise of the three that this computer measured as fast as a plain Q4_K_M file",
     )
-    p.add_argument("--allow-lossy", action="store_true", help="no effect (the default weighs speed first); kept for scripts")
+    p.add_argument(
+        "--allow-lossy", action="store_true", help="no effect (the default weighs speed first); kept for scripts"
+    )
     p.add_argument("--parent", choices=TIERS, help="answer with this tier")
     p.add_argument(
         "--draft",

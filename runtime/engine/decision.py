@@ -2,8 +2,8 @@
 options and the machine's facts (docs/architecture.md §3).
 
 The router judges the last user message's level; the preset (or the user's pins, or for the default `auto`
-this machine's calibration) picks the parent and draft tiers; the placement puts their layers where they fit; and where memory
-is short the precision gives way (a less precise parent, or no draft) unless the parent is pinned. The
+this machine's calibration) picks the parent and draft tiers; the placement puts their layers where they fit;
+and where memory is short the precision gives way (a less precise parent, or no draft) unless the parent is pinned. The
 Engine runs what this returns; `specquant info` shows it without loading a model.
 """
 
