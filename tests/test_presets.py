@@ -41,17 +41,18 @@ def assert_parents_greedy(model: ModelDir, parent: str, emitted: tuple[int, ...]
 @pytest.mark.parametrize("which", ["demo", "micro"])
 @pytest.mark.parametrize("k", [None, 3])  # the controller's choice (drafts only where they pay), or always k
 def test_each_preset_answers_with_its_own_parents_greedy_tokens(
-    which: str, k: int | None, demo_model: ModelDir, micro_model: ModelDir, tmp_path: Path
+    which: str, k: int | None, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     from tests.conftest import copy_of_demo
 
+    model: ModelDir = request.getfixturevalue(f"{which}_model")  # only the model this case reads is made
     if which == "demo":
-        engine, model = Engine(DEMO_NAME, root=copy_of_demo(demo_model, tmp_path)), demo_model
+        engine = Engine(DEMO_NAME, root=copy_of_demo(model, tmp_path))
     else:
         import shutil
 
-        shutil.copytree(micro_model.path, tmp_path / micro_model.name)
-        engine, model = Engine(micro_model.name, root=tmp_path), micro_model
+        shutil.copytree(model.path, tmp_path / model.name)
+        engine = Engine(model.name, root=tmp_path)
     try:
         for preset, (parent, draft) in FRONTIER.items():
             options = ChatOptions(preset=preset, k=k, max_tokens=40, sampling=SamplingParams(), raw_prompt=True)
