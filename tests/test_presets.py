@@ -74,7 +74,6 @@ def test_each_preset_answers_with_its_own_parents_greedy_tokens(
         ({"exact": 0.49, "balanced": 0.83, "fast": 1.02}, "fast"),  # a 2-core CPU: only fast keeps up
         ({"exact": 0.91, "balanced": 1.0, "fast": 1.1}, "balanced"),  # at least as fast counts
         ({"exact": 1.2, "balanced": 1.3, "fast": 1.4}, "exact"),  # a precise parent verifies cheaply (a GPU)
-        ({"exact": 0.6, "balanced": 0.8, "fast": 0.97}, "fast"),  # none keeps up: fast, Q4's own words sooner
         ({"exact": None, "balanced": 1.05, "fast": None}, "balanced"),  # a preset that could not be measured
     ],
 )
@@ -83,6 +82,15 @@ def test_the_default_picks_the_most_precise_preset_at_least_as_fast_as_plain_q4(
     c = choose("medium", "auto", calibration={"vs_q4": vs_q4})
     assert (c.parent, c.draft, c.preset) == (*FRONTIER[want], want)
     assert c.vs_q4 == vs_q4[want] and c.ngram
+
+
+def test_where_even_free_drafts_lose_to_plain_q4_the_default_decodes_q4_plainly() -> None:
+    slow = {"vs_q4": {"exact": 0.6, "balanced": 0.8, "fast": 0.97}}
+    c = choose("medium", "auto", calibration=slow)
+    assert (c.parent, c.draft, c.ngram, c.preset) == ("q4_k_m", None, False, "fast") and "plainly" in c.why
+    assert c.vs_q4 == 1.0  # it is plain Q4_K_M
+    assert choose("medium", "fast", calibration=slow).ngram  # the fast preset itself keeps its drafts
+    assert choose("high", "auto", calibration=slow, asked_precision=True).parent == "f16"
 
 
 def test_until_measured_the_default_is_fast_and_says_so() -> None:

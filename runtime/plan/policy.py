@@ -90,7 +90,14 @@ def frontier_pick(calibration: dict[str, Any] | None) -> tuple[str, str]:
         ratio = ratios.get(name)
         if ratio is not None and ratio >= 1.0:
             return name, f"auto: the most precise preset measured here at least as fast as plain Q4_K_M ({ratio:.2f}×)"
-    return UNCALIBRATED, "auto: no preset measured here as fast as plain Q4_K_M; fast, its own words sooner"
+    return UNCALIBRATED, "auto: no preset measured here as fast as plain Q4_K_M; Q4_K_M plainly, without drafts"
+
+
+def drafts_lose(calibration: dict[str, Any] | None) -> bool:
+    """Whether this machine measured even `fast` (Q4_K_M with free drafts) slower than plain Q4_K_M: then the
+    default decodes Q4_K_M plainly, so that it is never slower than what people run."""
+    ratios = (calibration or {}).get("vs_q4") or {}
+    return bool(ratios) and all(r is None or r < 1.0 for r in ratios.values())
 
 
 def check_tier(tier: str, what: str) -> str:
@@ -122,8 +129,9 @@ def choose(
     del allow_lossy  # the old auto's floors (#61 made the default speed-first)
     if preset not in PRESET_NAMES:
         raise UserError(f"unknown preset {preset!r}: choose from {', '.join(PRESET_NAMES)}")
-    named, why = preset, f"{preset} preset, {level} level"
+    named, why, plain = preset, f"{preset} preset, {level} level", False
     if preset == "auto":
+        plain = drafts_lose(calibration) and not asked_precision
         named, why = frontier_pick(calibration)
         if asked_precision:
             named, why = "exact", "auto: the high level, asked for by the user"
@@ -134,7 +142,7 @@ def choose(
     ratios = (calibration or {}).get("vs_q4") or {}
     chosen_parent = check_tier(parent, "parent") if parent else base_parent
     # A pinned draft is exactly what runs: a tier alone, n-gram lookup alone, or nothing.
-    ngram = draft == NGRAM or (draft is None and not no_spec and preset in NGRAM_PRESETS)
+    ngram = draft == NGRAM or (draft is None and not no_spec and not plain and preset in NGRAM_PRESETS)
     if no_spec or draft in ("none", NGRAM):
         chosen_draft = None
     elif draft:
@@ -151,5 +159,5 @@ def choose(
         raise UserError(f"--k {k} must be at least 1")
     # Named for the status line only while it runs as the preset says (a pin makes it something else).
     frontier = named if named in FRONTIER and not (parent or draft or no_spec) else None
-    vs_q4 = ratios.get(frontier) if frontier else None
+    vs_q4 = (1.0 if plain else ratios.get(frontier)) if frontier else None  # plain: Q4_K_M's own speed
     return Choice(chosen_parent, chosen_draft, k, why, ngram, frontier, vs_q4)
