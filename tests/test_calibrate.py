@@ -69,7 +69,11 @@ def test_demo_calibration_measured_when_idle_decides_the_default(
             assert pick == "fast", vs_q4
         after = list(runner.stream_chat(ask, ChatOptions(max_tokens=4), model=DEMO_NAME))
         choice = after[-1].choice
-        assert (choice.preset, choice.parent, choice.vs_q4) == (pick, FRONTIER[pick][0], vs_q4[pick])
+        assert (choice.preset, choice.parent) == (pick, FRONTIER[pick][0])
+        if keeps_up:  # with every draft source that pays, and its measured speed in the status line
+            assert choice.ngram and choice.vs_q4 == vs_q4[pick]
+        else:  # even the free drafts lost to plain Q4_K_M here: Q4_K_M plainly
+            assert not choice.ngram and choice.vs_q4 == 1.0
     finally:
         runner.close()
 
