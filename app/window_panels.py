@@ -262,7 +262,8 @@ class Composer(QWidget):
             "This chat answers with the full model's own words (F16): the most precise, slower on most computers. "
             "Off: the speed mode in Settings (by default as fast as a plain 4-bit file on this computer)"
         )
-        self.exact_box.clicked.connect(self.exact_chosen.emit)
+        # clicked, not toggled: showing a chat's own choice (setChecked) must not store it again
+        self.exact_box.clicked.connect(lambda: self.exact_chosen.emit(self.exact_box.isChecked()))
         choice = QHBoxLayout()
         choice.addWidget(QLabel("&Answer from:", buddy=self.answer_from))
         choice.addWidget(self.answer_from)
