@@ -45,12 +45,14 @@ class AtHighestPrecision(Exception):
 @dataclass
 class Choices:
     """What a chat answers with: its documents (None: none, "": every collection, else one), its system-prompt
-    preset (None: none), whether it may call tools, and whether a thinking model thinks (None: as Settings say)."""
+    preset (None: none), whether it may call tools, whether a thinking model thinks (None: as Settings say), and
+    its speed preset (runtime.plan.policy; None: as Settings say, "exact": the composer's Exact words switch)."""
 
     documents: str | None = None
     preset: str | None = None
     tools: bool = False
     thinking: bool | None = None
+    speed: str | None = None
 
 
 @dataclass(frozen=True)
@@ -137,10 +139,10 @@ class ChatController(QObject):
             return self.unsent
         s = self.store
         return Choices(s.documents(conversation), s.preset(conversation), s.tools(conversation),
-                       s.thinking(conversation))
+                       s.thinking(conversation), s.speed(conversation))
 
     def choose(self, conversation: int | None, what: str, value: Any) -> None:
-        """Keep a chat's `what` ("documents", "preset", "tools" or "thinking") with the conversation (a new
+        """Keep a chat's `what` ("documents", "preset", "tools", "thinking" or "speed") with the conversation (a new
         chat's until its first message); UserError when the history refuses it (locked, full, read-only)."""
         if conversation is None:
             setattr(self.unsent, what, value)
@@ -160,6 +162,8 @@ class ChatController(QObject):
                 self.store.set_tools(conversation, True)
             if u.thinking is not None:
                 self.store.set_thinking(conversation, u.thinking)
+            if u.speed is not None:
+                self.store.set_speed(conversation, u.speed)
         self.store.add_message(conversation, "user", text)
         return Turn(conversation, self.store.messages(conversation))
 
@@ -191,6 +195,8 @@ class ChatController(QObject):
         options = settings.chat_options(parent=turn.parent)
         if choices.thinking is not None:  # this chat's switch over the Settings' default
             options = replace(options, thinking=None if choices.thinking else False)
+        if choices.speed is not None:  # this chat's speed preset over the Settings' (the Exact words switch)
+            options = replace(options, preset=choices.speed)
         if choices.documents is not None:
             options = replace(options, documents=Grounding(choices.documents or None, index=str(index)))
         preset, missing = self.presets.for_answer(choices.preset, settings)

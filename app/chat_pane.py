@@ -69,6 +69,7 @@ class ChatPane(QWidget):
             (self.transcript.open_failed, self.show_source),
             (p.documents_chosen, self.choose_documents),
             (p.preset_chosen, lambda name: self.store_call(chat.choose, self.conversation, "preset", name)),
+            (p.exact_chosen, self.choose_exact),
             (tools_panel.chat_tools_changed, lambda on: self.store_call(chat.choose, self.conversation, "tools", on)),
             (p.input.submitted, self.send), (p.send_button.clicked, self.send),
             (p.stop_button.clicked, self.stop), (p.regenerate, self.regenerate),
@@ -101,6 +102,7 @@ class ChatPane(QWidget):
         self.transcript.show_messages(self.store.messages(c) if c is not None else [])
         self.composer.show_documents(choices.documents)
         self.composer.show_preset(choices.preset)
+        self.composer.exact_box.setChecked(choices.speed == "exact")
         self.tools_panel.show_chat_tools(choices.tools)
         self.show_thinking()
         live = self.chat.live
@@ -131,6 +133,10 @@ class ChatPane(QWidget):
             chosen = self.chat.choices(self.conversation).thinking
             self.think_switch.setEnabled(thinks)
             self.think_switch.setChecked(thinks and (self.settings().thinking if chosen is None else chosen))
+
+    def choose_exact(self, on: bool) -> None:
+        """This chat with the full model's own words (the `exact` preset), or as Settings say."""
+        self.store_call(self.chat.choose, self.conversation, "speed", "exact" if on else None)
 
     def choose_thinking(self, on: bool) -> None:
         """This chat's thinking on or off (a thinking model's: others have nothing to switch)."""

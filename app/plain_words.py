@@ -11,6 +11,7 @@ from typing import Any
 from app.store import TOOLS_UNUSED
 from runtime.engine.plain_estimate import LOAD_BAND
 from runtime.engine.summary import SAME_TIME, acceptance_text, speed_text, speedup_text, stats_line
+from runtime.plan.policy import preset_words
 
 # What the answering tier means for the answer. F16 is the model as published; the others are smaller copies.
 KIND = {
@@ -20,6 +21,11 @@ KIND = {
     "q4_k_m": ("Quick answer", "A small compressed copy of the model (4-bit) chose every word: fastest, "
                                "sometimes worded differently from the full model."),
 }
+# The speed presets' words without tier names (runtime.plan.policy.preset_words has the technical ones).
+PRESET_PLAIN = {
+    "exact": "the full model's words", "balanced": "the 8-bit copy's words", "fast": "the 4-bit copy's words"
+}
+YARDSTICK = "a plain 4-bit copy"  # plain Q4_K_M, what other apps run by default
 BUSY = "Slower than usual: another program is using the processor"
 TOOLS_UNUSED_NOTE = "Tools were offered; the model answered without them"
 
@@ -81,12 +87,15 @@ def words_text(rate: float) -> str:
 
 def plain_line(facts: dict[str, Any], text: str = "") -> str:
     """The status line: "Exact answer · 2.1× faster than without speculation · 12 words/s", or the cause
-    of a slowdown in place of the speed-up ("" before any answer)."""
+    of a slowdown in place of the speed-up ("" before any answer). An answer of a speed preset says it in its
+    words instead: "Fast: the 4-bit copy's words, 1.2× the speed of a plain 4-bit copy · 12 words/s"."""
     kind, _ = answer_kind(facts)
     if not kind:
         return ""
     rate = words_per_s(facts, text)
-    parts = [kind, slowdown_text(facts) or gain_text(facts), words_text(rate) if rate else ""]
+    preset = preset_words(facts.get("preset"), facts.get("vs_q4"), PRESET_PLAIN, YARDSTICK)
+    gain = slowdown_text(facts) or ("" if preset else gain_text(facts))
+    parts = [preset or kind, gain, words_text(rate) if rate else ""]
     return " · ".join(p for p in parts if p)
 
 

@@ -47,7 +47,8 @@ def run_self_test(window: MainWindow, screenshot: Path | None = None, prompt: st
         raise SelfTestFailed(f"no answer: {window.banner.message or 'the answer was empty'}")
     checks = {
         "level": window.badge.level in ("low", "medium", "high"),
-        "precision": re.fullmatch(r"(F16|Q8_0|Q4_K_M)( ← (Q8_0|Q4_K_M))?", window.precision.text()) is not None,
+        # The default may answer with a tier alone and n-gram lookup (fast, #61): "Q4_K_M ← n-gram".
+        "precision": re.fullmatch(r"(F16|Q8_0|Q4_K_M)( ← (Q8_0|Q4_K_M|n-gram))?", window.precision.text()) is not None,
         "tok/s": re.fullmatch(r"\d+\.\d tok/s", window.speed.text()) is not None,
     }
     missing = [name for name, ok in checks.items() if not ok]

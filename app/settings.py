@@ -35,7 +35,6 @@ log = logging.getLogger("specquant.app")
 @dataclass(frozen=True)
 class AppSettings:
     preset: str = ChatOptions.preset
-    allow_lossy: bool = False
     level: str = "auto"  # auto, or a pinned level
     speculation: bool = True
     draft_length: int = 0  # 0: the controller picks k each cycle; N: always draft N tokens
@@ -93,7 +92,6 @@ class AppSettings:
         return ChatOptions(
             level=self.level,
             preset=self.preset,
-            allow_lossy=self.allow_lossy,
             parent=parent,
             no_spec=not self.speculation,
             k=self.draft_length or None,

@@ -32,9 +32,11 @@ from runtime.plan.router import LEVELS as ROUTER_LEVELS
 
 # Words for the runtime's own choices; the choices themselves come from the runtime (one source).
 PRESET_WORDS = {
+    "auto": "Automatic: as fast as a plain 4-bit copy here, in the most precise words that allows (measured once)",
     "exact": "Exact: always the full model's own answer, sooner wherever a draft pays",
+    "balanced": "Balanced: the 8-bit copy's answer, sooner wherever a draft pays",
+    "fast": "Fast: the 4-bit copy's answer, sooner wherever your own text or the format can be reused",
     "paper": "Paper: simple questions answered by a compressed copy (the research paper's choice)",
-    "auto": "Auto: the fastest choice measured on this computer (measures once)",
 }
 PRESETS = tuple((name, PRESET_WORDS[name]) for name in PRESET_NAMES)
 LEVELS = (("auto", "Automatic (router)"), *((level, level.capitalize()) for level in ROUTER_LEVELS))
@@ -65,11 +67,8 @@ class SettingsDialog(QDialog):
         self.base = settings
         s = settings
         self.preset = _combo(PRESETS, s.preset, "Speed mode")
-        self.preset.setToolTip("How answers are made fast. Technical: the runtime's preset (exact, paper, auto), "
-                               "which picks the tier that answers and the drafts it may use")
-        self.lossy = QCheckBox("Allow faster, lower-precision answers")
-        self.lossy.setToolTip("Auto preset only: Low and Medium prompts may be answered by Q4_K_M or Q8_0")
-        self.lossy.setChecked(s.allow_lossy)
+        self.preset.setToolTip("How answers are made fast. Technical: the runtime's preset (auto, exact, balanced, "
+                               "fast, paper), which picks the tier that answers and the drafts it may use")
         self.level = _combo(LEVELS, s.level, "Complexity level")
         self.spec = QCheckBox("Speculative decoding (a cheap draft proposes, the parent verifies)")
         self.spec.setChecked(s.speculation)
@@ -135,7 +134,6 @@ class SettingsDialog(QDialog):
         basic.addRow("T&heme:", self.theme)
         basic.addRow("", self.api_server)
         basic.addRow("API p&ort:", self.api_port)
-        form.addRow("", self.lossy)
         form.addRow("&Level:", self.level)
         form.addRow("", self.spec)
         form.addRow("&Draft length:", self.draft_length)
@@ -184,7 +182,6 @@ class SettingsDialog(QDialog):
         return replace(
             self.base,
             preset=self.preset.currentData(),
-            allow_lossy=self.lossy.isChecked(),
             level=self.level.currentData(),
             speculation=self.spec.isChecked(),
             draft_length=self.draft_length.value(),

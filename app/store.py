@@ -37,10 +37,10 @@ log = logging.getLogger("specquant.app")
 # chats load with no documents, no preset and the window's current model. conversations.tools (whether the
 # chat may call tools) and conversations.thinking (its thinking switch) came later without a new number: a
 # reader of schema 3 selects the columns it knows, so an older SpecQuant still opens a file that has them, and
-# a file without them gains them when opened.
+# a file without them gains them when opened; so did conversations.speed (its speed preset, #61).
 SCHEMA_VERSION = 3
 # Nullable TEXT columns added since version 1, in order.
-ADDED_COLUMNS = ("documents", "preset", "model", "tools", "thinking")
+ADDED_COLUMNS = ("documents", "preset", "model", "tools", "thinking", "speed")
 TOOL_TURN = "tool_turn"  # an answer's meta: the rounds of tool calls before its last words (`tool_rounds`)
 TOOLS_UNUSED = "tools_unused"  # an answer's meta: True when tools were offered and the model called none
 THINKING = "thinking"  # an answer's meta: a thinking model's thought, apart from its content (old files: none)
@@ -61,7 +61,8 @@ CREATE TABLE IF NOT EXISTS conversations (
     preset TEXT,  -- the system-prompt preset's name (runtime.engine.system_presets); NULL none
     model TEXT,  -- the model the chat answers with; NULL the window's current one
     tools TEXT,  -- '1': its answers may call the Tools panel's tools; NULL they may not
-    thinking TEXT  -- '1' a thinking model thinks in this chat, '0' it does not; NULL as Settings say
+    thinking TEXT,  -- '1' a thinking model thinks in this chat, '0' it does not; NULL as Settings say
+    speed TEXT  -- the speed preset this chat answers with (runtime.plan.policy: 'exact'...); NULL as Settings say
 );
 CREATE TABLE IF NOT EXISTS messages (
     id INTEGER PRIMARY KEY,
@@ -378,6 +379,14 @@ class Store:
         value = None if on is None else "1" if on else "0"
         with self._guard():
             self.db.execute("UPDATE conversations SET thinking = ? WHERE id = ?", (value, conversation_id))
+
+    def speed(self, conversation_id: int) -> str | None:
+        """The speed preset this chat answers with (the composer's "Exact words" switch); None as Settings say."""
+        return self._text_column("speed", conversation_id)
+
+    def set_speed(self, conversation_id: int, preset: str | None) -> None:
+        with self._guard():
+            self.db.execute("UPDATE conversations SET speed = ? WHERE id = ?", (preset, conversation_id))
 
     def model(self, conversation_id: int) -> str | None:
         """The model the conversation last answered with (or was switched to); None if never recorded."""

@@ -56,7 +56,7 @@ class MainWindow(QMainWindow):
         self._told_about: set[str] = set()  # the models whose first answer was followed by their note
         self.setWindowTitle("SpecQuant")
         self.resize(1100, 720)
-        self.runner = EngineThread(max_queue=API_QUEUE)  # shared with the local API server
+        self.runner = EngineThread(max_queue=API_QUEUE, calibrate_when_idle=True)  # shared with the local API server
         self.tools, self.presets = ToolHostControl(), PresetControl()
         self.chat = ChatController(self.store, self.runner, self.presets, self.tools, self.documents_index)
         self.api = ApiServerControl(self.runner, lambda: self.settings)

@@ -11,6 +11,7 @@ from typing import Any
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QHBoxLayout,
     QInputDialog,
@@ -189,6 +190,11 @@ CAN_DO = (
 )
 
 
+SPEED_NOTE = ("Answers come at least as soon as from a plain 4-bit copy of the model on this computer, in the most "
+              "precise words that speed allows (measured here once); tick <b>Exact words</b> below for the full "
+              "model's own words.")
+
+
 class StartPanel(QWidget):
     """What an empty chat shows instead of a blank transcript: example prompts to click and, in plain words,
     what SpecQuant can do."""
@@ -216,6 +222,10 @@ class StartPanel(QWidget):
         self.can_do.setWordWrap(True)
         layout.addSpacing(12)
         layout.addWidget(self.can_do)
+        self.speed_note = QLabel(SPEED_NOTE)  # the default's choice in one sentence (#61)
+        self.speed_note.setAccessibleName("How fast and how precise answers are")
+        self.speed_note.setWordWrap(True)
+        layout.addWidget(self.speed_note)
         layout.addStretch(2)
 
 
@@ -225,6 +235,7 @@ class Composer(QWidget):
 
     documents_chosen = Signal(object)  # None: no documents, "": all, else a collection's name
     preset_chosen = Signal(object)  # a preset's name, or None
+    exact_chosen = Signal(bool)  # this chat answers with the full model's own words (the `exact` speed preset)
     regenerate = Signal(bool)  # at higher precision
 
     def __init__(self) -> None:
@@ -244,6 +255,15 @@ class Composer(QWidget):
                                    "(Manage instructions…)")
         self.preset_box.activated.connect(lambda i: self.preset_chosen.emit(self.preset_box.itemData(i)))
         self.presets_button = QPushButton("Manage instructions…")
+        # Precision one click away (#61): the default answers as fast as a plain Q4_K_M file would here.
+        self.exact_box = QCheckBox("E&xact words")
+        self.exact_box.setAccessibleName("Exact words in this chat")
+        self.exact_box.setToolTip(
+            "This chat answers with the full model's own words (F16): the most precise, slower on most computers. "
+            "Off: the speed mode in Settings (by default as fast as a plain 4-bit file on this computer)"
+        )
+        # clicked, not toggled: showing a chat's own choice (setChecked) must not store it again
+        self.exact_box.clicked.connect(lambda: self.exact_chosen.emit(self.exact_box.isChecked()))
         choice = QHBoxLayout()
         choice.addWidget(QLabel("&Answer from:", buddy=self.answer_from))
         choice.addWidget(self.answer_from)
@@ -251,6 +271,8 @@ class Composer(QWidget):
         choice.addWidget(QLabel("&Instructions:", buddy=self.preset_box))
         choice.addWidget(self.preset_box)
         choice.addWidget(self.presets_button)
+        choice.addSpacing(12)
+        choice.addWidget(self.exact_box)
         choice.addStretch(1)
         self.input = InputBox()
         self.send_button = QPushButton("Send")

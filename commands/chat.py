@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from commands.chat_tools import add_tool_flags, calls_json, check_tool_flags, event_line, open_toolbox
 from commands.common import add_answer_flags, add_engine_flags, chat_options, engine_settings, model_name, read_prompt
 from runtime.errors import UserError
+from runtime.plan.policy import preset_words
 from runtime.terminal_text import terminal_json, visible_lines
 
 if TYPE_CHECKING:
@@ -97,6 +98,8 @@ def main(args: argparse.Namespace) -> int:
                 "draft": last.choice.draft,
                 "ngram": last.choice.ngram,
                 "why": last.choice.why,
+                "preset": last.choice.preset,  # the speed preset that answered (None: pinned tiers, paper)
+                "preset_words": preset_words(last.choice.preset, last.choice.vs_q4),
                 "placement": last.placement.as_dict(),
                 "stats": last.stats.as_dict(),
             }

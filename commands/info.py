@@ -1,5 +1,5 @@
-"""`specquant info`: the model, the hardware, the placement plan per level and, with --costs, what
-speculation costs on this machine."""
+"""`specquant info`: the model, the hardware, the placement plan per level, what the default preset answers
+with here (with --calibrate: measured now) and, with --costs, what speculation costs on this machine."""
 
 from __future__ import annotations
 
@@ -36,6 +36,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     quality.add_argument(
         "--remeasure-quality", action="store_true", help="measure what precision buys again, ignoring the cache"
     )
+    p.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="measure (once; cached) each preset's speed against a plain Q4_K_M file: what the default picks",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -43,7 +48,7 @@ def main(args: argparse.Namespace) -> int:
     from runtime.machine import rpc
     from runtime.machine.hardware import ensure_backends
     from runtime.plan import quality
-    from runtime.plan.policy import PRESETS
+    from runtime.plan.policy import PRESETS, frontier_pick, preset_words
 
     engine = load_engine(args, isolated=False)  # one-shot: a lost worker ends it with one line (runtime.machine.rpc)
     try:
@@ -65,6 +70,11 @@ def main(args: argparse.Namespace) -> int:
             "thinking": _thinking(engine),
             "quality": _quality(engine, args),
         }
+        calibration = engine.calibration() if args.calibrate or engine.calibrated else None
+        pick, why = frontier_pick(calibration)
+        ratio = (calibration or {}).get("vs_q4", {}).get(pick)
+        out["default"] = {"preset": pick, "why": why, "words": preset_words(pick, ratio),
+                          "vs_q4": (calibration or {}).get("vs_q4")}
         costs = None
         if args.costs:
             drafts = [t for t in ("q8_0", "q4_k_m") if t in engine.manifest["tiers"]]
@@ -102,6 +112,8 @@ def main(args: argparse.Namespace) -> int:
                     print(f"  {line}")
             else:
                 print("quality not measured yet (run `specquant info` without --no-quality to measure it)")
+            measure = "" if calibration else " (`specquant info --calibrate` measures it, once)"
+            print(f"default {out['default']['words']}{measure}")
             if costs is not None:
                 print(format_costs(costs, out["costs"]["cached"]))
     finally:

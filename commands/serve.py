@@ -74,7 +74,7 @@ def main(args: argparse.Namespace) -> int:
     )
     logging.getLogger("specquant.server").setLevel(logging.INFO)  # one line per request: never its content
     logging.getLogger("specquant.worker").setLevel(logging.INFO)  # and each model unloaded, with why
-    runner = EngineThread(max_queue=args.max_queue, max_models=models_max, idle_unload_s=idle)
+    runner = EngineThread(max_queue=args.max_queue, max_models=models_max, idle_unload_s=idle, calibrate_when_idle=True)
     try:
         server.serve(server.Service(runner, lambda: defaults, config, room), sock)
     finally:

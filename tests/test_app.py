@@ -77,7 +77,8 @@ def test_send_streams_text_then_stats(qtbot, window: MainWindow) -> None:
     # Streamed: text was shown before the answer was complete, and it only grew. (How many batches show
     # depends on how fast this machine answers; the first Chunk is always shown alone and at once.)
     assert answer and lengths and lengths == sorted(lengths) and 0 <= lengths[0] < len(answer)
-    assert window.badge.level == "low" and window.precision.text() == "F16 ← Q4_K_M"
+    # The default before this machine is measured: fast, the Q4_K_M file's own words with free drafts (#61).
+    assert window.badge.level == "low" and window.precision.text() == "Q4_K_M ← n-gram"
     # Whether the controller drafted depends on what pays on this CPU: the label says what happened.
     drafted = window.store.messages(window.conversation)[1].meta["drafted"]
     acceptance = window.acceptance.text()
@@ -86,12 +87,14 @@ def test_send_streams_text_then_stats(qtbot, window: MainWindow) -> None:
     assert window.placement.text().startswith("CPU") and window.stats.model_label.text() == DEMO_NAME
     stored = window.store.messages(window.conversation)
     assert [m.role for m in stored] == ["user", "assistant"] and stored[1].content.strip() == answer
-    assert stored[1].meta["pair"] == "F16 ← Q4_K_M" and stored[1].meta["tokens"] > 0
+    assert stored[1].meta["pair"] == "Q4_K_M ← n-gram" and stored[1].meta["tokens"] > 0
     # Under the answer, plain words; the technical line is the small line's tooltip (#51).
     text = window.transcript.toPlainText()
-    assert "Exact answer" in text and "F16 ← Q4_K_M" not in text and "acceptance" not in text
-    cursor = window.transcript.document().find("Exact answer")
-    assert cursor.charFormat().toolTip().startswith("Low · F16 ← Q4_K_M")
+    words = "Fast: the 4-bit copy's words (its speed not measured on this computer yet)"
+    assert words in text and "Q4_K_M ← n-gram" not in text and "acceptance" not in text
+    assert window.stats.plain.text().startswith(words)
+    cursor = window.transcript.document().find("Fast: the 4-bit")
+    assert cursor.charFormat().toolTip().startswith("Low · Q4_K_M ← n-gram")
     assert window.input.toPlainText() == "" and window.composer.send_button.isEnabled()
 
 
@@ -110,7 +113,7 @@ def test_stop_mid_answer_then_send_again(qtbot, demo_cache: Path, tmp_path: Path
 
 @pytest.mark.slow
 def test_badge_and_precision_follow_router_and_preset(qtbot, window: MainWindow) -> None:
-    window.apply_settings(replace(window.settings, max_tokens=4))
+    window.apply_settings(replace(window.settings, preset="exact", max_tokens=4))
     ask(qtbot, window, LOW)
     assert window.badge.level == "low" and window.badge.toolTip() == route(LOW).reason
     assert window.precision.text() == "F16 ← Q4_K_M"
@@ -303,7 +306,7 @@ def test_damaged_settings_fall_back_to_defaults(qapp, tmp_path: Path) -> None:
     for key, value in (("preset", "fastest"), ("temperature", "-3"), ("n_ctx", "ten"), ("theme", "dark")):
         qs.setValue(key, value)
     s = load_settings(qs)
-    assert (s.preset, s.temperature, s.n_ctx, s.theme) == ("exact", 0.8, 4096, "dark")
+    assert (s.preset, s.temperature, s.n_ctx, s.theme) == ("auto", 0.8, 4096, "dark")
     assert s == replace(AppSettings(), theme="dark")
 
 
@@ -457,6 +460,30 @@ def test_a_memory_budget_in_the_settings_lowers_the_precision_and_says_why(qtbot
     assert window.precision.text().startswith("F16")
 
 
+@pytest.mark.slow
+def test_exact_words_are_one_click_away_and_stay_with_the_chat(qtbot, window: MainWindow) -> None:
+    """The first screen says what the default does in one sentence; the composer's Exact words box makes this
+    chat answer with F16's words (stored with the chat); a new chat answers as Settings say again (#61)."""
+    assert "plain 4-bit copy" in window.pane.start.speed_note.text() and "Exact words" in (
+        window.pane.start.speed_note.text())
+    window.apply_settings(replace(window.settings, max_tokens=4))
+    qtbot.mouseClick(window.composer.exact_box, Qt.MouseButton.LeftButton)  # before the chat's first message
+    ask(qtbot, window, LOW)
+    assert window.precision.text() == "F16 ← Q4_K_M" and window.composer.exact_box.isChecked()
+    assert window.store.speed(window.conversation) == "exact"
+    assert window.stats.plain.text().startswith("Exact: the full model's words")
+    chat = window.conversation
+    window.pane.new_conversation()
+    assert not window.composer.exact_box.isChecked()
+    ask(qtbot, window, LOW)
+    assert window.precision.text() == "Q4_K_M ← n-gram"
+    qtbot.mouseClick(window.composer.exact_box, Qt.MouseButton.LeftButton)  # switched in a chat under way
+    ask(qtbot, window, LOW)
+    assert window.precision.text() == "F16 ← Q4_K_M"
+    window.pane.open_conversation(chat)
+    assert window.composer.exact_box.isChecked()
+
+
 def _free_port() -> int:
     import socket
 
@@ -496,7 +523,7 @@ def test_the_local_api_server_answers_with_the_windows_engine(qtbot, demo_cache:
     qtbot.waitUntil(lambda: not caller.is_alive(), timeout=ANSWER_MS)
     assert "error" not in got, got
     answer = got["answer"]
-    assert answer.choices[0].message.content and answer.model_extra["specquant"]["pair"].startswith("F16")
+    assert answer.choices[0].message.content and answer.model_extra["specquant"]["pair"].startswith("Q4_K_M")
     assert w.runner.engine is engine  # not a second copy of the model
 
     w.apply_settings(replace(w.settings, api_server=False))

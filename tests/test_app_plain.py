@@ -66,15 +66,16 @@ def test_the_status_line_is_plain_the_details_wait_behind_a_toggle_and_a_new_cha
 
     facts = answer_facts(chunks[-1])
     line = w.stats.plain.text()
-    assert line == plain_line(facts, answer) and line.startswith("Exact answer")  # the demo's F16 answers
+    # The default before this machine is measured: fast (#61), said without tier names.
+    assert line == plain_line(facts, answer) and line.startswith("Fast: the 4-bit copy's words")
     assert "words/s" in line and not any(word in line for word in JARGON), line
     assert words_text(words_per_s(facts, answer)) in line
     assert w.statusBar().currentMessage() == "" and w.stats.plain.isVisible() and fits(w.stats.plain)
     # The technical facts: in the tooltip, and beside the line only once Details is on.
-    assert details_line(facts) in w.stats.plain.toolTip() and "F16 ←" in w.stats.plain.toolTip()
+    assert details_line(facts) in w.stats.plain.toolTip() and "Q4_K_M ←" in w.stats.plain.toolTip()
     assert not w.precision.isVisible() and not w.acceptance.isVisible() and not w.badge.isVisible()
     w.stats.details_button.click()
-    assert w.precision.isVisible() and w.precision.text().startswith("F16") and w.acceptance.isVisible()
+    assert w.precision.isVisible() and w.precision.text().startswith("Q4_K_M") and w.acceptance.isVisible()
     w.stats.details_button.click()
     assert not w.precision.isVisible()
 

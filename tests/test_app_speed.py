@@ -58,7 +58,7 @@ def engine(demo_cache: Path):
 def test_stats_carry_the_speedup_against_the_measured_parent_step(engine: Engine) -> None:
     # A fixed draft length drafts every cycle once the parent's step is timed (the controller may rightly
     # not draft with the demo's q4_k_m at all).
-    answer = engine.chat([{"role": "user", "content": PROMPT}], ChatOptions(max_tokens=32, k=2))
+    answer = engine.chat([{"role": "user", "content": PROMPT}], ChatOptions(preset="exact", max_tokens=32, k=2))
     s = answer.last.stats
     assert s.drafted > 0 and s.cycles > 2 and s.tokens > s.first_tokens
     # The parent's measured plain step (the probe's, refined by plain steps here), scaled to this answer's
@@ -108,7 +108,7 @@ def test_no_speedup_is_claimed_before_the_parent_step_was_ever_timed(engine: Eng
 def test_status_bar_and_meta_line_show_the_speedup_and_the_chart_one_point_per_cycle(
     qtbot, demo_cache: Path, tmp_path: Path
 ) -> None:
-    w = open_window(tmp_path, max_tokens=40, draft_length=2)
+    w = open_window(tmp_path, max_tokens=40, draft_length=2, preset="exact")  # the tier draft and n-gram
     qtbot.addWidget(w)
     chunks: list[Chunk] = []
     w.chat.chunks_taken.connect(chunks.extend)
@@ -146,7 +146,7 @@ def test_status_bar_and_meta_line_show_the_speedup_and_the_chart_one_point_per_c
 
 
 def test_without_drafting_the_tooltip_says_why_and_nothing_is_claimed(qtbot, demo_cache: Path, tmp_path: Path) -> None:
-    w = open_window(tmp_path, max_tokens=8, speculation=False)
+    w = open_window(tmp_path, max_tokens=8, speculation=False, preset="exact")
     qtbot.addWidget(w)
     assert ask(qtbot, w, PROMPT)
     assert w.stats.speedup.text() == "plain F16"

@@ -364,3 +364,43 @@ def test_the_ngram_cap_costs_only_the_verify_and_the_end_to_end_cap_keeps_the_pr
     assert end_to_end_cap(plain[:1], 2.0) == pytest.approx(10 / 6)
     assert end_to_end_cap(plain, 2.0) == pytest.approx((10 / 6 + 4 / 3.5) / 2)  # the empty answer is left out
     assert end_to_end_cap([], 2.0) is None
+
+
+def test_bench_shows_the_frontier_against_plain_q4_k_m(micro_model, isolated_cache: Path, tmp_path: Path) -> None:
+    """Every configuration against plain Q4_K_M as well as the baseline, the tiers' quality beside them where
+    runtime.plan.quality is present, and the frontier table and plot (#61)."""
+    import shutil
+
+    shutil.copytree(micro_model.path, isolated_cache / micro_model.name)
+    one = tmp_path / "code.jsonl"
+    one.write_text("".join((ASSETS / "code.jsonl").read_text().splitlines(keepends=True)[:2]))
+    configs = ("f16", "q4_k_m", "fast", "balanced", "exact")
+    result = run_cli("bench", "--model", "micro", "--max-tokens", "8", "--no-memory", "--prompts", str(one),
+                     "--configs", *configs, "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["reference"] == "q4_k_m"
+    rows = data["summary"]["code"]
+    assert list(rows) == list(configs)
+    assert rows["q4_k_m"]["vs_q4"] == 1.0 and rows["f16"]["latency_speedup_vs_baseline"] == 1.0
+    for name, e in rows.items():
+        assert e["vs_q4"] > 0 and e["vs_q4_min"] <= e["vs_q4"], name
+        assert ("quality" in e) == bool(data["quality"]), name
+    # Each preset's runs answered with its own parent, whose quality stands beside it where measured.
+    parents = {x["config"]: x["parent"] for x in data["runs"]}
+    assert (parents["fast"], parents["balanced"], parents["exact"]) == ("q4_k_m", "q8_0", "f16")
+    if data["quality"]:
+        assert rows["balanced"]["quality"]["tier"] == "q8_0" and rows["f16"]["quality"]["top1"] == 1.0
+    # The exact preset's text is the baseline's (plain F16) up to near-ties: token agreement shows it.
+    assert rows["exact"]["fidelity"]["token_agreement"] is not None
+    table = result.stdout
+    assert "vs Q4" in table and "top-1" in table and "vs plain Q4_K_M" in table
+    report = (tmp_path / "report.md").read_text()
+    assert "## The frontier: speed against what the words are worth" in report
+    assert "| workload | configuration | vs plain Q4_K_M | slowest prompt | vs f16 |" in report
+    assert sum(line.startswith("| code | ") for line in report.splitlines()) >= len(configs)
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return
+    assert (tmp_path / "frontier.png").stat().st_size > 0

@@ -22,7 +22,9 @@ def test_chat_json(demo_cache: Path) -> None:
     assert out["text"].strip()
     assert set(out["route"]) == {"level", "score", "features", "reason", "short_answer", "intent"}
     assert out["route"]["level"] in ("low", "medium", "high")
-    assert out["parent"] == "f16" and out["draft"] in ("q4_k_m", "q8_0", None)
+    # The default before this machine is measured: fast, Q4_K_M's own words with free drafts (#61).
+    assert (out["parent"], out["draft"], out["ngram"], out["preset"]) == ("q4_k_m", None, True, "fast")
+    assert out["preset_words"] == "Fast: the Q4_K_M model's words (its speed not measured on this computer yet)"
     assert out["placement"]["mode"] == "cpu" and out["placement"]["threads"] >= 1
     for key in ("tokens", "tok_per_s", "ttft_s", "drafted", "accepted", "acceptance", "draft_s", "verify_s"):
         assert key in out["stats"], key
@@ -40,7 +42,9 @@ def test_chat_flags_pin_the_pair(demo_cache: Path) -> None:
             "chat", "--prompt", "Hi", "--json", "--parent", "q8_0", "--draft", "q4_k_m", "--k", "2", "--max-tokens", "8"
         ).stdout
     )
-    assert (out["parent"], out["draft"]) == ("q8_0", "q4_k_m")
+    assert (out["parent"], out["draft"], out["preset"]) == ("q8_0", "q4_k_m", None)
+    out = json.loads(run_cli("chat", "--prompt", "Hi", "--json", "--preset", "exact", "--max-tokens", "8").stdout)
+    assert (out["parent"], out["draft"], out["preset"]) == ("f16", "q4_k_m", "exact")  # exact: one flag away
     out = json.loads(run_cli("chat", "--prompt", "Hi", "--json", "--no-spec", "--max-tokens", "8").stdout)
     assert out["draft"] is None and out["stats"]["drafted"] == 0
 

@@ -415,7 +415,7 @@ def test_a_draft_as_slow_as_the_parent_does_not_pay(engine: Engine, monkeypatch:
     monkeypatch.setattr(speculative, "time", clock)
     undo = [clock.charge(engine.backend("f16"), parent_s), clock.charge(engine.backend("q4_k_m"), lambda n: 1.5 * step)]
     try:
-        list(engine.stream_chat(prompt, ChatOptions(max_tokens=16, draft="none", sampling=greedy)))
+        list(engine.stream_chat(prompt, ChatOptions(preset="exact", max_tokens=16, draft="none", sampling=greedy)))
         est = engine.estimates("f16", greedy=True)
         assert est.step_s() == pytest.approx(step)  # the parent's step, measured by the loop
         list(engine.stream_chat(prompt, ChatOptions(max_tokens=32, draft="q4_k_m", k=3, sampling=greedy)))

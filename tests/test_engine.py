@@ -44,16 +44,25 @@ def user(text: str) -> list[dict[str, str]]:
 
 
 def test_choice_follows_router_and_preset(engine: Engine) -> None:
+    # The default before this machine is measured: fast (Q4_K_M's words, free drafts) at every level (#61).
     _, low = collect(engine, user(LOW), ChatOptions(max_tokens=4))
+    assert low[-1].route.level == "low" and low[-1].choice.label == "Q4_K_M ← n-gram"
+    assert low[-1].choice.preset == "fast"
+    _, low = collect(engine, user(LOW), ChatOptions(preset="exact", max_tokens=4))
     assert low[-1].route.level == "low" and low[-1].choice.label == "F16 ← Q4_K_M"
-    _, high = collect(engine, user(HIGH), ChatOptions(max_tokens=4))
+    _, high = collect(engine, user(HIGH), ChatOptions(preset="exact", max_tokens=4))
     # F16-exact at every level: speculation changes only the speed, so a high level keeps its drafts.
     assert high[-1].route.level == "high" and high[-1].choice.label == "F16 ← Q4_K_M" and high[-1].choice.ngram
-    _, lookup = collect(engine, user(HIGH), ChatOptions(max_tokens=4, draft="ngram"))
+    _, lookup = collect(engine, user(HIGH), ChatOptions(preset="exact", max_tokens=4, draft="ngram"))
     assert lookup[-1].choice.label == "F16 ← n-gram"
+    _, balanced = collect(engine, user(HIGH), ChatOptions(preset="balanced", max_tokens=4))
+    assert balanced[-1].choice.label == "Q8_0 ← Q4_K_M" and balanced[-1].choice.ngram
+    # Under the default, a pinned draft tier asks for a parent it can draft for: exact's.
+    _, drafted = collect(engine, user(HIGH), ChatOptions(max_tokens=4, draft="q4_k_m"))
+    assert drafted[-1].choice.label == "F16 ← Q4_K_M" and "needs a more precise parent" in drafted[-1].choice.why
     _, paper = collect(engine, user(LOW), ChatOptions(max_tokens=4, preset="paper"))
     assert paper[-1].choice.label == "Q8_0 ← Q4_K_M"
-    _, pinned = collect(engine, user(HIGH), ChatOptions(max_tokens=4, level="low", no_spec=True))
+    _, pinned = collect(engine, user(HIGH), ChatOptions(preset="exact", max_tokens=4, level="low", no_spec=True))
     assert pinned[-1].choice.label == "F16" and "pinned" in pinned[-1].choice.why
     assert pinned[-1].route.level == "low" and "router judged it high" in pinned[-1].route.reason
 
@@ -134,7 +143,7 @@ def test_cancel_during_a_long_prefill(engine: Engine) -> None:
 
     parent._llama_cpp = PressStopDuringTheSecondBatch()
     try:
-        _, chunks = collect(engine, user(long_prompt), ChatOptions(max_tokens=8, no_spec=True), cancel)
+        _, chunks = collect(engine, user(long_prompt), ChatOptions(preset="exact", max_tokens=8, no_spec=True), cancel)
     finally:
         parent._llama_cpp = real
     assert len(calls) == 2 and calls[1] > calls[0] and cancel.is_set()  # one batch in, none after the Stop
@@ -236,7 +245,7 @@ def test_damaged_tier_is_a_clear_error(demo_model: ModelDir, tmp_path: Path) -> 
     damaged = Engine(DEMO_NAME, root=tmp_path)
     with pytest.raises(UserError, match="missing or damaged"):
         collect(damaged, user("Explain the process of photosynthesis."))
-    text, chunks = collect(damaged, user(HIGH), ChatOptions(max_tokens=4, draft="ngram"))  # other tiers answer
+    text, chunks = collect(damaged, user(HIGH), ChatOptions(preset="exact", max_tokens=4, draft="ngram"))  # F16 does
     assert text.strip() and chunks[-1].stats.tokens > 0 and chunks[-1].choice.parent == "f16"
     damaged.close()
 

@@ -69,14 +69,16 @@ def test_deciding_is_a_pure_function_of_the_prompt_options_and_machine(engine: E
     args = (tiers, roomy, PlacementSettings(), RouterSettings())
     first = decide("What is AI?", ChatOptions(), *args)
     assert first == decide("What is AI?", ChatOptions(), *args)  # same facts, same decision
-    assert first.route.level == "low" and (first.choice.parent, first.choice.draft) == ("f16", "q4_k_m")
+    assert first.route.level == "low" and (first.choice.parent, first.choice.draft) == ("q4_k_m", None)  # fast
+    exact = decide("What is AI?", ChatOptions(preset="exact"), *args)
+    assert (exact.choice.parent, exact.choice.draft) == ("f16", "q4_k_m")
     pinned = decide("What is AI?", ChatOptions(level="high"), *args)
     assert pinned.route.level == "high" and "the router judged it low" in pinned.route.reason
     # A budget short of F16: precision gives way, and the choice says why (unless the parent is pinned).
     budget = PlacementSettings(max_memory_bytes=int(_ram_need(tiers["q8_0"], 0)) + 1)
-    squeezed = decide("What is AI?", ChatOptions(), tiers, roomy, budget, RouterSettings())
+    squeezed = decide("What is AI?", ChatOptions(preset="exact"), tiers, roomy, budget, RouterSettings())
     assert squeezed.choice.parent != "f16" and squeezed.placement.parent.tier == squeezed.choice.parent
-    assert squeezed.choice.why != first.choice.why
+    assert squeezed.choice.why != exact.choice.why
     # The engine's own decision is this function's, on its machine.
     assert engine.decide("What is AI?", ChatOptions()).route == first.route
 

@@ -109,8 +109,11 @@ def needs(demo_model: ModelDir) -> dict[str, float]:
 
 
 def chat(budget_gb: float, *extra: str):
+    """The demo under a memory budget, with the exact preset (F16 ← Q4_K_M: the most memory of any preset)."""
     return run_cli(
         "chat",
+        "--preset",
+        "exact",
         "--prompt",
         "Name three primary colors.",
         "--json",
@@ -139,7 +142,8 @@ def test_a_budget_for_q4_k_m_only_answers_with_q4_k_m_and_says_so(demo_cache: Pa
     assert (out["parent"], out["draft"]) == ("q4_k_m", None)
     assert "Q4_K_M precision: F16 needs" in out["why"] and out["placement"]["precision_note"]
     text = run_cli(
-        "chat", "--prompt", "Hi", "--max-tokens", "4", "--max-memory", f"{needs['q4_k_m'] * 1.01:.4f}"
+        "chat", "--preset", "exact", "--prompt", "Hi", "--max-tokens", "4", "--max-memory",
+        f"{needs['q4_k_m'] * 1.01:.4f}",
     ).stderr
     assert "Q4_K_M precision: F16 needs" in text  # the stats line says it too
 

@@ -43,6 +43,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="decode at the model's recommended sampling (seeded) instead of greedy; texts are then not compared",
     )
     p.add_argument("--no-memory", action="store_true", help="skip the per-configuration peak-memory runs")
+    p.add_argument(
+        "--no-quality", action="store_true",
+        help="show each tier's quality against F16 only where it was measured before (else it is measured once)",
+    )
     p.add_argument("--ctx", type=int, default=engine.n_ctx)
     p.add_argument("--threads", type=int, default=engine.n_threads)
     p.add_argument("--max-memory", type=float, metavar="GB", help=MAX_MEMORY_HELP)
@@ -73,5 +77,6 @@ def main(args: argparse.Namespace) -> int:
         allow_exec=args.allow_exec,
         memory=not args.no_memory,
         sampled=args.sampled,
+        quality=not args.no_quality,
     )
     return 0

@@ -15,6 +15,7 @@ from runtime.plan.policy import PRESET_NAMES
 GREEDY = SamplingParams()  # the fidelity tables compare greedy texts
 STOCK = "llama-cpp-python"
 LOOKUP = "prompt-lookup"  # llama-cpp-python's LlamaPromptLookupDecoding, the only speculation it ships
+PLAIN_Q4 = "q4_k_m"  # plain Q4_K_M, what people run instead: every configuration is also shown against it
 
 
 @dataclass(frozen=True)
@@ -83,8 +84,10 @@ DEFAULT_CONFIGS = (
     "q8_0<-q4_k_m",
     "q8_0<-q4_k_m:k4",
     "exact",
-    "paper",
+    "balanced",
+    "fast",
     "auto",
+    "paper",
     STOCK,
     LOOKUP,
 )

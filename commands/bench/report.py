@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from commands.bench.frontier import frontier_lines, plot_frontier
 from commands.bench.memory import format_memory
 from commands.bench.stats import ratio_text
 
@@ -31,9 +32,9 @@ def format_table(result: dict[str, Any]) -> str:
     for workload, rows in result["summary"].items():
         lines.append(f"\n{workload}  (baseline {result['baseline']}; medians, min-max)")
         lines.append(
-            f"{'config':<18} {'tok/s':>7} {'range':>13} {'speed-up':>9} {'end-to-end':>10} {'TTFT':>6} "
+            f"{'config':<18} {'tok/s':>7} {'range':>13} {'speed-up':>9} {'end-to-end':>10} {'vs Q4':>6} {'TTFT':>6} "
             f"{'predicted':>9} {'cap':>6} {'effic.':>6} {'accept':>7} {'overhead':>8} {'same text':>9} {'agree':>6} "
-            f"{'accuracy':>8} {'CPU s/tok':>9}"
+            f"{'accuracy':>8} {'CPU s/tok':>9} {'top-1':>6} {'KL':>7}"
         )
         for name, e in rows.items():
             t = e["tok_per_s"]
@@ -45,18 +46,22 @@ def format_table(result: dict[str, Any]) -> str:
                 f"{name:<18} {num_text(t and t['median'], 7, 2)} "
                 f"{num_text(t and t['min'], 6, 1)}-{num_text(t and t['max'], -6, 1)} "
                 f"{num_text(e['speedup_vs_baseline'], 8, 2)}x "
-                f"{num_text(e.get('latency_speedup_vs_baseline'), 9, 2)}x {num_text(e.get('ttft_vs_baseline'), 5, 2)}x "
+                f"{num_text(e.get('latency_speedup_vs_baseline'), 9, 2)}x {num_text(e.get('vs_q4'), 5, 2)}x "
+                f"{num_text(e.get('ttft_vs_baseline'), 5, 2)}x "
                 f"{pred:>9} {num_text(cap and cap['speedup'], 5, 2)}x {num_text(e.get('latency_efficiency'), 6, 2)} "
                 f"{acc:>7} {ovh:>8} {_pct(e['fidelity']['exact_match_rate']):>9} "
                 f"{_pct(e['fidelity']['token_agreement']):>6} {_pct(e['accuracy']):>8} "
-                f"{num_text((e.get('cpu_s_per_token') or {}).get('median'), 9, 3)}"
+                f"{num_text((e.get('cpu_s_per_token') or {}).get('median'), 9, 3)} "
+                f"{num_text((e.get('quality') or {}).get('top1'), 6, 3)} "
+                f"{num_text((e.get('quality') or {}).get('kl_mean'), 7, 4)}"
             )
         # The user's numbers with their 90% intervals over prompts; "no measurable difference" where 1.0 is in.
         for name, e in rows.items():
             if name == result["baseline"]:
                 continue
+            vs_q4 = f", vs plain Q4_K_M {ratio_text(e['vs_q4'], e.get('vs_q4_ci'))}" if e.get("vs_q4") else ""
             lines.append(
-                f"  {name}: end-to-end {ratio_text(e.get('latency_speedup_vs_baseline'), e.get('latency_ci'))}, "
+                f"  {name}: end-to-end {ratio_text(e.get('latency_speedup_vs_baseline'), e.get('latency_ci'))}{vs_q4}, "
                 f"decode {ratio_text(e['speedup_vs_baseline'], e.get('speedup_ci'))}, "
                 f"TTFT {ratio_text(e.get('ttft_vs_baseline'), e.get('ttft_ci'))}"
                 + (f"; cap {e['cap']['speedup']:.2f}x at k = {e['cap']['k']} ({_cap_source(e['cap'])} acceptance "
@@ -93,7 +98,7 @@ PAPER_ROUTING = {"low": 0.28, "medium": 0.52, "high": 0.20}
 def headline_config(result: dict[str, Any]) -> str:
     """The configuration that stands for SpecQuant in the report: a routed preset if one ran."""
     names = [c["name"] for c in result["configs"]]
-    for preferred in ("auto", "exact", "paper"):
+    for preferred in ("auto", "fast", "balanced", "exact", "paper"):
         if preferred in names:
             return preferred
     return names[-1]
@@ -163,6 +168,7 @@ def write_report(result: dict[str, Any], path: Path) -> None:
     lines.append(
         f"| paper (all) | {PAPER_ROUTING['low']:.0%} | {PAPER_ROUTING['medium']:.0%} | {PAPER_ROUTING['high']:.0%} |"
     )
+    lines += ["", *frontier_lines(result)]
     lines += ["", "## All configurations", "", "```", format_table(result).strip(), "```", ""]
     if result.get("interrupted"):
         lines.insert(2, "**Interrupted: partial results.**\n")
@@ -170,7 +176,8 @@ def write_report(result: dict[str, Any], path: Path) -> None:
 
 
 def write_plots(result: dict[str, Any], out: Path) -> list[Path]:
-    """tok/s per configuration per workload, and acceptance against speed-up (needs matplotlib)."""
+    """tok/s per configuration per workload, acceptance against speed-up, and the frontier (speed against
+    plain Q4_K_M over agreement, per workload) (needs matplotlib)."""
     try:
         import matplotlib
 
@@ -208,4 +215,5 @@ def write_plots(result: dict[str, Any], out: Path) -> list[Path]:
     scatter = out / "acceptance_vs_speedup.png"
     fig.savefig(scatter, dpi=120)
     plt.close(fig)
-    return [speed, scatter]
+    frontier = plot_frontier(result, out, plt)
+    return [speed, scatter] + ([frontier] if frontier else [])

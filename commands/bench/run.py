@@ -14,8 +14,9 @@ from typing import Any
 import psutil
 
 from commands.bench.anchor import ANCHOR, LlamaCppRunner, missing_reason, tool_path
-from commands.bench.configs import DEFAULT_CONFIGS, GREEDY, LOOKUP, STOCK, BenchConfig, parse_config
+from commands.bench.configs import DEFAULT_CONFIGS, GREEDY, LOOKUP, PLAIN_Q4, STOCK, BenchConfig, parse_config
 from commands.bench.followup import FOLLOWUP, bench_followups, format_followups
+from commands.bench.frontier import tier_quality
 from commands.bench.memory import measure as measure_memory
 from commands.bench.multiturn import MULTITURN, bench_multiturn, format_multiturn
 from commands.bench.report import format_table, write_plots, write_report
@@ -89,12 +90,15 @@ def _spread(xs: list[float]) -> dict[str, float] | None:
 
 
 def summarize(
-    runs: list[dict[str, Any]], configs: list[BenchConfig], baseline: str, costs: dict[str, dict[int, float]]
+    runs: list[dict[str, Any]], configs: list[BenchConfig], baseline: str, costs: dict[str, dict[int, float]],
+    quality: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """`summary[workload][config]` from the raw runs; speed-ups pair each run with the baseline's run of the
-    same prompt and repeat."""
+    same prompt and repeat, and `vs_q4` with plain Q4_K_M's (the `q4_k_m` configuration, where it ran).
+    `quality`: each tier's figures against F16 (`tier_quality`), set beside the configurations it answers."""
     summary: dict[str, dict[str, Any]] = {}
     base = {(x["workload"], x["prompt_id"], x["repeat"]): x for x in runs if x["config"] == baseline}
+    q4 = {(x["workload"], x["prompt_id"], x["repeat"]): x for x in runs if x["config"] == PLAIN_Q4}
     for workload in sorted({x["workload"] for x in runs}):
         summary[workload] = {}
         for cfg in configs:
@@ -175,6 +179,15 @@ def summarize(
                 v = {n: t / costs[cfg.parent][1] for n, t in costs[cfg.parent].items()}
                 c = costs[cfg.draft][1] / costs[cfg.parent][1]
                 entry["predicted_speedup"] = round(predicted_speedup(accepted / drafted, drafted / cycles, c, v), 4)
+            # Against what people run instead (#61): plain Q4_K_M, paired the same way, end to end.
+            vs_q4 = [q["latency_s"] / a["latency_s"] for a, q in
+                     ((x, q4.get((x["workload"], x["prompt_id"], x["repeat"]))) for x in mine)
+                     if q and a["latency_s"] and q["latency_s"]]
+            entry["vs_q4"] = round(statistics.median(vs_q4), 4) if vs_q4 else None
+            entry["vs_q4_ci"] = bootstrap(vs_q4)
+            entry["vs_q4_min"] = round(min(vs_q4), 4) if vs_q4 else None
+            if quality and parent_tier in quality:  # what the parent's words are worth, beside its speed
+                entry["quality"] = {"tier": parent_tier, **quality[parent_tier]}
             summary[workload][cfg.name] = entry
     return summary
 
@@ -188,10 +201,12 @@ def bench(
     log=print,
     memory: bool = True,
     sampled: bool = False,
+    quality: bool = True,
 ) -> dict[str, Any]:
     """Run every configuration on every prompt, interleaved; then (with `memory`) each configuration once
     more in a process of its own, for its peak resident memory beside the plan's estimate. `sampled`: the
-    model's recommended sampling with a fixed seed instead of greedy (speed ratios only: texts differ)."""
+    model's recommended sampling with a fixed seed instead of greedy (speed ratios only: texts differ).
+    `quality`: measure each tier's figures against F16 where none are saved (else only saved ones are shown)."""
     baseline = configs[0].name
     sampling = None if sampled else GREEDY
     if sampled and any(c.stock for c in configs):
@@ -221,6 +236,10 @@ def bench(
             return stock[cfg.name].run(p["prompt"], n)
         return run_engine(engine, cfg, p["prompt"], n, sampling, grammars.get(id(p)), p.get("tools"))
 
+    if any(c.preset == "auto" for c in configs) and not engine.calibrated:
+        # The default as users get it once measured: the machine's calibration first (once per model; cached).
+        log("measuring this machine's presets for the default (auto), once")
+        engine.calibration()
     for cfg in configs:  # warm-up: load every tier, touch its pages
         run(cfg, prompts[0], 8)
     rapl = Rapl()
@@ -266,7 +285,8 @@ def bench(
     tiers = sorted(({t for c in configs for t in (c.parent, c.draft)} | used | {"f16"}) - {None, NGRAM})
     n_max = 1 + max([c.k or engine.settings.spec.k_max for c in configs if c.draft or c.preset], default=4)
     costs = {} if interrupted else batch_costs({t: engine.backend(t) for t in tiers}, n_max)
-    summary = summarize(runs, configs, baseline, costs)
+    figures = None if interrupted else tier_quality(engine.model, measure=quality, log=log)
+    summary = summarize(runs, configs, baseline, costs, figures)
     peaks: dict[str, dict[str, Any]] = {}
     if memory and not interrupted:
         for cfg in configs:
@@ -286,6 +306,8 @@ def bench(
         "versions": _versions(),
         "model": engine.manifest,
         "baseline": baseline,
+        "reference": PLAIN_Q4 if any(c.name == PLAIN_Q4 for c in configs) else None,
+        "quality": figures,
         "configs": [
             {"name": c.name, "parent": c.parent, "draft": c.draft, "k": c.k, "preset": c.preset} for c in configs
         ],
@@ -316,6 +338,7 @@ def main_bench(
     allow_exec: bool = False,
     memory: bool = True,
     sampled: bool = False,
+    quality: bool = True,
 ) -> dict[str, Any]:
     configs = [parse_config(n) for n in (config_names or DEFAULT_CONFIGS)]
     prompts = load_prompts(prompt_files, quick, allow_exec)
@@ -333,7 +356,9 @@ def main_bench(
     if prompts:
         engine = Engine(model, engine_settings)
         try:
-            result = bench(engine, configs, prompts, max_tokens, repeats, log, memory=memory, sampled=sampled)
+            result = bench(
+                engine, configs, prompts, max_tokens, repeats, log, memory=memory, sampled=sampled, quality=quality
+            )
             if with_sweep:
                 result["sweep"] = sweep(engine, prompts, max_tokens, log=log)
         finally:

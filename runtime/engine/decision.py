@@ -1,9 +1,9 @@
 """Deciding how one answer runs, before anything loads: a pure function of the prompt, the request's
 options and the machine's facts (docs/architecture.md §3).
 
-The router judges the last user message's level; the preset (or the user's pins, or the calibration for
-`auto`) picks the parent and draft tiers; the placement puts their layers where they fit; and where memory
-is short the precision gives way (a less precise parent, or no draft) unless the parent is pinned. The
+The router judges the last user message's level; the preset (or the user's pins, or for the default `auto`
+this machine's calibration) picks the parent and draft tiers; the placement puts their layers where they fit;
+and where memory is short the precision gives way (a less precise parent, or no draft) unless the parent is pinned. The
 Engine runs what this returns; `specquant info` shows it without loading a model.
 """
 
@@ -38,7 +38,8 @@ def decide(
     calibration: dict[str, Any] | None = None,
 ) -> Decision:
     """How the answer to `text` runs under `options` on `hardware` with the model's `tiers`.
-    `calibration` is the `auto` preset's measurements (None for the other presets)."""
+    `calibration` is this machine's measured speeds for the `auto` preset (None: not measured, or another
+    preset). A level pinned high is the user asking for precision: `auto` then answers as `exact`."""
     route = router.route(text, router_settings)
     if options.level != "auto":  # a pinned level is the one that decides, and the one shown
         why = f"{options.level.capitalize()}: pinned (the router judged it {route.level})."
@@ -48,6 +49,7 @@ def decide(
         options.preset,
         allow_lossy=options.allow_lossy,
         calibration=calibration,
+        asked_precision=options.level == "high",
         parent=options.parent,
         draft=options.draft,
         no_spec=options.no_spec,
@@ -65,4 +67,7 @@ def fit(choice: Choice, placement: Plan) -> Choice:
     why = f"{choice.why}; {placement.precision_note}" if placement.precision_note else choice.why
     if draft is None and choice.draft is not None and not placement.precision_note:
         why += "; draft dropped for memory"
-    return replace(choice, parent=placement.parent.tier, draft=draft, why=why)
+    # A parent that gave way for memory is not the preset's: its words are not what the preset promises.
+    named = choice.preset if placement.parent.tier == choice.parent else None
+    vs_q4 = choice.vs_q4 if named else None
+    return replace(choice, parent=placement.parent.tier, draft=draft, why=why, preset=named, vs_q4=vs_q4)

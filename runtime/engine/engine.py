@@ -168,7 +168,7 @@ class Engine(Answers):
 
     def decide(self, text: str, options: ChatOptions) -> Decision:
         """How the answer to `text` runs here: level, parent and draft, placement (runtime.engine.decision)."""
-        calibration = self.calibration() if options.preset == "auto" else None
+        calibration = self.stored_calibration() if options.preset == "auto" else None
         tiers = {t: self.tier_size(t) for t in self.manifest["tiers"]}
         return decide(text, options, tiers, self.hardware, self._placement, self.settings.router, calibration)
 
@@ -202,14 +202,25 @@ class Engine(Answers):
 
     @property
     def calibrated(self) -> bool:
-        """Whether the auto preset's calibration is loaded (else the next auto request measures or reads it)."""
-        return self._calibration is not None
+        """Whether this machine's speeds are measured for the default preset (else it answers `fast`)."""
+        return self.stored_calibration() is not None
 
-    def calibration(self) -> dict[str, Any]:
+    def stored_calibration(self) -> dict[str, Any] | None:
+        """The calibration saved for this machine and these tiers, read once; None before it is measured (the
+        default then answers `fast` rather than make an answer wait for the measurement)."""
         if self._calibration is None:
+            from runtime.engine.calibrate import stored
+
+            self._calibration = stored(self)
+        return self._calibration
+
+    def calibration(self, stop: Callable[[], bool] | None = None) -> dict[str, Any] | None:
+        """This machine's calibration (runtime.engine.calibrate), measured now if none is saved; None when
+        `stop()` said to stop between two of its runs (nothing is saved then)."""
+        if self.stored_calibration() is None:
             from runtime.engine.calibrate import load_or_calibrate
 
-            self._calibration = load_or_calibrate(self)
+            self._calibration = load_or_calibrate(self, stop)
         return self._calibration
 
     # --- models ------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from runtime.decode.speculative import SpecConfig
 from runtime.errors import UserError
 from runtime.plan import router
 from runtime.plan.placement import PlacementSettings
-from runtime.plan.policy import PRESET_NAMES
+from runtime.plan.policy import DEFAULT_PRESET, PRESET_NAMES
 from runtime.plan.router import RouterSettings
 
 if TYPE_CHECKING:
@@ -28,8 +28,9 @@ class ChatOptions:
     """One request's choices; the CLI flags, the app's settings and the benchmark all build this."""
 
     level: str = "auto"  # auto | low | medium | high
-    preset: str = "exact"
-    allow_lossy: bool = False
+    # The default: the most precise preset as fast as plain Q4_K_M here (runtime.plan.policy.frontier_pick)
+    preset: str = DEFAULT_PRESET
+    allow_lossy: bool = False  # the old auto preset's floors; no effect since the default weighs speed first
     parent: str | None = None
     draft: str | None = None  # a tier, "none", or None for the preset's
     no_spec: bool = False

@@ -146,7 +146,7 @@ class EngineProcess(Answers):
     def calibrated(self) -> bool:
         return bool(self._ask("calibrated"))
 
-    def calibration(self) -> dict[str, Any]:
+    def calibration(self) -> dict[str, Any] | None:
         return self._ask("calibration")
 
     def reset_caches(self) -> None:

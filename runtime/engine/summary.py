@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from runtime.engine.answer import Chunk, _speedup_facts
+from runtime.plan.policy import preset_words
 
 
 def answer_facts(last: Chunk) -> dict[str, Any]:
@@ -22,6 +23,11 @@ def answer_facts(last: Chunk) -> dict[str, Any]:
         "parent": last.choice.parent,
         "draft": last.choice.draft,
         "why": last.choice.why,
+        # The frontier preset that answered, in words ("Fast: the Q4_K_M model's words, 1.2× the speed of a
+        # plain Q4 file"; "" for the paper's table or pinned tiers)
+        "preset": last.choice.preset,
+        "vs_q4": last.choice.vs_q4,  # its measured speed over plain Q4_K_M's here (None: not measured)
+        "preset_words": preset_words(last.choice.preset, last.choice.vs_q4),
         "placement": last.placement.label,
         "precision_note": last.placement.precision_note or None,
         "tokens": s.tokens,
@@ -120,4 +126,5 @@ def stats_line(facts: dict[str, Any], detail: bool = False) -> str:
     speedup = speedup_text(facts) or (f"plain decoding: {facts['spec_off']}" if facts.get("spec_off") else "")
     parts = [facts["level"], facts["pair"], tokens, speed, speedup, f"first token {facts['ttft_s']:.2f} s", reused]
     line = "[" + " · ".join(p for p in [*parts, facts["placement"]] if p) + "]"
-    return line + (f"\n[{facts['precision_note']}]" if facts.get("precision_note") else "")
+    line += f"\n[{facts['precision_note']}]" if facts.get("precision_note") else ""
+    return line + (f"\n[{facts['preset_words']}]" if facts.get("preset_words") else "")

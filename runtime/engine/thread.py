@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from runtime.engine.engine import ChatOptions, Chunk, EngineSettings, Message
+from runtime.engine.engine import ChatOptions, Chunk, Engine, EngineSettings, Message
 from runtime.engine.interface import Answers, LoadedEngine
 from runtime.engine.process import open_engine
 from runtime.engine.reader import Failure, Job, JobReader, Status, failure_of
@@ -38,6 +38,9 @@ __all__ = ["CLOSE_TIMEOUT_S", "RELEASE_TIMEOUT_S", "EngineThread", "Failure", "J
 log = logging.getLogger("specquant.worker")
 
 RELEASE_TIMEOUT_S = 60.0  # loading a large model from a slow disk cannot be interrupted: allow it to end
+# Idle time after a default-preset answer before this machine's speeds are measured (the window, the API
+# server): a person reading the answer is not kept waiting, and a new request stops the measurement.
+CALIBRATE_IDLE_S = 20.0
 CLOSE_TIMEOUT_S = 30.0  # at exit: the thread is a daemon, so one that does not end within this dies with us
 
 
@@ -72,6 +75,7 @@ class EngineThread(Answers):
         name: str = "specquant-engine",
         max_models: int = 1,
         idle_unload_s: float | None = None,
+        calibrate_when_idle: bool = False,
     ) -> None:
         if max_queue is not None and max_queue < 1:
             raise UserError(f"queue size {max_queue} must be at least 1")
@@ -80,6 +84,10 @@ class EngineThread(Answers):
         self.max_queue = max_queue
         self.max_models = max_models
         self.idle_unload_s = idle_unload_s  # None: an idle model stays loaded
+        # After a default-preset answer of a model not yet measured here, measure it between jobs (the window,
+        # the API server): until then the default answers `fast` rather than make anyone wait (#61).
+        self.calibrate_when_idle = calibrate_when_idle
+        self._calibrate_due: dict[str, float] = {}  # model name: when (time.monotonic) it is measured if idle
         # The loaded Engines by model name, least recently used first, with when each last finished a job.
         self._engines: collections.OrderedDict[str, LoadedEngine] = collections.OrderedDict()
         self._snapshot: tuple[LoadedEngine, ...] = ()  # the same, for other threads (replaced whole, never changed)
@@ -233,13 +241,9 @@ class EngineThread(Answers):
         try:
             _check(job, "before the answer started")
             engine = self._engine_for(job)
-            # Loading and calibrating cannot be interrupted from here; a Stop during either is honoured as soon
-            # as it ends (what was loaded or measured is kept for the next request), before any token.
+            # Loading cannot be interrupted from here; a Stop during it is honoured as soon as it ends (what was
+            # loaded is kept for the next request), before any token.
             _check(job, "while the model was loading")
-            if job.options.preset == "auto" and not engine.calibrated:
-                _tell(job, Status("Measuring this machine for the auto preset (once per model)…"))
-                engine.calibration()
-                _check(job, "while measuring this machine")
             # The window's wait says what takes the time before the first words (after a load, the prompt).
             documents = job.options.documents is not None
             if documents:
@@ -276,10 +280,38 @@ class EngineThread(Answers):
             _tell(job, failure)
         else:
             self._durations.append(time.monotonic() - started)
+            self._calibrate_later(job)
         finally:
             self._fresh = None
             if self.engine is not None:  # the job's model (the most recently used): its idle clock starts now
                 self._last_used[self.engine.model.name] = time.monotonic()
+
+    def _calibrate_later(self, job: Job) -> None:
+        """After a default-preset answer of a model not yet measured here: measure it once the engine has been
+        idle CALIBRATE_IDLE_S (the clock restarts with every answer)."""
+        engine = self.engine
+        if not self.calibrate_when_idle or job.options.preset != "auto" or not isinstance(engine, Engine):
+            return
+        if not engine.calibrated:
+            self._calibrate_due[engine.model.name] = time.monotonic() + CALIBRATE_IDLE_S
+
+    def _calibrate_idle(self) -> None:
+        """Measure the models whose idle time has come; a request that arrives stops the measurement between
+        two of its runs (nothing is saved: the next idle spell measures again)."""
+        now = time.monotonic()
+        for name, due in list(self._calibrate_due.items()):
+            engine = self._engines.get(name)
+            if due > now and engine is not None:
+                continue
+            self._calibrate_due.pop(name)
+            if isinstance(engine, Engine) and not engine.calibrated:
+                log.info("measuring %s's presets on this machine for the default (once)", name)
+                engine.calibration(stop=self._has_pending)
+
+    def _has_pending(self) -> bool:
+        """Whether a request waits, or the thread is closing: a measurement stops for either."""
+        with self._cond:
+            return bool(self._pending) or self._closed
 
     def _engine_for(self, job: Job) -> LoadedEngine:
         """The job's model's Engine, loaded if need be (the least recently used unloaded to make room)."""
@@ -317,14 +349,16 @@ class EngineThread(Answers):
             engine.close()
 
     def _next_idle_check(self) -> float | None:
-        """Seconds until the next loaded model has been idle for `idle_unload_s` (None: no such check)."""
-        if self.idle_unload_s is None or not self._engines:
-            return None
+        """Seconds until the next loaded model has been idle for `idle_unload_s`, or until a measurement is due
+        (None: no such check)."""
         now = time.monotonic()
-        first = min(self._last_used.get(n, now) for n in self._engines)
-        return max(0.0, first + self.idle_unload_s - now)
+        deadlines = list(self._calibrate_due.values())
+        if self.idle_unload_s is not None and self._engines:
+            deadlines.append(min(self._last_used.get(n, now) for n in self._engines) + self.idle_unload_s)
+        return max(0.0, min(deadlines) - now) if deadlines else None
 
     def _unload_idle(self) -> None:
+        self._calibrate_idle()
         if self.idle_unload_s is None:
             return
         now = time.monotonic()
