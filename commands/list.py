@@ -17,7 +17,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from runtime.models.vocab import can_draft_for
+
     models = list_models()
+    drafts_for = can_draft_for([ModelDir(m.path.parent, m.name) for m in models])
     if args.json:
         out = []
         for m in models:
@@ -31,6 +34,7 @@ def main(args: argparse.Namespace) -> int:
                     "reconstructed": man.get("reconstructed"),
                     "source": man.get("source", {}).get("ref"),
                     "tiers": md.tier_rows(man),
+                    "can_draft_for": drafts_for.get(m.name, []),
                 }
             )
         print(json.dumps({"cache": str(cache_root()), "models": out}, indent=2))
@@ -49,4 +53,6 @@ def main(args: argparse.Namespace) -> int:
         for t, rec in man.get("tiers", {}).items():
             fb = f"  {rec['fallbacks']} fallback tensors" if rec.get("fallbacks") else ""
             print(f"  {t:<7} {gb(rec['bytes']):>9}{fb}")
+        if drafts_for.get(m.name):
+            print(f"  can draft for: {', '.join(drafts_for[m.name])} (--draft-model {m.name})")
     return 0

@@ -15,6 +15,10 @@ def answer_facts(last: Chunk) -> dict[str, Any]:
     sources = {"ngram": s.ngram_accepted, "suffix": s.suffix_accepted}
     if last.choice.draft:
         sources[last.choice.draft] = s.tier_accepted
+    # A draft model (`--draft-model`) planned in: what the controller let it draft (0: declined, it did not pay)
+    sibling = {"drafted": s.drafted_by("model"), "accepted": s.accepted_by("model")} if last.placement.sibling else None
+    if sibling is not None:
+        sources["draft model"] = sibling["accepted"]
     return {
         "level": last.route.level,
         "reason": last.route.reason,
@@ -31,6 +35,7 @@ def answer_facts(last: Chunk) -> dict[str, Any]:
         "drafted": s.drafted,
         "accepted": s.accepted,
         "draft_sources": sources,
+        **({"draft_model": sibling} if sibling is not None else {}),
         "forced": s.forced,  # tokens the grammar (a response_format) decided: no draft, no verify row
         "reused_tokens": s.reused_tokens,
         "dropped_turns": s.dropped_turns,
@@ -119,5 +124,9 @@ def stats_line(facts: dict[str, Any], detail: bool = False) -> str:
     reused = f"{facts['reused_tokens']} prompt tokens reused" if facts.get("reused_tokens") else ""
     speedup = speedup_text(facts) or (f"plain decoding: {facts['spec_off']}" if facts.get("spec_off") else "")
     parts = [facts["level"], facts["pair"], tokens, speed, speedup, f"first token {facts['ttft_s']:.2f} s", reused]
+    if facts.get("draft_model") is not None:
+        m = facts["draft_model"]
+        used = f"{m['accepted']} of {m['drafted']} drafted tokens kept" if m["drafted"] else "declined (would not pay)"
+        parts.append(f"draft model: {used}")
     line = "[" + " · ".join(p for p in [*parts, facts["placement"]] if p) + "]"
     return line + (f"\n[{facts['precision_note']}]" if facts.get("precision_note") else "")
