@@ -163,3 +163,15 @@ def test_the_controller_declines_a_draft_model_that_costs_more_than_it_can_save(
                     assert chosen.source == name and not chosen.explore, (parent, a, c, best)
         finally:
             engine.close()
+
+
+def test_the_catalogue_names_the_larger_models_of_a_family() -> None:
+    from runtime.plan.catalog import can_draft_for as catalogue_drafts_for
+    from runtime.plan.catalog import load_catalog
+
+    entries = {e.name: e for e in load_catalog()}
+    small = catalogue_drafts_for(entries["Qwen2.5-0.5B-Instruct"], list(entries.values()))
+    # the 7B pads its vocabulary to 152,064: still the family's; Qwen3 is another architecture
+    assert small == ["Qwen2.5-1.5B-Instruct", "Qwen2.5-3B-Instruct", "Qwen2.5-7B-Instruct"]
+    assert catalogue_drafts_for(entries["Qwen2.5-7B-Instruct"], list(entries.values())) == []
+    assert "Llama-3.2-3B-Instruct" in catalogue_drafts_for(entries["Llama-3.2-1B-Instruct"], list(entries.values()))

@@ -94,7 +94,7 @@ def cap_text(facts: dict[str, Any]) -> str:
 def sources_text(facts: dict[str, Any]) -> str:
     """Where the tokens not sampled one by one came from: "3 forced by the grammar, 12 from n-gram, 9 from
     earlier text, 40 from Q4_K_M" ("" when none were)."""
-    words = {"ngram": "n-gram", "suffix": "earlier text"}
+    words = {"ngram": "n-gram", "suffix": "earlier text", "draft model": "the draft model"}
     parts = [f"{n} from {words.get(k, k.upper())}" for k, n in facts.get("draft_sources", {}).items() if n]
     if facts.get("forced"):
         parts.insert(0, f"{facts['forced']} forced by the grammar")
