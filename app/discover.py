@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
 
 from runtime.errors import UserError
 from runtime.models.cache import cache_root, list_models
-from runtime.plan.catalog import Entry, Fit, fit, load_catalog
+from runtime.plan.catalog import Entry, Fit, can_draft_for, fit, load_catalog
 
 # "This computer" second: last, it was off-screen at the dialog's default size (#63).
 COLUMNS = ["Model", "This computer", "Parameters", "Download", "F16 / Q8_0 / Q4_K_M", "RAM", "Licence"]
@@ -150,7 +150,11 @@ class DiscoverTab(QWidget):
             return
         gated = " The Hub asks you to accept its licence and log in first (`hf auth login`)." if entry.gated else ""
         have = f" Already converted as {self.installed[entry.repo]}." if entry.repo in self.installed else ""
-        self.note.setText(f"<b>{entry.repo}</b>: {entry.description}<br>{self.fits[entry.repo].line}.{gated}{have}")
+        larger = can_draft_for(entry, self.entries)
+        drafts = f"<br>Can draft for: {', '.join(larger)} (same family and vocabulary)." if larger else ""
+        self.note.setText(
+            f"<b>{entry.repo}</b>: {entry.description}<br>{self.fits[entry.repo].line}.{gated}{have}{drafts}"
+        )
 
     def offer(self, repo: str) -> None:
         """Pick `repo` and ask whether to download it (the demo's note offers a better model this way)."""

@@ -21,6 +21,7 @@ from runtime.engine.system_presets import SystemPreset
 from runtime.engine.tool_loop import DEFAULT_ROUNDS
 from runtime.errors import UserError
 from runtime.machine.rpc import parse_endpoints
+from runtime.models.cache import check_name
 from runtime.plan.placement import PlacementSettings
 
 ORGANIZATION = "SpecQuant"
@@ -38,6 +39,7 @@ class AppSettings:
     level: str = "auto"  # auto, or a pinned level
     speculation: bool = True
     draft_length: int = 0  # 0: the controller picks k each cycle; N: always draft N tokens
+    draft_model: str = ""  # another converted model with the same vocabulary that drafts (`--draft-model`); "": none
     model_sampling: bool = True  # the model's recommended sampling; else the three values below
     temperature: float = LLAMA_DEFAULTS.temperature
     top_p: float = LLAMA_DEFAULTS.top_p
@@ -117,7 +119,10 @@ class AppSettings:
             raise UserError(f"memory budget {self.max_memory_gb:g} GB must be 0 (no budget) or more")
         budget = int(self.max_memory_gb * 1e9) if self.max_memory_gb > 0 else None
         placement = PlacementSettings(mode=self.placement, max_memory_bytes=budget)
-        return EngineSettings(n_ctx=self.n_ctx, placement=placement, rpc=parse_endpoints(self.workers))
+        draft_model = check_name(self.draft_model) if self.draft_model else None
+        return EngineSettings(
+            n_ctx=self.n_ctx, placement=placement, rpc=parse_endpoints(self.workers), draft_model=draft_model
+        )
 
 
 def load_settings(store: QSettings | None = None) -> AppSettings:

@@ -75,6 +75,15 @@ class SettingsDialog(QDialog):
         self.draft_length = QSpinBox(minimum=0, maximum=16, value=s.draft_length)
         self.draft_length.setSpecialValueText("Automatic")
         self.draft_length.setToolTip("Tokens the draft proposes each cycle; Automatic: only where it pays")
+        self.draft_model = QComboBox()
+        self.draft_model.addItem("None", "")
+        for name in _converted_models():
+            self.draft_model.addItem(name, name)
+        self.draft_model.setCurrentIndex(max(0, self.draft_model.findData(s.draft_model)))
+        self.draft_model.setToolTip(
+            "A smaller model of the same family that proposes tokens for the model you chat with (its vocabulary "
+            "must be the same, token for token); used only where it pays, the answer stays the same"
+        )
         self.model_sampling = QCheckBox("Sample as the model recommends (else llama.cpp's defaults)")
         self.model_sampling.setToolTip("Untick to set temperature, top-p and top-k yourself; temperature 0 is greedy")
         self.model_sampling.setChecked(s.model_sampling)
@@ -137,6 +146,7 @@ class SettingsDialog(QDialog):
         form.addRow("&Level:", self.level)
         form.addRow("", self.spec)
         form.addRow("&Draft length:", self.draft_length)
+        form.addRow("Draft m&odel:", self.draft_model)
         form.addRow("", self.model_sampling)
         form.addRow("&Temperature:", self.temperature)
         form.addRow("Top-&p:", self.top_p)
@@ -185,6 +195,7 @@ class SettingsDialog(QDialog):
             level=self.level.currentData(),
             speculation=self.spec.isChecked(),
             draft_length=self.draft_length.value(),
+            draft_model=self.draft_model.currentData(),
             model_sampling=self.model_sampling.isChecked(),
             temperature=self.temperature.value(),
             top_p=self.top_p.value(),
@@ -209,3 +220,10 @@ class SettingsDialog(QDialog):
             self.error.setText(str(e))
             return
         super().accept()
+
+
+def _converted_models() -> list[str]:
+    """The complete models in the cache: the draft model's choices."""
+    from runtime.models.cache import list_models
+
+    return [m.name for m in list_models() if m.complete]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from runtime.decode.sampling import LLAMA_DEFAULTS
 from runtime.engine.options import ChatOptions
 from runtime.errors import UserError
-from runtime.models.cache import TIERS
+from runtime.models.cache import TIERS, check_name
 from runtime.plan.placement import PLACEMENT_MODES, PlacementSettings
 from runtime.plan.policy import DRAFT_CHOICES, PRESET_NAMES
 from runtime.plan.router import LEVELS
@@ -40,6 +40,9 @@ def add_engine_flags(p: argparse.ArgumentParser) -> None:
 
     engine = EngineSettings()
     p.add_argument("--model", help="model name in the cache (default: the only one, else the demo)")
+    p.add_argument(
+        "--draft-model", metavar="NAME", help="a smaller converted model with the same vocabulary that drafts for it"
+    )
     p.add_argument("--ctx", type=int, default=engine.n_ctx, help=f"context size in tokens (default {engine.n_ctx})")
     p.add_argument("--threads", type=int, default=engine.n_threads, help="threads (default: physical cores)")
     p.add_argument("--placement", default=PLACEMENT.mode, choices=PLACEMENT_MODES, help="where tiers run")
@@ -170,7 +173,10 @@ def engine_settings(args: argparse.Namespace) -> EngineSettings:
     workers = parse_endpoints(args.rpc)
     if args.placement == "remote" and not workers:
         raise UserError("--placement remote needs a worker: --rpc HOST:PORT (see `specquant worker`)")
-    return EngineSettings(n_ctx=args.ctx, n_threads=args.threads, placement=placement, rpc=workers)
+    draft_model = check_name(args.draft_model) if getattr(args, "draft_model", None) else None
+    return EngineSettings(
+        n_ctx=args.ctx, n_threads=args.threads, placement=placement, rpc=workers, draft_model=draft_model
+    )
 
 
 def load_engine(args: argparse.Namespace, isolated: bool = True) -> LoadedEngine:

@@ -44,6 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from runtime.decode.drafts.model import source_name
     from runtime.decode.machine_costs import format_costs
     from runtime.machine import rpc
     from runtime.machine.hardware import ensure_backends
@@ -69,6 +70,8 @@ def main(args: argparse.Namespace) -> int:
             "tool_calls": _call_format(engine).name,
             "thinking": _thinking(engine),
             "quality": _quality(engine, args),
+            "draft_model": engine.sibling[0].name if engine.sibling else None,
+            "can_draft_for": _can_draft_for(engine.model),
         }
         calibration = engine.calibration() if args.calibrate or engine.calibrated else None
         pick, why = frontier_pick(calibration)
@@ -78,6 +81,8 @@ def main(args: argparse.Namespace) -> int:
         costs = None
         if args.costs:
             drafts = [t for t in ("q8_0", "q4_k_m") if t in engine.manifest["tiers"]]
+            if engine.sibling is not None:
+                drafts.append(source_name(engine.sibling[0].name))
             costs, cached = engine.costs("f16", drafts, refresh=args.refresh)
             out["costs"] = costs.as_dict() | {"cached": cached}
         if args.json:
@@ -93,6 +98,11 @@ def main(args: argparse.Namespace) -> int:
             )
             print(f"kernels {ensure_backends().describe()}")
             print(f"tools   {_call_format(engine).describe()}")
+            if engine.sibling is not None:
+                model, tier = engine.sibling
+                print(f"drafts  from model {model.name} ({tier.upper()}): the same vocabulary, token for token")
+            if out["can_draft_for"]:
+                print(f"can draft for: {', '.join(out['can_draft_for'])} (--draft-model {engine.model.name})")
             if out["thinking"] is not None:
                 t = out["thinking"]
                 switch = "switched by its template (enable_thinking)" if t["switchable"] else "no switch"
@@ -135,6 +145,15 @@ def _quality(engine: Any, args: argparse.Namespace) -> dict[str, Any] | None:
         )
         figures = quality.load_or_measure(model, refresh=True, threads=engine.settings.n_threads)
     return figures
+
+
+def _can_draft_for(model: ModelDir) -> list[str]:
+    """The cached models this one can draft for (runtime.models.vocab)."""
+    from runtime.models.cache import list_models
+    from runtime.models.vocab import can_draft_for
+
+    others = [ModelDir(m.path.parent, m.name) for m in list_models(model.root)]
+    return can_draft_for(others).get(model.name, [])
 
 
 def _call_format(engine: Any) -> CallFormat:

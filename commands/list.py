@@ -17,9 +17,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from runtime.models.vocab import can_draft_for
     from runtime.plan import quality
 
     models = list_models()
+    drafts_for = can_draft_for([ModelDir(m.path.parent, m.name) for m in models])
     if args.json:
         out = []
         for m in models:
@@ -34,6 +36,7 @@ def main(args: argparse.Namespace) -> int:
                     "source": man.get("source", {}).get("ref"),
                     "tiers": md.tier_rows(man),
                     "quality": quality.cached(md),  # measured by convert or info; null until then
+                    "can_draft_for": drafts_for.get(m.name, []),
                 }
             )
         print(json.dumps({"cache": str(cache_root()), "models": out}, indent=2))
@@ -56,4 +59,6 @@ def main(args: argparse.Namespace) -> int:
             print(f"  {t:<7} {gb(rec['bytes']):>9}{fb}{said}")
         if figures is not None and figures.get("reconstructed"):
             print(f"  note: {quality.REQUANT_NOTE}")
+        if drafts_for.get(m.name):
+            print(f"  can draft for: {', '.join(drafts_for[m.name])} (--draft-model {m.name})")
     return 0

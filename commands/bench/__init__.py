@@ -26,6 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     engine = EngineSettings()
     p.add_argument("--model", help="model name in the cache")
+    p.add_argument("--draft-model", metavar="NAME", help="a smaller converted model of the same vocabulary drafts")
     p.add_argument("--prompts", nargs="+", help="prompt sets (JSON lines with a 'prompt'); default: assets/prompts")
     p.add_argument("--configs", nargs="+", help="tiers, PARENT<-DRAFT[:kN], presets or llama-cpp-python")
     p.add_argument("--max-tokens", type=int, default=128)
@@ -72,6 +73,7 @@ def main(args: argparse.Namespace) -> int:
             n_threads=args.threads,
             placement=PlacementSettings(max_memory_bytes=memory_budget(args)),
             prompt_store_bytes=0,  # each run reads its prompt: a state saved on disk by an earlier run would not
+            draft_model=args.draft_model,
         ),
         with_sweep=args.sweep,
         allow_exec=args.allow_exec,

@@ -13,7 +13,7 @@ from runtime.engine.options import EngineSettings
 from runtime.errors import UserError
 from runtime.machine.hardware import Inventory
 from runtime.models.cache import CachedModel, ModelDir, cache_root, check_name, list_models
-from runtime.plan.placement import GB
+from runtime.plan.placement import GB, TierSize
 from runtime.plan.residency import Residency, manifest_tiers, models_that_fit, residency
 
 
@@ -75,8 +75,18 @@ class ModelRoom:
         with self._lock:
             if key not in self._judged:
                 tiers = manifest_tiers(m.manifest or {}, self.settings.n_ctx)
-                self._judged[key] = residency(m.name, tiers, self.inv, self.settings.placement, self.cache_bytes)
+                sibling = self._draft_model() if m.name != self.settings.draft_model else None
+                self._judged[key] = residency(
+                    m.name, tiers, self.inv, self.settings.placement, self.cache_bytes, sibling
+                )
             return self._judged[key]
+
+    def _draft_model(self) -> TierSize | None:
+        """The draft model's tier (`--draft-model`), planned beside each model it drafts for."""
+        name = self.settings.draft_model
+        manifest = ModelDir(cache_root(), name).read_manifest() if name else None
+        tiers = manifest_tiers(manifest, self.settings.n_ctx) if manifest else None
+        return min(tiers.values(), key=lambda t: t.file_bytes) if tiers else None
 
     def models_max(self) -> int:
         """How many of the converted models fit in memory together (the default of --models-max); one where

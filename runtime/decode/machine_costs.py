@@ -241,6 +241,11 @@ def load_or_measure(
     return costs, False
 
 
+def _label(source: str) -> str:
+    """A draft tier as "Q4_K_M", a draft model as "model qwen-coder-0.5b"."""
+    return source.replace(":", " ", 1) if source.startswith("model:") else source.upper()
+
+
 def format_costs(costs: MachineCosts, cached: bool) -> str:
     """The lines `specquant info --costs` prints."""
     lines = [
@@ -252,11 +257,11 @@ def format_costs(costs: MachineCosts, cached: bool) -> str:
     ]
     for tier, c in costs.c.items():
         lines.append(
-            f"  draft {tier.upper()}: c {c:.2f}, a caught-up token {costs.prefill[tier]:.3f}, "
+            f"  draft {_label(tier)}: c {c:.2f}, a caught-up token {costs.prefill[tier]:.3f}, "
             f"agreement {costs.acceptance[tier]:.0%}"
         )
     for source, cap_ in costs.caps().items():
-        name = source.upper() if not source.startswith(NGRAM) else f"n-gram ({source.split(':')[1]}-token match)"
+        name = _label(source) if not source.startswith(NGRAM) else f"n-gram ({source.split(':')[1]}-token match)"
         if cap_["k"]:
             lines.append(f"  cap   {name}: {cap_['cap']:.2f}x at k = {cap_['k']} (acceptance {cap_['acceptance']:.0%})")
         else:

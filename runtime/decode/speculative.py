@@ -130,14 +130,16 @@ class Decoding:
         controller: Controller | None = None,
         said: SuffixIndex | None = None,
         party: str = "",
+        sibling: tuple[str, LlamaBackend] | None = None,
         **fields: Any,
     ) -> Decoding:
         """The sources `spec` switches on (`draft` as the tier draft, named `draft_name`; `said`, the model's
-        pool of earlier sequences, read and written for `party`), a controller with its fixed k unless one is
-        given, and `fields` as they are."""
+        pool of earlier sequences, read and written for `party`; `sibling`, a draft model's source name and
+        backend), a controller with its fixed k unless one is given, and `fields` as they are."""
         spec = spec or SpecConfig()
         controller = controller or Controller(fixed_k=spec.k)
-        return cls(sources=build(spec, draft, draft_name, said, party), controller=controller, **fields)
+        sources = build(spec, draft, draft_name, said, party, sibling)
+        return cls(sources=sources, controller=controller, **fields)
 
 
 def generate_steps(

@@ -64,6 +64,8 @@ class ModelState(Protocol):
 
     def pair(self, choice: Choice, placement: Plan) -> tuple[LlamaBackend, LlamaBackend | None]: ...
 
+    def draft_model(self, placement: Plan) -> tuple[str, LlamaBackend] | None: ...
+
     def render(
         self, parent: LlamaBackend, messages: Sequence[Message], tools: list[dict[str, Any]] | None = None,
         think: bool | None = None,
@@ -102,6 +104,7 @@ class AnswerPlan:
     citations: tuple[Citation, ...] = ()  # a grounded answer's sources, numbered as in its prompt
     said: SuffixIndex | None = None  # the pool suffix lookup reads and writes (None: off)
     thought: thinking.ThoughtPlan | None = None  # a thinking model's: its thought is split from the answer
+    sibling: tuple[str, LlamaBackend] | None = None  # the draft model (`--draft-model`): source name, backend
 
 
 def prepare(
@@ -154,8 +157,11 @@ def prepare(
         spec = replace(spec, forced=False)  # grammar leaves no choice (the baseline speed-ups are against)
     params = sampling(parent, options)
     measured = model.measurements
-    if draft is not None or spec.ngram:  # the machine's costs decide from the first cycle on
-        measured.costs(choice.parent, [choice.draft] if draft is not None and choice.draft else [])
+    # The draft model drafts wherever the answer speculates: the placement keeps it only then (and if it fits).
+    sibling = model.draft_model(decision.placement)
+    if draft is not None or spec.ngram or sibling is not None:  # the machine's costs decide from the first cycle on
+        drafts = [choice.draft] if draft is not None and choice.draft else []
+        measured.costs(choice.parent, drafts + ([sibling[0]] if sibling is not None else []))
     controller = Controller(measured.estimates(choice.parent, params.greedy), fixed_k=spec.k)
     plain = PlainEstimate.start(controller.estimates, measured.known_costs(choice.parent), choice.draft)
     tiers = model.manifest["tiers"]
@@ -163,6 +169,7 @@ def prepare(
     return AnswerPlan(
         model, options, decision, parent, draft, prompt, dropped, reused, grammar, calls, spec, params, controller,
         plain, ratio, citations, model.said if spec.suffix else None, thought=thought_plan(parent, prompt, options),
+        sibling=sibling,
     )
 
 

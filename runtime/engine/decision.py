@@ -36,10 +36,12 @@ def decide(
     placement: PlacementSettings,
     router_settings: RouterSettings,
     calibration: dict[str, Any] | None = None,
+    sibling: TierSize | None = None,
 ) -> Decision:
     """How the answer to `text` runs under `options` on `hardware` with the model's `tiers`.
     `calibration` is this machine's measured speeds for the `auto` preset (None: not measured, or another
-    preset). A level pinned high is the user asking for precision: `auto` then answers as `exact`."""
+    preset); `sibling` the draft model's tier (`--draft-model`), planned beside the pair when the answer
+    speculates. A level pinned high is the user asking for precision: `auto` then answers as `exact`."""
     route = router.route(text, router_settings)
     if options.level != "auto":  # a pinned level is the one that decides, and the one shown
         why = f"{options.level.capitalize()}: pinned (the router judged it {route.level})."
@@ -55,7 +57,9 @@ def decide(
         no_spec=options.no_spec,
         k=options.k,
     )
-    plan = plan_precision(hardware, dict(tiers), choice.parent, choice.draft, placement, options.parent is not None)
+    sibling = sibling if choice.draft is not None or choice.ngram else None  # plain decoding: no draft model
+    pinned = options.parent is not None
+    plan = plan_precision(hardware, dict(tiers), choice.parent, choice.draft, placement, pinned, sibling)
     return Decision(route, fit(choice, plan), plan)
 
 

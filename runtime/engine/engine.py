@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.decode.controller import Estimates
+from runtime.decode.drafts.model import source_name
 from runtime.decode.grammar import Grammar, markup_token
 from runtime.decode.llama_backend import LlamaBackend, LoadOptions
 from runtime.decode.machine_costs import MachineCosts
@@ -85,6 +86,8 @@ class Engine(Answers):
         self.manifest = manifest
         for tier in manifest.get("tiers", {}):  # a damaged tier is refused now, before a thread makes room for it
             self.model_file_check(tier)
+        # A draft model (`--draft-model`): another converted model with this one's vocabulary, token for token
+        self.sibling = self._draft_model(self.settings.draft_model, root)
         # Workers first: registered with ggml, their devices are part of the inventory.
         self.workers = rpc.connect(self.settings.rpc) if self.settings.rpc else []
         self.hardware = hardware or inventory()
@@ -159,18 +162,23 @@ class Engine(Answers):
     def route(self, text: str) -> Route:
         return router.route(text, self.settings.router)
 
-    def tier_size(self, tier: str) -> TierSize:
-        rec = self.manifest["tiers"][tier]
+    def tier_size(self, tier: str, model: ModelDir | None = None) -> TierSize:
+        model = model or self.model
+        manifest = self.manifest if model is self.model else model.read_manifest() or {}
+        rec = manifest["tiers"][tier]
         hparams = rec.get("hparams")
         if hparams is None:
-            raise ModelError(f"model {self.model.name!r} predates placement facts: run `specquant convert` again")
+            raise ModelError(f"model {model.name!r} predates placement facts: run `specquant convert` again")
         return tier_size(tier, rec["bytes"], hparams, self.settings.n_ctx)
 
     def decide(self, text: str, options: ChatOptions) -> Decision:
         """How the answer to `text` runs here: level, parent and draft, placement (runtime.engine.decision)."""
         calibration = self.stored_calibration() if options.preset == "auto" else None
         tiers = {t: self.tier_size(t) for t in self.manifest["tiers"]}
-        return decide(text, options, tiers, self.hardware, self._placement, self.settings.router, calibration)
+        sibling = self.tier_size(self.sibling[1], self.sibling[0]) if self.sibling else None
+        return decide(
+            text, options, tiers, self.hardware, self._placement, self.settings.router, calibration, sibling
+        )
 
     # --- what was measured here (runtime.engine.measurements) ------------------------------------------
     def machine_key(self) -> dict[str, Any]:
@@ -224,8 +232,32 @@ class Engine(Answers):
         return self._calibration
 
     # --- models ------------------------------------------------------------------------------------
+    def _draft_model(self, name: str | None, root: Path | None) -> tuple[ModelDir, str] | None:
+        """The draft model and the tier it drafts with (its cheapest), once its vocabulary is checked to be
+        this model's token for token (a one-line error naming the first differing token otherwise)."""
+        if not name or name == self.model.name:
+            return None
+        from runtime.models.vocab import check_draft_model, draft_tier
+
+        sibling = resolve_model(name, root)
+        manifest = sibling.read_manifest() or {}
+        if not manifest.get("complete"):
+            raise ModelError(f"draft model {name!r} is incomplete: run `specquant convert` again")
+        check_draft_model(sibling, self.model)
+        return sibling, draft_tier(sibling, manifest)
+
+    def draft_model(self, placement: Plan) -> tuple[str, LlamaBackend] | None:
+        """The draft model as a draft source (its source name and backend), if the plan kept it in memory."""
+        if self.sibling is None or placement.sibling is None:
+            return None
+        name = source_name(self.sibling[0].name)
+        return name, self.backend(name)
+
     def backend(self, tier: str, n_gpu_layers: int = 0, op_offload: bool | None = False) -> LlamaBackend:
-        """The loaded tier (memory-mapped), reloaded only when its placement changes."""
+        """The loaded tier (memory-mapped), reloaded only when its placement changes; the draft model's tier
+        under its source name ("model:NAME")."""
+        if self.sibling is not None and tier == source_name(self.sibling[0].name):
+            return self._sibling_backend(tier)
         b = self._backends.get(tier)
         if b is not None and b.options.n_gpu_layers == n_gpu_layers:
             return b
@@ -240,6 +272,15 @@ class Engine(Answers):
         )
         self._backends[tier] = LlamaBackend(self.model.tier_path(tier), opts)
         return self._backends[tier]
+
+    def _sibling_backend(self, name: str) -> LlamaBackend:
+        assert self.sibling is not None
+        b = self._backends.get(name)
+        if b is None:
+            model, tier = self.sibling
+            opts = LoadOptions(n_ctx=self.settings.n_ctx, n_threads=self.settings.n_threads)
+            b = self._backends[name] = LlamaBackend(model.tier_path(tier), opts)
+        return b
 
     def model_file_check(self, tier: str) -> None:
         """A cheap guard against a damaged tier: size must match the manifest (convert checks sha256)."""

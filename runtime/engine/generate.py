@@ -43,6 +43,7 @@ def run(plan: AnswerPlan, cancel: threading.Event | None = None) -> Iterator[Chu
         controller=plan.controller,
         said=plan.said,
         party=options.cache_key,
+        sibling=plan.sibling,
         params=plan.sampling,
         answer_tokens=expected_answer_tokens(route),
         max_tokens=options.max_tokens,

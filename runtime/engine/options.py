@@ -92,3 +92,6 @@ class EngineSettings:
     said_tokens: int = 200_000
     # Disk for long stable prefixes' KV states (runtime.engine.prompt_store); None: min(4 GiB, 10% free), 0: off
     prompt_store_bytes: int | None = None
+    # Another converted model with the same vocabulary that drafts for this one (`--draft-model`, its cheapest
+    # tier: runtime/decode/drafts/model.py); None: none. Checked token for token when the model loads.
+    draft_model: str | None = None

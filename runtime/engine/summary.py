@@ -16,6 +16,10 @@ def answer_facts(last: Chunk) -> dict[str, Any]:
     sources = {"ngram": s.ngram_accepted, "suffix": s.suffix_accepted}
     if last.choice.draft:
         sources[last.choice.draft] = s.tier_accepted
+    # A draft model (`--draft-model`) planned in: what the controller let it draft (0: declined, it did not pay)
+    sibling = {"drafted": s.drafted_by("model"), "accepted": s.accepted_by("model")} if last.placement.sibling else None
+    if sibling is not None:
+        sources["draft model"] = sibling["accepted"]
     return {
         "level": last.route.level,
         "reason": last.route.reason,
@@ -37,6 +41,7 @@ def answer_facts(last: Chunk) -> dict[str, Any]:
         "drafted": s.drafted,
         "accepted": s.accepted,
         "draft_sources": sources,
+        **({"draft_model": sibling} if sibling is not None else {}),
         "forced": s.forced,  # tokens the grammar (a response_format) decided: no draft, no verify row
         "reused_tokens": s.reused_tokens,
         "dropped_turns": s.dropped_turns,
@@ -95,7 +100,7 @@ def cap_text(facts: dict[str, Any]) -> str:
 def sources_text(facts: dict[str, Any]) -> str:
     """Where the tokens not sampled one by one came from: "3 forced by the grammar, 12 from n-gram, 9 from
     earlier text, 40 from Q4_K_M" ("" when none were)."""
-    words = {"ngram": "n-gram", "suffix": "earlier text"}
+    words = {"ngram": "n-gram", "suffix": "earlier text", "draft model": "the draft model"}
     parts = [f"{n} from {words.get(k, k.upper())}" for k, n in facts.get("draft_sources", {}).items() if n]
     if facts.get("forced"):
         parts.insert(0, f"{facts['forced']} forced by the grammar")
@@ -125,6 +130,10 @@ def stats_line(facts: dict[str, Any], detail: bool = False) -> str:
     reused = f"{facts['reused_tokens']} prompt tokens reused" if facts.get("reused_tokens") else ""
     speedup = speedup_text(facts) or (f"plain decoding: {facts['spec_off']}" if facts.get("spec_off") else "")
     parts = [facts["level"], facts["pair"], tokens, speed, speedup, f"first token {facts['ttft_s']:.2f} s", reused]
+    if facts.get("draft_model") is not None:
+        m = facts["draft_model"]
+        used = f"{m['accepted']} of {m['drafted']} drafted tokens kept" if m["drafted"] else "declined (would not pay)"
+        parts.append(f"draft model: {used}")
     line = "[" + " · ".join(p for p in [*parts, facts["placement"]] if p) + "]"
     line += f"\n[{facts['precision_note']}]" if facts.get("precision_note") else ""
     return line + (f"\n[{facts['preset_words']}]" if facts.get("preset_words") else "")

@@ -269,6 +269,25 @@ def better_model_line(entry: Entry | None) -> str:
             f"to download): specquant convert {entry.repo}")
 
 
+# A family's models share one architecture and tokenizer; a larger one may pad its vocabulary by up to this many
+# unused tokens (runtime.models.vocab.MAX_PADDING: Qwen2.5-7B's 152,064 against the 0.5B's 151,936).
+_VOCAB_PADDING = 128
+
+
+def can_draft_for(entry: Entry, entries: list[Entry]) -> list[str]:
+    """The catalogue's larger models of `entry`'s family that it could draft for (`--draft-model`): the same
+    architecture and vocabulary size (or a few padding tokens more), more parameters. A hint from the shapes
+    alone: the vocabulary is checked token for token once both are converted and the draft model is chosen."""
+    n_vocab = entry.shape.get("n_vocab", 0)
+    return [
+        e.name
+        for e in entries
+        if e.architecture == entry.architecture
+        and e.params > entry.params
+        and 0 <= e.shape.get("n_vocab", 0) - n_vocab <= _VOCAB_PADDING
+    ]
+
+
 def eta_text(done: int, total: int, elapsed_s: float) -> str:
     """'1.20 GB of 3.09 GB, 2 min 10 s left' from the bytes so far and the time they took."""
     text = f"{size_text(done)} of {size_text(total)}" if total > 0 else size_text(done)

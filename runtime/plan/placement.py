@@ -99,6 +99,9 @@ class Plan:
     predicted_token_s: float
     reason: str
     precision_note: str = ""  # why the parent is less precise than asked for ("" when it is not)
+    # A draft model (another model's cheapest tier, `--draft-model`), on the CPU beside the pair; None: none
+    # was asked for, or it was dropped for memory (the reason says so).
+    sibling: TierPlacement | None = None
 
     @property
     def label(self) -> str:
@@ -116,6 +119,7 @@ class Plan:
             "predicted_ms_per_token": round(self.predicted_token_s * 1000, 2),
             "reason": self.reason,
             "precision_note": self.precision_note or None,
+            "draft_model": self.sibling.as_dict() if self.sibling else None,
         }
 
 
@@ -196,9 +200,30 @@ def _ram_need(t: TierSize | None, gpu_layers: int) -> float:
     return on_cpu
 
 
-def plan(inv: Inventory, parent: TierSize, draft: TierSize | None, settings: PlacementSettings | None = None) -> Plan:
-    """Pick the fastest candidate that fits; drop the draft first when memory is short; explain why."""
+def plan(
+    inv: Inventory,
+    parent: TierSize,
+    draft: TierSize | None,
+    settings: PlacementSettings | None = None,
+    sibling: TierSize | None = None,
+) -> Plan:
+    """Pick the fastest candidate that fits; drop the draft first when memory is short, then the draft model
+    (`sibling`, the user's choice: its weights, KV cache and compute buffer count in RAM, all on the CPU);
+    explain why."""
     s = settings or PlacementSettings()
+    if sibling is not None:
+        try:  # the pair planned in what the draft model leaves
+            with_sibling = replace(s, max_memory_bytes=int(s.ram_budget(inv) - _ram_need(sibling, 0)))
+            if with_sibling.max_memory_bytes > 0:
+                chosen = plan(inv, parent, draft, with_sibling)
+                sib = TierPlacement(sibling.tier, 0, op_offload=False)
+                return replace(chosen, ram_bytes=chosen.ram_bytes + int(_ram_need(sibling, 0)), sibling=sib)
+        except NotEnoughMemory:
+            pass
+        chosen = plan(inv, parent, draft, s)
+        need = _ram_need(sibling, 0) + chosen.ram_bytes
+        note = f"the draft model was dropped: it and {chosen.parent.tier} need {need / GB:.1f} GB of RAM"
+        return replace(chosen, reason=f"{chosen.reason}; {note}")
     notes: list[str] = []
     ram = s.ram_budget(inv)
     capped = ram == s.max_memory_bytes
@@ -291,9 +316,11 @@ def plan_precision(
     draft: str | None,
     settings: PlacementSettings | None = None,
     pinned: bool = False,
+    sibling: TierSize | None = None,
 ) -> Plan:
     """The most precise tier, at most `parent`, that fits (exactly `parent` when pinned), with the draft
-    where it fits beside it; the reason says when precision had to give way to memory.
+    and the draft model (`sibling`) where they fit beside it; the reason says when precision had to give way
+    to memory.
 
     A pinned parent that does not fit is a one-line error whose advice names a tier that fits, or says that
     none does and how much memory is missing.
@@ -304,7 +331,7 @@ def plan_precision(
     for tier in order:
         d = tiers[draft] if draft and PRECISION_ORDER.index(draft) > PRECISION_ORDER.index(tier) else None
         try:
-            chosen = plan(inv, tiers[tier], d, settings)
+            chosen = plan(inv, tiers[tier], d, settings, sibling)
         except NotEnoughMemory as e:
             first_miss = first_miss or e
             continue

@@ -42,16 +42,22 @@ def manifest_tiers(manifest: Mapping[str, Any], n_ctx: int) -> dict[str, TierSiz
 
 
 def residency(
-    name: str, tiers: Mapping[str, TierSize] | None, inv: Inventory, settings: PlacementSettings, cache_bytes: int
+    name: str,
+    tiers: Mapping[str, TierSize] | None,
+    inv: Inventory,
+    settings: PlacementSettings,
+    cache_bytes: int,
+    sibling: TierSize | None = None,
 ) -> Residency:
     """Model `name`'s resident set on `inv`: the plan placement makes for it alone (its most precise tier that
-    fits, with the least precise as its draft where that fits too) and `cache_bytes` of prompt cache."""
+    fits, with the least precise as its draft, and its draft model `sibling`, where they fit too) and
+    `cache_bytes` of prompt cache."""
     if not tiers:
         return Residency(name, 0, "its manifest predates placement facts (convert it again)")
     present = [t for t in PRECISION_ORDER if t in tiers]
     draft = present[-1] if len(present) > 1 else None
     try:
-        chosen = plan_precision(inv, dict(tiers), present[0], draft, settings)
+        chosen = plan_precision(inv, dict(tiers), present[0], draft, settings, sibling=sibling)
     except UserError as e:
         return Residency(name, 0, str(e))
     return Residency(name, chosen.ram_bytes + cache_bytes)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from runtime.decode.draft_source import DraftSource, Kind
-from runtime.decode.drafts import forced, ngram, suffix, tier
+from runtime.decode.drafts import forced, model, ngram, suffix, tier
 
 if TYPE_CHECKING:
     from runtime.decode.llama_backend import LlamaBackend
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 # Every kind, in the order the loop asks its sources each cycle: certain tokens first, then the offers (on
 # a tie the controller keeps the earlier offer).
-KINDS: dict[str, Kind] = {k.name: k for k in (forced.KIND, ngram.KIND, suffix.KIND, tier.KIND)}
+KINDS: dict[str, Kind] = {k.name: k for k in (forced.KIND, ngram.KIND, suffix.KIND, tier.KIND, model.KIND)}
 # The kinds whose proposals are verified: offered to the controller, with counters in the answer's Stats.
 OFFERED: tuple[Kind, ...] = tuple(k for k in KINDS.values() if k.verified)
 
@@ -45,10 +45,12 @@ def build(
     draft_name: str = "draft",
     said: SuffixIndex | None = None,
     party: str = "",
+    sibling: tuple[str, LlamaBackend] | None = None,
 ) -> tuple[DraftSource, ...]:
     """One answer's sources (fresh state), in `KINDS` order: what `spec` switches on, `draft` as the tier
-    draft under the name the controller keeps its estimates by, and `said` (the model's pool of earlier
-    sequences, read and written for `party`) for suffix lookup."""
+    draft under the name the controller keeps its estimates by, `said` (the model's pool of earlier
+    sequences, read and written for `party`) for suffix lookup, and `sibling` (its source name and backend)
+    as the draft model."""
     sources: list[DraftSource] = []
     if spec.forced:
         sources.append(forced.ForcedTokens())
@@ -58,4 +60,6 @@ def build(
         sources.append(suffix.SuffixDraft(said, party))
     if draft is not None:
         sources.append(tier.TierDraft(draft, draft_name, spec.k_max, spec.p_min, spec.draft_window))
+    if sibling is not None:
+        sources.append(model.ModelDraft(sibling[1], sibling[0], spec.k_max, spec.p_min, spec.draft_window))
     return tuple(sources)

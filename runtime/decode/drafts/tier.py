@@ -61,7 +61,7 @@ class TierDraft(DraftSource):
         behind = len(seq) - self.offset - self.model.n_past
         self.windowed = 0 < self.window < behind
         catch_up = self.window if self.windowed else behind
-        return Offer(self.name, KIND.name, min(self.k_max, room - 1), catch_up, self.size_ratio)
+        return Offer(self.name, self.kind.name, min(self.k_max, room - 1), catch_up, self.size_ratio)
 
     def propose(self, seq: list[int], k: int) -> Proposal:
         """Up to k draft tokens, (sampled mode) the warped draft distributions they were drawn from, and the
