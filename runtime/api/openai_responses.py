@@ -43,9 +43,12 @@ def reasoning_item(item_id: str, thought: str, status: str = "completed") -> dic
     return {"type": "reasoning", "id": item_id, "summary": [], "content": content, "status": status}
 
 
-def call_item(call: CallDelta) -> dict[str, Any]:
-    return {"type": "function_call", "id": new_id("fc"), "call_id": call.id, "name": call.name,
+def call_item(call: CallDelta, request: ChatCall) -> dict[str, Any]:
+    """A call as a `function_call` item; one of a namespace tool's functions names its namespace too."""
+    item = {"type": "function_call", "id": new_id("fc"), "call_id": call.id, "name": call.name,
             "arguments": call.arguments, "status": "completed"}
+    namespace = request.namespaces.get(call.name or "") if isinstance(request, ResponsesCall) else None
+    return item | {"namespace": namespace} if namespace else item
 
 
 def response(
@@ -82,7 +85,7 @@ class Responses:
 
     def whole(self, model: str, call: ChatCall, chunks: list[Chunk]) -> dict[str, Any]:
         text = "".join(c.text for c in chunks)
-        calls = [call_item(d) for c in chunks for d in c.calls]
+        calls = [call_item(d, call) for c in chunks for d in c.calls]
         output = ([message_item(new_id("msg"), text)] if text or not calls else []) + calls
         thought = "".join(c.thinking for c in chunks)
         if thought:
@@ -129,7 +132,7 @@ class ResponseStream:
             events.append(self._event("response.output_text.delta", **self._at(), delta=chunk.text, logprobs=[]))
         for call in chunk.calls:
             events += self._close_message()
-            item, index = call_item(call), len(self.output)
+            item, index = call_item(call, self.call), len(self.output)
             at, arguments = {"item_id": item["id"], "output_index": index}, item["arguments"]
             added = item | {"arguments": "", "status": "in_progress"}
             events += [
