@@ -79,6 +79,7 @@ class Responses:
     """`POST /v1/responses`."""
 
     prompt = "input"
+    ping = None
 
     def parse(self, body: Any, base: ChatOptions, n_ctx: int) -> ChatCall:
         return parse_responses(body, base, n_ctx)
@@ -109,7 +110,7 @@ class ResponseStream:
         self.reasoning: str | None = None  # the open reasoning item's id
         self.thought = ""
 
-    def start(self, first: Chunk) -> list[Event]:
+    def start(self, prompt_tokens: int | None) -> list[Event]:
         head = response(self.id, self.created, self.model, self.call, [], None)
         return [self._event("response.created", response=head), self._event("response.in_progress", response=head)]
 

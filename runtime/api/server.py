@@ -8,7 +8,8 @@ are logged by method, raw path, status and time, never by content.
 What a web page or a broken client cannot do (docs/api.md, "Security"): web pages
 are kept out by runtime.api.guard; a body must arrive within BODY_DEADLINE_S and hold at most
 MAX_BODY bytes (and runtime.api.requests' message caps); a stream whose reader stops reading is cancelled
-after STALL_S, or once it falls BACKLOG chunks behind; at most MAX_CONNECTIONS connections are served at
+after STALL_S, or once it falls BACKLOG chunks behind (a stream opens as soon as its request is accepted and
+sends keep-alive events every KEEPALIVE_S while the prompt is read: runtime.api.answers); at most MAX_CONNECTIONS connections are served at
 once (uvicorn answers 503 beyond), and to make room for a new one the oldest idle connection is dropped; a
 request's head must arrive within HEADER_TIMEOUT_S (runtime.api.connections); and a cancelled request leaves
 the engine's queue at once.
@@ -29,7 +30,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sse_starlette import EventSourceResponse
+from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -67,6 +68,9 @@ MAX_CONNECTIONS = 64
 HEADER_TIMEOUT_S = 10.0  # a request's head (or the next one on a kept-alive connection) must come within this
 PARSE_DEADLINE_S = 10.0  # a request whose schemas take longer to compile is refused (400), not waited for
 DRAIN = 4  # an oversized body is read (and dropped) up to this many times the cap before the 413
+# A stream's keep-alive (Anthropic's `ping` event, else an SSE comment) this often: coding agents time a silent
+# stream out (and retry its whole prefill) long before a long prompt is read on a CPU.
+KEEPALIVE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,7 @@ class ServeConfig:
     stall_s: float = STALL_S
     header_timeout_s: float = HEADER_TIMEOUT_S
     parse_deadline_s: float = PARSE_DEADLINE_S
+    keepalive_s: float = KEEPALIVE_S
     # Called before the embedding model first loads: converts it on first use (converters.embedding, which
     # runtime may not import; commands/serve.py and the window pass it). None: /v1/embeddings needs it converted.
     prepare_embeddings: Callable[[], object] | None = field(default=None, compare=False)
@@ -165,14 +170,15 @@ class Service:
     async def models(self, request: Request) -> Response:
         authorize(request, self.config.api_key)
         loaded = self.runner.loaded
-        return JSONResponse({"object": "list", "data": [model_entry(m, loaded) for m in complete_models()]})
+        n_ctx = self.defaults().settings.n_ctx
+        return JSONResponse({"object": "list", "data": [model_entry(m, loaded, n_ctx) for m in complete_models()]})
 
     async def model(self, request: Request) -> Response:
         authorize(request, self.config.api_key)
         name = request.path_params["name"]
         for m in complete_models():
             if m.name == name:
-                return JSONResponse(model_entry(m, self.runner.loaded))
+                return JSONResponse(model_entry(m, self.runner.loaded, self.defaults().settings.n_ctx))
         raise unknown_model(name)
 
     async def chat_completions(self, request: Request) -> Response:
@@ -212,15 +218,17 @@ class Service:
         reader.close_on(_disconnected(request.receive))
         streaming = False
         try:
-            first = await answers.next_chunk(reader, dialect.prompt)
             if call.stream:
+                begun = await answers.opening(reader, dialect.prompt, self.config.keepalive_s)
                 streaming = True  # the stream's own end closes the reader
-                stream = answers.events(reader, first, dialect, model, call)
+                stream = answers.events(reader, begun, dialect, model, call)
                 # On Ctrl-C our cancel ends the answer within one cycle; the grace period lets the stream
                 # send its last event ("cancelled") and [DONE] before sse-starlette would cut it off.
                 return EventSourceResponse(
-                    stream, ping=15, shutdown_grace_period=SHUTDOWN_GRACE_S, send_timeout=self.config.stall_s
+                    stream, ping=self.config.keepalive_s, ping_message_factory=functools.partial(_ping, dialect),
+                    shutdown_grace_period=SHUTDOWN_GRACE_S, send_timeout=self.config.stall_s,
                 )
+            first = await answers.next_chunk(reader, dialect.prompt)
             return JSONResponse(await answers.whole(reader, first, dialect, model, call))
         finally:
             if not streaming:
@@ -271,6 +279,13 @@ def cache_key(body: dict[str, Any]) -> str:
     return f"api:{own}" if isinstance(own, str) else "api"
 
 
+def _ping(dialect: Dialect) -> ServerSentEvent:
+    """A stream's keep-alive: its dialect's ping event, else an SSE comment (every client skips those)."""
+    if dialect.ping is None:
+        return ServerSentEvent(comment="keep-alive")
+    return ServerSentEvent(dialect.ping["data"], event=dialect.ping.get("event"))
+
+
 async def _disconnected(receive: Receive) -> None:
     """Returns when the client has gone away (the body has been read, so the next message is the end)."""
     while (await receive())["type"] != "http.disconnect":
@@ -278,7 +293,9 @@ async def _disconnected(receive: Receive) -> None:
 
 
 class RequestLog:
-    """Logs each request's method, path, status and time; never its headers or body."""
+    """Logs each request's method, path, status and time; never its headers or body. A request whose client
+    left before its response ended is logged as cancelled (with the status it had begun, if any), not as the
+    status nobody received."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -288,18 +305,34 @@ class RequestLog:
             await self.app(scope, receive, send)
             return
         started, status = time.perf_counter(), 500
+        begun = ended = left = False  # the response's status sent; its last byte sent; the client gone first
 
         async def send_status(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
+            nonlocal status, begun, ended
+            if message["type"] == "http.response.start" and not left:
+                status, begun = message["status"], True
+            elif message["type"] == "http.response.start":
                 status = message["status"]
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                ended = True
             await send(message)
 
+        async def receive_watched() -> Message:
+            nonlocal left
+            message = await receive()
+            if message["type"] == "http.disconnect" and not ended:
+                left = True
+            return message
+
         try:
-            await self.app(scope, receive, send_status)
+            await self.app(scope, receive_watched, send_status)
         finally:
             ms = (time.perf_counter() - started) * 1000
-            log.info("%s %s %d %.0f ms", scope["method"], raw_path(scope), status, ms)
+            if left:
+                when = f"after {status} began" if begun else "before the answer began"
+                log.info("%s %s cancelled %.0f ms (the client left %s)", scope["method"], raw_path(scope), ms, when)
+            else:
+                log.info("%s %s %d %.0f ms", scope["method"], raw_path(scope), status, ms)
 
 
 def raw_path(scope: Scope) -> str:

@@ -244,7 +244,7 @@ class EngineThread(Answers):
                 _tell(job, Status("Reading the conversation…"))
 
             def reading(tokens: int, rate: float | None) -> None:
-                _tell(job, Status(reading_text(tokens, rate, documents)))
+                _tell(job, Status(reading_text(tokens, rate, documents), reading=True))
 
             for chunk in engine.stream_chat(job.messages, job.options, job.cancel, on_reading=reading):
                 _tell(job, chunk)
