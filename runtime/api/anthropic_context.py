@@ -33,7 +33,7 @@ def clear_thinking(messages: list[dict[str, Any]], management: dict[str, Any] | 
         if not str(edit.get("type", "")).startswith("clear_thinking"):
             continue
         keep = edit.get("keep", {"type": "thinking_turns", "value": DEFAULT_THINKING_TURNS})
-        if keep == "all":
+        if keep == "all" or (isinstance(keep, dict) and keep.get("type") == "all"):
             continue
         value = keep.get("value") if isinstance(keep, dict) else None
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
