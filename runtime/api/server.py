@@ -3,13 +3,14 @@
 Every request becomes a `Job` for the one engine thread (`runtime.engine.thread`), which the window shares
 when it serves: clients get the router, the speculative loop and the placement, and see them in each
 response's `specquant` object. A client that goes away cancels its job within one verify cycle. Requests
-are logged by method, raw path, status and time, never by content.
+are logged by method, raw path, status and time, never by content (runtime.api.request_log). A stream opens
+as soon as its request is accepted and sends keep-alive events every `keepalive_s` while its prompt is read
+(runtime.api.answers); count_tokens never waits for the engine (runtime.api.token_count).
 
 What a web page or a broken client cannot do (docs/api.md, "Security"): web pages
 are kept out by runtime.api.guard; a body must arrive within BODY_DEADLINE_S and hold at most
 MAX_BODY bytes (and runtime.api.requests' message caps); a stream whose reader stops reading is cancelled
-after STALL_S, or once it falls BACKLOG chunks behind (a stream opens as soon as its request is accepted and
-sends keep-alive events every KEEPALIVE_S while the prompt is read: runtime.api.answers); at most MAX_CONNECTIONS connections are served at
+after STALL_S, or once it falls BACKLOG chunks behind; at most MAX_CONNECTIONS connections are served at
 once (uvicorn answers 503 beyond), and to make room for a new one the oldest idle connection is dropped; a
 request's head must arrive within HEADER_TIMEOUT_S (runtime.api.connections); and a cancelled request leaves
 the engine's queue at once.
@@ -49,8 +50,10 @@ from runtime.api.error_shapes import error_response
 from runtime.api.guard import BrowserGuard
 from runtime.api.models import ModelRoom, complete_models, is_cached, model_entry, unknown_model
 from runtime.api.offload import ParseThreads, TooSlow
+from runtime.api.request_log import RequestLog
 from runtime.api.openai_responses import RESPONSES
 from runtime.api.responses import ApiError
+from runtime.api.token_count import count_prompt
 from runtime.chat.turn import TurnSpec, assemble
 from runtime.engine.options import ChatOptions, EngineSettings
 from runtime.engine.reader import JobReader
@@ -181,6 +184,29 @@ class Service:
                 return JSONResponse(model_entry(m, self.runner.loaded, self.defaults().settings.n_ctx))
         raise unknown_model(name)
 
+    async def count_tokens(self, request: Request) -> Response:
+        """`POST /v1/messages/count_tokens`: the prompt built as a message's would be and counted with the model's
+        tokenizer alone (runtime.api.token_count), never queued behind the engine's answers."""
+        authorize(request, self.config.api_key)
+        body = await self._read_json(request)
+        d = self.defaults()
+        try:
+            call = await self.parser.run(self.config.parse_deadline_s, COUNT_TOKENS.parse, body, d.options,
+                                         d.settings.n_ctx)
+        except TooSlow as e:
+            raise ApiError(400, f"the request's schemas {e} to compile: make them smaller",
+                           code="schema_too_large") from None
+        model = call.model or d.model
+        if not is_cached(model):
+            raise unknown_model(model)
+        messages, options = assemble(TurnSpec(call.messages, call.options))
+        counted = await asyncio.to_thread(count_prompt, model, messages, options)
+        if counted > d.settings.n_ctx - 1:  # as a message's: a prompt the context cannot hold is refused
+            words = (f"the prompt is {counted} tokens; the context holds {d.settings.n_ctx} with 1 kept for the "
+                     "answer: shorten it or raise the context size")
+            raise ApiError(400, words, "messages", code="context_length_exceeded")
+        return JSONResponse({"input_tokens": counted})
+
     async def chat_completions(self, request: Request) -> Response:
         return await self._answer(request, CHAT)
 
@@ -292,57 +318,6 @@ async def _disconnected(receive: Receive) -> None:
         pass
 
 
-class RequestLog:
-    """Logs each request's method, path, status and time; never its headers or body. A request whose client
-    left before its response ended is logged as cancelled (with the status it had begun, if any), not as the
-    status nobody received."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started, status = time.perf_counter(), 500
-        begun = ended = left = False  # the response's status sent; its last byte sent; the client gone first
-
-        async def send_status(message: Message) -> None:
-            nonlocal status, begun, ended
-            if message["type"] == "http.response.start" and not left:
-                status, begun = message["status"], True
-            elif message["type"] == "http.response.start":
-                status = message["status"]
-            if message["type"] == "http.response.body" and not message.get("more_body", False):
-                ended = True
-            await send(message)
-
-        async def receive_watched() -> Message:
-            nonlocal left
-            message = await receive()
-            if message["type"] == "http.disconnect" and not ended:
-                left = True
-            return message
-
-        try:
-            await self.app(scope, receive_watched, send_status)
-        finally:
-            ms = (time.perf_counter() - started) * 1000
-            if left:
-                when = f"after {status} began" if begun else "before the answer began"
-                log.info("%s %s cancelled %.0f ms (the client left %s)", scope["method"], raw_path(scope), ms, when)
-            else:
-                log.info("%s %s %d %.0f ms", scope["method"], raw_path(scope), status, ms)
-
-
-def raw_path(scope: Scope) -> str:
-    """The path as the client sent it, still percent-encoded and without control characters: a decoded
-    "%0A" would start a forged log line."""
-    raw = scope.get("raw_path") or scope["path"].encode()
-    text = raw.decode("ascii", "backslashreplace")
-    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)[:200]
-
-
 def _guarded(endpoint: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
     """An unexpected error becomes a one-line 500 in OpenAI's shape (its traceback only with --verbose)."""
 
@@ -388,8 +363,8 @@ def create_app(service: Service) -> Starlette:
         Route("/v1/completions", _guarded(service.completions), methods=["POST"]),
         Route("/v1/embeddings", _guarded(service.embeddings.create), methods=["POST"]),
         *(Route(path, _guarded(functools.partial(service._answer, dialect=dialect)), methods=["POST"])
-          for path, dialect in (("/v1/messages", MESSAGES), ("/v1/messages/count_tokens", COUNT_TOKENS),
-                                ("/v1/responses", RESPONSES))),
+          for path, dialect in (("/v1/messages", MESSAGES), ("/v1/responses", RESPONSES))),
+        Route("/v1/messages/count_tokens", _guarded(service.count_tokens), methods=["POST"]),
     ]
     handlers = {ApiError: api_error, HTTPException: http_error}
     return Starlette(routes=routes, middleware=middleware, exception_handlers=handlers)  # type: ignore[arg-type]
