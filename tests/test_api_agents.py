@@ -117,7 +117,7 @@ def test_claude_codes_first_request_streams_and_a_tool_round_trip_follows(server
         {"role": "system", "content": "<system-reminder>The file was read.</system-reminder>"},
         {"role": "user", "content": [result, {"type": "text", "text": "Say what it holds."}]}]}
     got = events(stream(server, sent, follow))
-    assert [e.event for e in got][0] == "message_start" and got[-1].event == "message_stop"
+    assert got[0].event == "message_start" and got[-1].event == "message_stop"
     assert got[-2].data["delta"]["stop_reason"] in ("end_turn", "max_tokens", "tool_use")
 
 
@@ -143,7 +143,8 @@ def test_claude_codes_attribution_line_is_not_in_the_prompt(server: Served) -> N
 
 def test_claude_codes_context_management_and_system_turns_are_read() -> None:
     thought = {"type": "thinking", "thinking": "The user wants a file.", "signature": "sq-0"}
-    turn = [{"role": "user", "content": "a"}, {"role": "assistant", "content": [thought, {"type": "text", "text": "b"}]}]
+    said = {"type": "text", "text": "b"}
+    turn = [{"role": "user", "content": "a"}, {"role": "assistant", "content": [thought, said]}]
     chat = [*turn, *turn, {"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
             {"role": "user", "content": "c"}]
     ask: dict[str, Any] = {"model": DEMO, "max_tokens": 8, "messages": chat}
@@ -265,7 +266,7 @@ def long_chat(words: int) -> str:
 def test_keep_alive_events_come_while_a_long_prompt_is_read(server: Served) -> None:
     sent = capture("opencode")
     body = sent["body"] | {"max_tokens": 4, "temperature": 0, "messages": [
-        {"role": "user", "content": long_chat(1400) + "\nWhich item came first?"}]}
+        {"role": "user", "content": long_chat(400) + "\nWhich item came first?"}]}
     body.pop("tools"), body.pop("tool_choice")
     got = stream(server, sent, body)
     first_text = next(i for i, e in enumerate(got) if e.comment is None and e.data != "[DONE]"
@@ -275,7 +276,7 @@ def test_keep_alive_events_come_while_a_long_prompt_is_read(server: Served) -> N
 
     sent = capture("claude_code")
     ask = {"model": DEMO, "max_tokens": 4, "temperature": 0, "stream": True,
-           "messages": [{"role": "user", "content": long_chat(1400) + "\nWhich item came first?"}]}
+           "messages": [{"role": "user", "content": long_chat(400) + "\nWhich item came first?"}]}
     got = events(stream(server, sent, ask))
     opened = [e.event for e in got[: [e.event for e in got].index("content_block_start")]]
     assert opened[0] == "message_start" and opened.count("ping") >= 2, opened  # the opening one, then more
@@ -283,7 +284,7 @@ def test_keep_alive_events_come_while_a_long_prompt_is_read(server: Served) -> N
 
 def test_a_request_abandoned_before_its_answer_is_logged_as_cancelled(server: Served) -> None:
     host, port = server.base.removeprefix("http://").split(":")
-    body = json.dumps({"model": DEMO, "max_tokens": 4, "messages": [{"role": "user", "content": long_chat(1400)}]})
+    body = json.dumps({"model": DEMO, "max_tokens": 4, "messages": [{"role": "user", "content": long_chat(400)}]})
     head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\n\r\n")
     with socket.create_connection((host, int(port))) as s:
@@ -299,3 +300,21 @@ def test_the_context_is_said_at_start_and_listed(server: Served) -> None:
     assert "context: 4,096 tokens per request" in server.stderr() and "--ctx 32768" in server.stderr()
     status, _, listed = server.request("GET", "/v1/models")
     assert status == 200 and {m["context_length"] for m in listed["data"]} == {4096}
+
+
+def test_count_tokens_does_not_wait_behind_an_answer(server: Served) -> None:
+    sent = capture("claude_code")
+    ask = {"model": DEMO, "messages": [{"role": "user", "content": "Hi"}]}
+    count = json.dumps(ask).encode(), {"Content-Type": "application/json"}
+    assert server.request("POST", "/v1/messages/count_tokens", *count)[0] == 200  # the tokenizer loaded
+    long = {"model": DEMO, "max_tokens": 3000, "stream": True,
+            "messages": [{"role": "user", "content": long_chat(300) + "\nRepeat every item, one per line."}]}
+    conn, response = send(server, sent, long)
+    try:
+        assert response.status == 200
+        response.readline()  # the stream has opened: the answer holds the engine
+        status, _, counted = server.request("POST", "/v1/messages/count_tokens", *count)
+        assert status == 200 and counted["input_tokens"] > 0
+        assert server.health()["busy"]  # counted while the answer still ran
+    finally:
+        conn.close()

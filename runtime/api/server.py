@@ -26,7 +26,6 @@ import json
 import logging
 import socket
 import threading
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,7 +38,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Receive
 
 from runtime.api import DEFAULT_PORT, answers
 from runtime.api.anthropic_messages import COUNT_TOKENS, MESSAGES
@@ -50,8 +49,8 @@ from runtime.api.error_shapes import error_response
 from runtime.api.guard import BrowserGuard
 from runtime.api.models import ModelRoom, complete_models, is_cached, model_entry, unknown_model
 from runtime.api.offload import ParseThreads, TooSlow
-from runtime.api.request_log import RequestLog
 from runtime.api.openai_responses import RESPONSES
+from runtime.api.request_log import RequestLog
 from runtime.api.responses import ApiError
 from runtime.api.token_count import count_prompt
 from runtime.chat.turn import TurnSpec, assemble
