@@ -138,7 +138,8 @@ def test_count_tokens_counts_the_prompt_the_message_gets(server: Served) -> None
     [
         ({"messages": PARIS, "max_tokens": None}, "max_tokens: Field required"),
         ({"messages": PARIS, "max_tokens": "12"}, "max_tokens must be an integer"),
-        ({"messages": [{"role": "system", "content": "x"}], "max_tokens": 4}, "messages.0.role: must be user"),
+        ({"messages": [{"role": "tool", "content": "x"}], "max_tokens": 4},
+         "messages.0.role: must be user, assistant or system"),
         ({"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}], "max_tokens": 4},
          "messages.0.content.0.type: 'image' blocks are not supported"),
         ({"messages": [*PARIS, {"role": "assistant", "content": "It is"}], "max_tokens": 4}, "prefill"),
@@ -150,7 +151,7 @@ def test_count_tokens_counts_the_prompt_the_message_gets(server: Served) -> None
         ({"messages": PARIS, "max_tokens": 4, "mcp_servers": []}, "mcp_servers: not supported"),
         ({"messages": PARIS, "max_tokens": 4, "frequency_penalty": 1}, "frequency_penalty: Extra inputs"),
     ],
-    ids=["no-max-tokens", "max-tokens-string", "system-role", "image", "prefill", "server-tool", "schema",
+    ids=["no-max-tokens", "max-tokens-string", "tool-role", "image", "prefill", "server-tool", "schema",
          "stop-type", "mcp", "unknown-field"],
 )
 def test_a_bad_request_is_a_400_in_anthropic_shape(server: Served, payload: dict[str, Any], words: str) -> None:
