@@ -34,6 +34,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--idle-unload", type=float, metavar="MINUTES",
         help="unload a model that has answered nothing for this long (default: never)",
     )
+    p.add_argument(
+        "--keep-alive", type=float, default=None, metavar="SECONDS",
+        help="while a streamed answer's prompt is read, send a keep-alive event this often (default 5)",
+    )
     add_answer_flags(p, unsaid=" when a request does not say")
 
 
@@ -44,8 +48,12 @@ def main(args: argparse.Namespace) -> int:
     from runtime.machine.hardware import inventory
 
     key = args.api_key or os.environ.get("SPECQUANT_API_KEY") or None
+    keepalive = server.KEEPALIVE_S if args.keep_alive is None else args.keep_alive
+    if not keepalive > 0:
+        raise UserError(f"--keep-alive {args.keep_alive:g} must be more than 0 seconds")
     config = server.ServeConfig(
-        args.host, args.port, key, tuple(args.cors_origin or ()), prepare_embeddings=_convert_embedding_model
+        args.host, args.port, key, tuple(args.cors_origin or ()), keepalive_s=keepalive,
+        prepare_embeddings=_convert_embedding_model,
     )
     server.check_config(config)
     if args.max_queue < 1:
@@ -72,6 +80,7 @@ def main(args: argparse.Namespace) -> int:
         f"({room.describe()})" + (f", each unloaded after {args.idle_unload:g} min idle" if idle else ""),
         file=sys.stderr,
     )
+    print(context_line(defaults.settings.n_ctx), file=sys.stderr)
     logging.getLogger("specquant.server").setLevel(logging.INFO)  # one line per request: never its content
     logging.getLogger("specquant.worker").setLevel(logging.INFO)  # and each model unloaded, with why
     runner = EngineThread(max_queue=args.max_queue, max_models=models_max, idle_unload_s=idle, calibrate_when_idle=True)
@@ -82,6 +91,21 @@ def main(args: argparse.Namespace) -> int:
         sock.close()
     print("stopped", file=sys.stderr)
     return 0
+
+
+AGENT_PROMPT = 19_400  # Claude Code's first prompt in tokens (issue #60); Codex's and OpenCode's are smaller
+
+
+def context_line(n_ctx: int) -> str:
+    """One line at start: the context every answer has, and why (coding agents need a large one)."""
+    from runtime.engine.options import EngineSettings
+
+    why = "--ctx" if n_ctx != EngineSettings().n_ctx else "the default; --ctx sets it"
+    line = f"context: {n_ctx:,} tokens per request, prompt and answer ({why})"
+    if n_ctx < AGENT_PROMPT + 4096:
+        line += (f"; coding agents (Claude Code, Codex, OpenCode) send prompts up to about {AGENT_PROMPT:,} "
+                 "tokens: use --ctx 32768 for them")
+    return line
 
 
 def _default_model(name: str | None) -> str:

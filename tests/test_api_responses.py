@@ -106,14 +106,14 @@ def test_text_format_holds_the_answer_to_a_json_schema(server: Served) -> None:
         ({"conversation": "conv_1"}, "conversation", "send the whole conversation"),
         ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
          "input[0].content[0]", "text only"),
-        ({"tools": [{"type": "web_search"}]}, "tools[0].type", "function tools only"),
+        ({"tools": [{"type": "namespace", "tools": [TOOL]}]}, "tools[0]", "a namespace with a name"),
         ({"tools": [TOOL | {"strict": True, "parameters": {"not": {}}}]}, "tools[0].parameters", "Unimplemented"),
-        ({"max_output_tokens": 100_000}, "max_output_tokens", "out of range"),
+        ({"max_output_tokens": 0}, "max_output_tokens", "out of range"),
         ({"text": {"format": {"type": "xml"}}}, "text.format.type", "must be text"),
         ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].type", "not supported"),
         ({"background": True}, "background", "not supported"),
     ],
-    ids=["previous", "conversation", "image", "web-search", "schema", "max-tokens", "format", "reference",
+    ids=["previous", "conversation", "image", "nameless-namespace", "schema", "max-tokens", "format", "reference",
          "background"],
 )
 def test_what_cannot_be_honoured_is_a_400_naming_the_field(

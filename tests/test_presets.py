@@ -130,7 +130,7 @@ def test_status_line_words() -> None:
     facts = {"parent": "q4_k_m", "pair": "Q4_K_M ← n-gram", "tokens": 20, "tok_per_s": 10.0, "drafted": 8,
              "accepted": 4, "speedup": 1.1, "saved_s": 0.2, "preset": "fast", "vs_q4": 1.23}
     assert plain_line(facts, "one two three four five six seven eight nine ten") == (
-        "Fast: the 4-bit copy's words, 1.2× the speed of a plain 4-bit copy · 5 words/s"
+        "Fast: the 4-bit copy's words, 1.2× the speed of a plain 4-bit copy · 5.0 words/s"
     )
     assert plain_line(facts | {"preset": "exact", "vs_q4": None}, "").startswith(
         "Exact: the full model's words (its speed not measured")

@@ -1,18 +1,26 @@
 """An answer read off its JobReader (runtime.engine.reader) for a client: each Chunk, a Failure as the HTTP
 error it means, and the answer whole or as server-sent events in its dialect's shape (runtime.api.dialects).
+
+A stream opens (its headers and opening events sent) as soon as its request is accepted: when the engine
+says the prompt fits and its reading begins, at its first Chunk, or after `hold_s` at the latest (a queue or a
+model load ahead of it), so that a client waiting through a long prefill sees the answer begun, and the
+keep-alive events that follow (runtime.api.server), instead of a silent socket it would time out and retry. A
+refusal that comes before it opens (a prompt too long for the context) is still the HTTP error it means.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from runtime.api.dialects import Dialect, Event
 from runtime.api.requests import ChatCall
 from runtime.api.responses import ApiError
 from runtime.engine.answer import Chunk
-from runtime.engine.reader import Failure, JobReader
+from runtime.engine.reader import Failure, JobReader, Status
 from runtime.errors import readable
 
 log = logging.getLogger("specquant.server")
@@ -32,14 +40,52 @@ def api_error(failure: Failure, prompt: str) -> ApiError:
     return ApiError(500, failure.reason, kind="server_error")
 
 
-async def next_chunk(reader: JobReader, prompt: str) -> Chunk:
-    """The job's next Chunk; its Failure raised as an ApiError (Status events are for the window)."""
+async def next_chunk(reader: JobReader, prompt: str, pending: asyncio.Task[Any] | None = None) -> Chunk:
+    """The job's next Chunk (`pending`: a read already in flight, taken first); its Failure raised as an
+    ApiError (Status events are for the window)."""
     while True:
-        event = await reader.aget()
+        if pending is not None:
+            event, pending = await pending, None
+        else:
+            event = await reader.aget()
         if isinstance(event, Failure):
             raise api_error(event, prompt)
         if isinstance(event, Chunk):
             return event
+
+
+@dataclass
+class Opening:
+    """Where a stream stood when it opened: its first Chunk if that came first, else the read in flight."""
+
+    first: Chunk | None
+    pending: asyncio.Task[Any] | None = None
+
+    def drop(self) -> None:
+        """The stream will not run (its client went): stop the read in flight."""
+        if self.pending is not None and not self.pending.done():
+            self.pending.cancel()
+
+
+async def opening(reader: JobReader, prompt: str, hold_s: float) -> Opening:
+    """Wait until the stream may open: the first Chunk, the engine's word that the prompt is being read, or
+    `hold_s` seconds. A Failure before then is raised as its ApiError."""
+    deadline = asyncio.get_running_loop().time() + hold_s
+    while True:
+        # One read in flight, never cancelled while it may hold an event: a read the hold outlasts goes on in
+        # the stream, so no event is lost.
+        read = asyncio.ensure_future(reader.aget())
+        left = deadline - asyncio.get_running_loop().time()
+        done, _ = await asyncio.wait({read}, timeout=max(0.0, left))
+        if not done:
+            return Opening(None, read)
+        event = read.result()
+        if isinstance(event, Failure):
+            raise api_error(event, prompt)
+        if isinstance(event, Chunk):
+            return Opening(event)
+        if isinstance(event, Status) and event.reading:
+            return Opening(None)
 
 
 def check_complete(last: Chunk) -> None:
@@ -58,14 +104,17 @@ async def whole(reader: JobReader, first: Chunk, dialect: Dialect, model: str, c
     return dialect.whole(model, call, chunks)
 
 
-async def events(reader: JobReader, first: Chunk, dialect: Dialect, model: str, call: ChatCall) -> AsyncIterator[Event]:
-    """The answer as server-sent events in its dialect's shape, from `first` to its end; an error mid-stream
+async def events(
+    reader: JobReader, begun: Opening, dialect: Dialect, model: str, call: ChatCall
+) -> AsyncIterator[Event]:
+    """The answer as server-sent events in its dialect's shape, from its opening to its end; an error mid-stream
     becomes the stream's last events. The reader is closed when the stream ends or is left."""
     shape = dialect.stream(model, call)
     try:
-        for event in shape.start(first):
+        first = begun.first
+        for event in shape.start(first.stats.prompt_tokens if first is not None else None):
             yield event
-        chunk = first
+        chunk = first if first is not None else await next_chunk(reader, dialect.prompt, begun.pending)
         while True:
             for event in shape.piece(chunk):
                 yield event
@@ -80,6 +129,7 @@ async def events(reader: JobReader, first: Chunk, dialect: Dialect, model: str, 
         log.debug("stream failed", exc_info=True)
         tail = shape.failure(ApiError(500, readable(e), kind="server_error"))
     finally:
+        begun.drop()
         reader.close()
     for event in tail:
         yield event

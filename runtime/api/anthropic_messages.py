@@ -26,6 +26,7 @@ from runtime.engine.options import ChatOptions
 from runtime.engine.tools import CallDelta
 
 STOP_REASONS = {"max_tokens": "max_tokens", "length": "model_context_window_exceeded"}
+PING = named({"type": "ping"})  # Anthropic's keep-alive event
 
 
 def new_id() -> str:
@@ -63,6 +64,7 @@ class Messages:
     """`POST /v1/messages`."""
 
     prompt = "messages"
+    ping = PING
 
     def parse(self, body: Any, base: ChatOptions, n_ctx: int) -> ChatCall:
         return parse_messages(body, base, n_ctx)
@@ -96,13 +98,14 @@ class MessageStream:
         self.thought: list[str] | None = None  # the open thinking block's text so far
         self.called = False
 
-    def start(self, first: Chunk) -> list[Event]:
+    def start(self, prompt_tokens: int | None) -> list[Event]:
+        # Sent before the prompt is read, its length may not be known yet: message_delta's usage tells it.
         message = {
             "id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": [],
             "stop_reason": None, "stop_sequence": None,
-            "usage": {"input_tokens": first.stats.prompt_tokens, "output_tokens": 0},
+            "usage": {"input_tokens": prompt_tokens or 0, "output_tokens": 0},
         }  # fmt: skip
-        return [named({"type": "message_start", "message": message}), named({"type": "ping"})]
+        return [named({"type": "message_start", "message": message}), dict(PING)]
 
     def piece(self, chunk: Chunk) -> list[Event]:
         events = []
@@ -165,6 +168,7 @@ class CountTokens:
     """`POST /v1/messages/count_tokens`: the prompt's tokens, counted by building it (a one-token answer)."""
 
     prompt = "messages"
+    ping = None
 
     def parse(self, body: Any, base: ChatOptions, n_ctx: int) -> ChatCall:
         return parse_count(body, base, n_ctx)

@@ -7,10 +7,16 @@ Content blocks: text; `tool_use` in assistant turns (the calls made); `tool_resu
 message answering its call; `is_error` is said in its text). Earlier `thinking` blocks become the turn's
 `reasoning_content`, which a thinking model's template keeps or drops (runtime.engine.thinking);
 `redacted_thinking` is dropped. `thinking` (`enabled` with `budget_tokens`, `disabled`, `adaptive`) is a
-thinking model's budget or its switch; a model that does not think ignores it. Images, documents and server
-tools are refused, and so are `container`, `mcp_servers` and `context_management`. `cache_control` anywhere,
-`metadata`, `service_tier`, `output_config.effort` and the routing and tracking fields (`IGNORED`) cannot
-change what this server answers: accepted and ignored.
+thinking model's budget or its switch; a model that does not think ignores it. A `system` message inside
+`messages` (Claude Code's mid-conversation system turns) is a system turn at that place. Images, documents and
+server tools are refused, and so are `container` and `mcp_servers`. `context_management` is accepted: its
+`clear_thinking_*` edits drop earlier turns' thoughts as asked, other edits (clearing tool results on
+Anthropic's side) are ignored. `cache_control` anywhere, `metadata`, `service_tier`, `output_config.effort`
+and the routing and tracking fields (`IGNORED`) cannot change what this server answers: accepted and ignored.
+
+Claude Code's first system block is an attribution line (`x-anthropic-billing-header: cc_version=...;
+cch=...;`) that changes with every version, session and even request: it is left out of the prompt, so that
+the prompt cache serves every request (llama.cpp's server does the same).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
+from runtime.api.anthropic_context import clear_thinking, strip_billing
 from runtime.api.fields import short, typed, valid_unicode
 from runtime.api.requests import MAX_MESSAGES, ChatCall, parse_chat
 from runtime.api.responses import ApiError
@@ -29,7 +36,7 @@ from runtime.engine.options import ChatOptions
 IGNORED = ("cache_control", "diagnostics", "inference_geo", "speed", "user_profile_id", "workspace_id")
 MESSAGE_FIELDS = {
     "model", "messages", "system", "tools", "tool_choice", "thinking", "output_format", "output_config",
-    "specquant", *IGNORED,
+    "context_management", "specquant", *IGNORED,
 }  # fmt: skip
 # temperature, top_p and top_k: newer Anthropic SDKs no longer offer them (send them in extra_body); older
 # clients and Claude Code may still send them, and they are honoured.
@@ -38,7 +45,7 @@ ANSWER_FIELDS = {
 }  # fmt: skip
 TOOL_FIELDS = {"type", "name", "description", "input_schema", "strict", "cache_control", "allowed_callers",
                "defer_loading", "eager_input_streaming", "input_examples"}  # the last five: hints, ignored
-REFUSED = ("container", "mcp_servers", "context_management")  # Anthropic's hosted features
+REFUSED = ("container", "mcp_servers")  # Anthropic's hosted features
 MAX_STOP_SEQUENCES = 16  # each is looked for after every token
 CHOICES = {"auto": "auto", "any": "required", "none": "none"}  # Anthropic's tool_choice types as OpenAI's
 
@@ -97,7 +104,7 @@ def _chat(given: dict[str, Any]) -> dict[str, Any]:
     if given.get("service_tier") not in (None, "auto", "standard_only"):
         raise ApiError(400, f"service_tier: must be auto or standard_only, not {short(given['service_tier'])}",
                        "service_tier")
-    messages = _messages(given.get("messages"))
+    messages = clear_thinking(_messages(given.get("messages")), typed(given, "context_management", dict))
     system = _system(given.get("system"))
     chat: dict[str, Any] = {"messages": ([{"role": "system", "content": system}] if system else []) + messages}
     if "model" in given:
@@ -170,8 +177,13 @@ def _messages(value: Any) -> list[dict[str, Any]]:
         if extra:
             raise ApiError(400, f"{where}.{extra[0]}: Extra inputs are not permitted", f"{where}.{extra[0]}")
         role = m.get("role")
-        if role not in ("user", "assistant"):
-            raise ApiError(400, f"{where}.role: must be user or assistant, not {short(role)}", f"{where}.role")
+        if role not in ("user", "assistant", "system"):
+            raise ApiError(400, f"{where}.role: must be user, assistant or system, not {short(role)}", f"{where}.role")
+        if role == "system":  # a system turn at this place (Claude Code's mid-conversation system messages)
+            text = _system(m.get("content"), f"{where}.content")
+            if text:
+                out.append({"role": "system", "content": text})
+            continue
         blocks = _blocks(m.get("content"), f"{where}.content")
         out.extend(_assistant(blocks, where) if role == "assistant" else _user(blocks, where))
     return out
@@ -284,18 +296,22 @@ def _tool_result(block: dict[str, Any], where: str) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": call_id, "content": content}
 
 
-def _system(value: Any) -> str:
+def _system(value: Any, where: str = "system") -> str:
+    """System text (a string or text blocks), without Claude Code's attribution line, which changes per request:
+    kept, it would make every prompt differ from its first line on and no prompt cache could serve it."""
     if value is None:
         return ""
     if isinstance(value, str):
-        return valid_unicode(value, "system")
+        return strip_billing(valid_unicode(value, where))
     if not isinstance(value, list):
-        raise ApiError(400, "system: must be a string or an array of text blocks", "system")
+        raise ApiError(400, f"{where}: must be a string or an array of text blocks", where)
     texts = []
     for j, block in enumerate(value):
         if not isinstance(block, dict) or block.get("type") != "text":
-            raise ApiError(400, f"system.{j}: must be a text block", f"system.{j}")
-        texts.append(_text(block, f"system.{j}"))
+            raise ApiError(400, f"{where}.{j}: must be a text block", f"{where}.{j}")
+        text = strip_billing(_text(block, f"{where}.{j}"))
+        if text.strip():
+            texts.append(text)
     return "\n\n".join(texts)
 
 

@@ -34,8 +34,9 @@ def named(piece: dict[str, Any]) -> Event:
 class StreamShape(Protocol):
     """One stream's events; it keeps the stream's id and whatever it must remember between Chunks."""
 
-    def start(self, first: Chunk) -> list[Event]:
-        """The events before the first Chunk's."""
+    def start(self, prompt_tokens: int | None) -> list[Event]:
+        """The events that open the stream, sent as soon as it is accepted (`prompt_tokens`: the prompt's
+        length, when the first Chunk has come already)."""
         ...
 
     def piece(self, chunk: Chunk) -> list[Event]:
@@ -53,6 +54,7 @@ class StreamShape(Protocol):
 
 class Dialect(Protocol):
     prompt: str  # the request's field that a prompt too long for the context is blamed on
+    ping: Event | None  # the keep-alive event of its streams; None: an SSE comment (": keep-alive")
 
     def parse(self, body: Any, base: ChatOptions, n_ctx: int) -> ChatCall: ...
 
@@ -71,6 +73,7 @@ class Chat:
     """`POST /v1/chat/completions`: `chat.completion`, or `chat.completion.chunk`s."""
 
     prompt = "messages"
+    ping = None
 
     def parse(self, body: Any, base: ChatOptions, n_ctx: int) -> ChatCall:
         return parse_chat(body, base, n_ctx)
@@ -96,7 +99,7 @@ class ChatStream:
         self.include_usage = call.include_usage
         self.called = False  # a call was made: the answer finishes with "tool_calls"
 
-    def start(self, first: Chunk) -> list[Event]:
+    def start(self, prompt_tokens: int | None) -> list[Event]:
         return [data(responses.stream_chunk(self.id, self.model, self.created, {"role": "assistant", "content": ""}))]
 
     def piece(self, chunk: Chunk) -> list[Event]:
@@ -126,6 +129,7 @@ class Text:
     """`POST /v1/completions`: `text_completion`, whole or in pieces."""
 
     prompt = "prompt"
+    ping = None
 
     def parse(self, body: Any, base: ChatOptions, n_ctx: int) -> ChatCall:
         return completions.parse_completion(body, base, n_ctx)
@@ -150,7 +154,7 @@ class CompletionStream:
         self.include_usage = call.include_usage
         self.offset = len(call.messages[0]["content"])
 
-    def start(self, first: Chunk) -> list[Event]:
+    def start(self, prompt_tokens: int | None) -> list[Event]:
         return []
 
     def piece(self, chunk: Chunk) -> list[Event]:

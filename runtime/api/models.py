@@ -22,13 +22,15 @@ def complete_models() -> list[Any]:
     return [m for m in list_models(cache_root()) if m.complete]
 
 
-def model_entry(m: Any, loaded: Collection[str] = ()) -> dict[str, Any]:
-    """A model as `GET /v1/models` lists it; `loaded`: the models in memory now."""
+def model_entry(m: Any, loaded: Collection[str] = (), n_ctx: int | None = None) -> dict[str, Any]:
+    """A model as `GET /v1/models` lists it; `loaded`: the models in memory now; `n_ctx`: the context the server
+    answers with (`context_length`, as OpenRouter and LM Studio name it: clients size their prompts by it)."""
     rows = ModelDir(m.path.parent, m.name).tier_rows(m.manifest or {})
     tiers = [{"tier": r["tier"], "bytes": r["bytes"]} for r in rows]
     created = int(m.path.stat().st_mtime)
-    return {"id": m.name, "object": "model", "created": created, "owned_by": "specquant", "tiers": tiers,
-            "loaded": m.name in loaded}
+    entry = {"id": m.name, "object": "model", "created": created, "owned_by": "specquant", "tiers": tiers,
+             "loaded": m.name in loaded}
+    return entry if n_ctx is None else entry | {"context_length": n_ctx}
 
 
 NAME_SHOWN = 80  # characters of a model name an error repeats: a client's 900 KB name is not echoed whole

@@ -43,9 +43,12 @@ def reasoning_item(item_id: str, thought: str, status: str = "completed") -> dic
     return {"type": "reasoning", "id": item_id, "summary": [], "content": content, "status": status}
 
 
-def call_item(call: CallDelta) -> dict[str, Any]:
-    return {"type": "function_call", "id": new_id("fc"), "call_id": call.id, "name": call.name,
+def call_item(call: CallDelta, request: ChatCall) -> dict[str, Any]:
+    """A call as a `function_call` item; one of a namespace tool's functions names its namespace too."""
+    item = {"type": "function_call", "id": new_id("fc"), "call_id": call.id, "name": call.name,
             "arguments": call.arguments, "status": "completed"}
+    namespace = request.namespaces.get(call.name or "") if isinstance(request, ResponsesCall) else None
+    return item | {"namespace": namespace} if namespace else item
 
 
 def response(
@@ -76,13 +79,14 @@ class Responses:
     """`POST /v1/responses`."""
 
     prompt = "input"
+    ping = None
 
     def parse(self, body: Any, base: ChatOptions, n_ctx: int) -> ChatCall:
         return parse_responses(body, base, n_ctx)
 
     def whole(self, model: str, call: ChatCall, chunks: list[Chunk]) -> dict[str, Any]:
         text = "".join(c.text for c in chunks)
-        calls = [call_item(d) for c in chunks for d in c.calls]
+        calls = [call_item(d, call) for c in chunks for d in c.calls]
         output = ([message_item(new_id("msg"), text)] if text or not calls else []) + calls
         thought = "".join(c.thinking for c in chunks)
         if thought:
@@ -106,7 +110,7 @@ class ResponseStream:
         self.reasoning: str | None = None  # the open reasoning item's id
         self.thought = ""
 
-    def start(self, first: Chunk) -> list[Event]:
+    def start(self, prompt_tokens: int | None) -> list[Event]:
         head = response(self.id, self.created, self.model, self.call, [], None)
         return [self._event("response.created", response=head), self._event("response.in_progress", response=head)]
 
@@ -129,7 +133,7 @@ class ResponseStream:
             events.append(self._event("response.output_text.delta", **self._at(), delta=chunk.text, logprobs=[]))
         for call in chunk.calls:
             events += self._close_message()
-            item, index = call_item(call), len(self.output)
+            item, index = call_item(call, self.call), len(self.output)
             at, arguments = {"item_id": item["id"], "output_index": index}, item["arguments"]
             added = item | {"arguments": "", "status": "in_progress"}
             events += [

@@ -104,7 +104,10 @@ def parse_chat(body: Any, base: ChatOptions, n_ctx: int) -> ChatCall:
     if "messages" not in given:
         raise ApiError(400, "missing required parameter: messages", "messages")
     messages = _messages(given["messages"])
-    max_tokens = integer(given, "max_completion_tokens", 1, n_ctx) or integer(given, "max_tokens", 1, n_ctx)
+    # More than the context is cut to it, as llama-server does: the answer stops at the context's end with
+    # finish_reason "length" (OpenCode asks for 32,000 whatever the context).
+    asked = integer(given, "max_completion_tokens", 1, 2**31 - 1) or integer(given, "max_tokens", 1, 2**31 - 1)
+    max_tokens = None if asked is None else min(asked, n_ctx)
     stream, include_usage = stream_flags(given)
     changes = sampling_changes(given, base, max_tokens)
     budget = SchemaBudget()  # the limits count the response format's schema and every tool's together

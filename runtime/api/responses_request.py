@@ -6,13 +6,17 @@ tool grammars and `specquant` options). A 400 names the Responses field (`input[
 and `function_call_output` (its result); earlier `reasoning` items are dropped. `instructions` is the system
 message, `text.format` the response format, `max_output_tokens` the token limit, `truncation: "auto"` drops
 the oldest turns to fit (`specquant.trim`). Nothing is stored, so `previous_response_id` and `conversation`
-are refused with a 400 saying to send the whole conversation. Tools other than functions, images and files
-are refused; `store`, `include`, `reasoning`, `metadata` and OpenAI's caching and tracking tags cannot change
-what this server answers: accepted and ignored.
+are refused with a 400 saying to send the whole conversation. Function tools are read, and so are the
+functions of a `namespace` tool (Codex groups its tools so; a call of one names its namespace). Hosted tools
+(`web_search`, `file_search`, ...), which only OpenAI's servers can run, are left out of what the model sees,
+with one log line, rather than refusing the request. Images and files are refused; `store`, `include`,
+`reasoning`, `metadata`, `client_metadata` (Codex's ids and telemetry) and OpenAI's caching and tracking tags
+cannot change what this server answers: accepted and ignored.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,11 +29,13 @@ from runtime.engine.options import ChatOptions
 PASSED = {"model", "temperature", "top_p", "top_k", "min_p", "stream", "stream_options", "parallel_tool_calls",
           "specquant", "prompt_cache_key", "safety_identifier", "service_tier", "prompt_cache_retention", "user"}
 READ = {"input", "instructions", "tools", "tool_choice", "text", "max_output_tokens", "truncation", "store",
-        "metadata", "include", "reasoning"}
+        "metadata", "include", "reasoning", "client_metadata"}
 STATEFUL = ("previous_response_id", "conversation")
 REFUSED = ("background", "prompt", "max_tool_calls", "top_logprobs", "context_management")
 ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 TEXT_PARTS = ("input_text", "output_text", "refusal")
+TOOL_FIELDS = {"type", "name", "description", "parameters", "strict", "defer_loading"}
+log = logging.getLogger("specquant.server")
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,7 @@ class ResponsesCall(ChatCall):
     """A ChatCall with what the response repeats of its request (OpenAI's response echoes its settings)."""
 
     echo: dict[str, Any] = field(default_factory=dict)
+    namespaces: dict[str, str] = field(default_factory=dict)  # a namespace tool's function: its namespace
 
 
 def parse_responses(body: Any, base: ChatOptions, n_ctx: int) -> ResponsesCall:
@@ -51,7 +58,8 @@ def parse_responses(body: Any, base: ChatOptions, n_ctx: int) -> ResponsesCall:
             raise ApiError(400, f"{name} is not supported by SpecQuant", name, code="unsupported")
         if name not in PASSED | READ:
             raise ApiError(400, f"unrecognized request argument: {name}", name)
-    for name, kind in (("store", bool), ("metadata", dict), ("reasoning", dict), ("instructions", str)):
+    for name, kind in (("store", bool), ("metadata", dict), ("reasoning", dict), ("instructions", str),
+                       ("client_metadata", dict)):
         typed(given, name, kind)
     include = given.get("include", [])
     if not isinstance(include, list) or not all(isinstance(x, str) for x in include):
@@ -69,8 +77,9 @@ def parse_responses(body: Any, base: ChatOptions, n_ctx: int) -> ResponsesCall:
         raise ApiError(400, f"truncation must be auto or disabled, not {short(truncation)}", "truncation")
     if truncation == "auto":  # OpenAI drops the oldest items to fit: our trim
         chat["specquant"] = {**(typed(given, "specquant", dict) or {}), "trim": True}
+    namespaces: dict[str, str] = {}
     if "tools" in given:
-        chat["tools"] = _tools(given["tools"])
+        chat["tools"] = _tools(given["tools"], namespaces)
     if "tool_choice" in given:
         chat["tool_choice"] = _tool_choice(given["tool_choice"])
     text = _text(given)
@@ -89,7 +98,7 @@ def parse_responses(body: Any, base: ChatOptions, n_ctx: int) -> ResponsesCall:
         "tools": given.get("tools", []), "text": {"format": given.get("text", {}).get("format", {"type": "text"})},
         "truncation": truncation, "metadata": given.get("metadata", {}), "store": False,
     }  # fmt: skip
-    return ResponsesCall(call.model, call.messages, call.options, call.stream, call.include_usage, echo)
+    return ResponsesCall(call.model, call.messages, call.options, call.stream, call.include_usage, echo, namespaces)
 
 
 def _responses_param(param: str) -> str:
@@ -128,7 +137,7 @@ def _input(given: dict[str, Any]) -> list[dict[str, Any]]:
         if kind in ("message", "function_call"):
             continue
         if kind == "function_call_output":
-            _fields(item, {"type", "call_id", "output", "id", "status"}, where)
+            _fields(item, {"type", "call_id", "output", "id", "status", "name", "namespace"}, where)
             call_id = item.get("call_id")
             if not isinstance(call_id, str) or not call_id:
                 raise ApiError(400, f"{where}.call_id must name the function_call this output answers",
@@ -189,7 +198,7 @@ def _content(value: Any, where: str) -> str:
 
 
 def _function_call(item: dict[str, Any], where: str) -> dict[str, Any]:
-    _fields(item, {"type", "call_id", "name", "arguments", "id", "status"}, where)
+    _fields(item, {"type", "call_id", "name", "arguments", "id", "status", "namespace"}, where)
     for name in ("call_id", "name", "arguments"):
         if not isinstance(item.get(name), str):
             raise ApiError(400, f"{where}.{name} must be a string", f"{where}.{name}")
@@ -197,21 +206,42 @@ def _function_call(item: dict[str, Any], where: str) -> dict[str, Any]:
     return {"id": item["call_id"], "type": "function", "function": function}
 
 
-def _tools(value: Any) -> list[dict[str, Any]]:
-    """Function tools as chat's (`strict` defaults to true, as OpenAI's Responses API does)."""
+def _tools(value: Any, namespaces: dict[str, str]) -> list[dict[str, Any]]:
+    """Function tools as chat's (`strict` defaults to true, as OpenAI's Responses API does), a namespace's
+    functions among them (`namespaces` learns which namespace each is in); hosted tools are left out."""
     if not isinstance(value, list):
         raise ApiError(400, "tools must be an array of tools", "tools")
-    out = []
+    out: list[dict[str, Any]] = []
+    hosted: list[str] = []
     for i, tool in enumerate(value):
         where = f"tools[{i}]"
-        if not isinstance(tool, dict) or tool.get("type") != "function":
-            kind = tool.get("type") if isinstance(tool, dict) else tool
-            raise ApiError(400, f"{where}.type {short(kind)} is not supported by SpecQuant: function tools only",
-                           f"{where}.type")
-        _fields(tool, {"type", "name", "description", "parameters", "strict"}, where)
-        function = {k: tool[k] for k in ("name", "description", "parameters") if tool.get(k) is not None}
-        out.append({"type": "function", "function": function | {"strict": tool.get("strict", True)}})
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if not isinstance(tool, dict) or not isinstance(kind, str):
+            raise ApiError(400, f"{where} must be a tool object with a type", where)
+        if kind == "function":
+            out.append(_function(tool, where))
+        elif kind == "namespace":
+            _fields(tool, {"type", "name", "description", "tools"}, where)
+            name, functions = tool.get("name"), tool.get("tools")
+            if not isinstance(name, str) or not isinstance(functions, list):
+                raise ApiError(400, f"{where} must be a namespace with a name and its tools", where)
+            for j, function in enumerate(functions):
+                at = f"{where}.tools[{j}]"
+                if not isinstance(function, dict) or function.get("type", "function") != "function":
+                    raise ApiError(400, f"{at} must be a function tool", at)
+                out.append(_function(function | {"type": "function"}, at))
+                namespaces[out[-1]["function"]["name"]] = name
+        else:  # web_search, file_search, code_interpreter, custom, ...: only OpenAI's servers run them
+            hosted.append(kind)
+    if hosted:
+        log.info("left out tools this server cannot run: %s", ", ".join(short(k) for k in sorted(set(hosted))))
     return out
+
+
+def _function(tool: dict[str, Any], where: str) -> dict[str, Any]:
+    _fields(tool, TOOL_FIELDS, where)
+    function = {k: tool[k] for k in ("name", "description", "parameters") if tool.get(k) is not None}
+    return {"type": "function", "function": function | {"strict": tool.get("strict", True)}}
 
 
 def _tool_choice(value: Any) -> Any:

@@ -3,7 +3,9 @@
 Every request becomes a `Job` for the one engine thread (`runtime.engine.thread`), which the window shares
 when it serves: clients get the router, the speculative loop and the placement, and see them in each
 response's `specquant` object. A client that goes away cancels its job within one verify cycle. Requests
-are logged by method, raw path, status and time, never by content.
+are logged by method, raw path, status and time, never by content (runtime.api.request_log). A stream opens
+as soon as its request is accepted and sends keep-alive events every `keepalive_s` while its prompt is read
+(runtime.api.answers); count_tokens never waits for the engine (runtime.api.token_count).
 
 What a web page or a broken client cannot do (docs/api.md, "Security"): web pages
 are kept out by runtime.api.guard; a body must arrive within BODY_DEADLINE_S and hold at most
@@ -24,12 +26,11 @@ import json
 import logging
 import socket
 import threading
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sse_starlette import EventSourceResponse
+from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -37,7 +38,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Receive
 
 from runtime.api import DEFAULT_PORT, answers
 from runtime.api.anthropic_messages import COUNT_TOKENS, MESSAGES
@@ -49,7 +50,9 @@ from runtime.api.guard import BrowserGuard
 from runtime.api.models import ModelRoom, complete_models, is_cached, model_entry, unknown_model
 from runtime.api.offload import ParseThreads, TooSlow
 from runtime.api.openai_responses import RESPONSES
+from runtime.api.request_log import RequestLog
 from runtime.api.responses import ApiError
+from runtime.api.token_count import count_prompt
 from runtime.chat.turn import TurnSpec, assemble
 from runtime.engine.options import ChatOptions, EngineSettings
 from runtime.engine.reader import JobReader
@@ -67,6 +70,9 @@ MAX_CONNECTIONS = 64
 HEADER_TIMEOUT_S = 10.0  # a request's head (or the next one on a kept-alive connection) must come within this
 PARSE_DEADLINE_S = 10.0  # a request whose schemas take longer to compile is refused (400), not waited for
 DRAIN = 4  # an oversized body is read (and dropped) up to this many times the cap before the 413
+# A stream's keep-alive (Anthropic's `ping` event, else an SSE comment) this often: coding agents time a silent
+# stream out (and retry its whole prefill) long before a long prompt is read on a CPU.
+KEEPALIVE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,7 @@ class ServeConfig:
     stall_s: float = STALL_S
     header_timeout_s: float = HEADER_TIMEOUT_S
     parse_deadline_s: float = PARSE_DEADLINE_S
+    keepalive_s: float = KEEPALIVE_S
     # Called before the embedding model first loads: converts it on first use (converters.embedding, which
     # runtime may not import; commands/serve.py and the window pass it). None: /v1/embeddings needs it converted.
     prepare_embeddings: Callable[[], object] | None = field(default=None, compare=False)
@@ -165,15 +172,39 @@ class Service:
     async def models(self, request: Request) -> Response:
         authorize(request, self.config.api_key)
         loaded = self.runner.loaded
-        return JSONResponse({"object": "list", "data": [model_entry(m, loaded) for m in complete_models()]})
+        n_ctx = self.defaults().settings.n_ctx
+        return JSONResponse({"object": "list", "data": [model_entry(m, loaded, n_ctx) for m in complete_models()]})
 
     async def model(self, request: Request) -> Response:
         authorize(request, self.config.api_key)
         name = request.path_params["name"]
         for m in complete_models():
             if m.name == name:
-                return JSONResponse(model_entry(m, self.runner.loaded))
+                return JSONResponse(model_entry(m, self.runner.loaded, self.defaults().settings.n_ctx))
         raise unknown_model(name)
+
+    async def count_tokens(self, request: Request) -> Response:
+        """`POST /v1/messages/count_tokens`: the prompt built as a message's would be and counted with the model's
+        tokenizer alone (runtime.api.token_count), never queued behind the engine's answers."""
+        authorize(request, self.config.api_key)
+        body = await self._read_json(request)
+        d = self.defaults()
+        try:
+            call = await self.parser.run(self.config.parse_deadline_s, COUNT_TOKENS.parse, body, d.options,
+                                         d.settings.n_ctx)
+        except TooSlow as e:
+            raise ApiError(400, f"the request's schemas {e} to compile: make them smaller",
+                           code="schema_too_large") from None
+        model = call.model or d.model
+        if not is_cached(model):
+            raise unknown_model(model)
+        messages, options = assemble(TurnSpec(call.messages, call.options))
+        counted = await asyncio.to_thread(count_prompt, model, messages, options)
+        if counted > d.settings.n_ctx - 1:  # as a message's: a prompt the context cannot hold is refused
+            words = (f"the prompt is {counted} tokens; the context holds {d.settings.n_ctx} with 1 kept for the "
+                     "answer: shorten it or raise the context size")
+            raise ApiError(400, words, "messages", code="context_length_exceeded")
+        return JSONResponse({"input_tokens": counted})
 
     async def chat_completions(self, request: Request) -> Response:
         return await self._answer(request, CHAT)
@@ -212,15 +243,17 @@ class Service:
         reader.close_on(_disconnected(request.receive))
         streaming = False
         try:
-            first = await answers.next_chunk(reader, dialect.prompt)
             if call.stream:
+                begun = await answers.opening(reader, dialect.prompt, self.config.keepalive_s)
                 streaming = True  # the stream's own end closes the reader
-                stream = answers.events(reader, first, dialect, model, call)
+                stream = answers.events(reader, begun, dialect, model, call)
                 # On Ctrl-C our cancel ends the answer within one cycle; the grace period lets the stream
                 # send its last event ("cancelled") and [DONE] before sse-starlette would cut it off.
                 return EventSourceResponse(
-                    stream, ping=15, shutdown_grace_period=SHUTDOWN_GRACE_S, send_timeout=self.config.stall_s
+                    stream, ping=self.config.keepalive_s, ping_message_factory=functools.partial(_ping, dialect),
+                    shutdown_grace_period=SHUTDOWN_GRACE_S, send_timeout=self.config.stall_s,
                 )
+            first = await answers.next_chunk(reader, dialect.prompt)
             return JSONResponse(await answers.whole(reader, first, dialect, model, call))
         finally:
             if not streaming:
@@ -271,43 +304,17 @@ def cache_key(body: dict[str, Any]) -> str:
     return f"api:{own}" if isinstance(own, str) else "api"
 
 
+def _ping(dialect: Dialect) -> ServerSentEvent:
+    """A stream's keep-alive: its dialect's ping event, else an SSE comment (every client skips those)."""
+    if dialect.ping is None:
+        return ServerSentEvent(comment="keep-alive")
+    return ServerSentEvent(dialect.ping["data"], event=dialect.ping.get("event"))
+
+
 async def _disconnected(receive: Receive) -> None:
     """Returns when the client has gone away (the body has been read, so the next message is the end)."""
     while (await receive())["type"] != "http.disconnect":
         pass
-
-
-class RequestLog:
-    """Logs each request's method, path, status and time; never its headers or body."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started, status = time.perf_counter(), 500
-
-        async def send_status(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_status)
-        finally:
-            ms = (time.perf_counter() - started) * 1000
-            log.info("%s %s %d %.0f ms", scope["method"], raw_path(scope), status, ms)
-
-
-def raw_path(scope: Scope) -> str:
-    """The path as the client sent it, still percent-encoded and without control characters: a decoded
-    "%0A" would start a forged log line."""
-    raw = scope.get("raw_path") or scope["path"].encode()
-    text = raw.decode("ascii", "backslashreplace")
-    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)[:200]
 
 
 def _guarded(endpoint: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
@@ -355,8 +362,8 @@ def create_app(service: Service) -> Starlette:
         Route("/v1/completions", _guarded(service.completions), methods=["POST"]),
         Route("/v1/embeddings", _guarded(service.embeddings.create), methods=["POST"]),
         *(Route(path, _guarded(functools.partial(service._answer, dialect=dialect)), methods=["POST"])
-          for path, dialect in (("/v1/messages", MESSAGES), ("/v1/messages/count_tokens", COUNT_TOKENS),
-                                ("/v1/responses", RESPONSES))),
+          for path, dialect in (("/v1/messages", MESSAGES), ("/v1/responses", RESPONSES))),
+        Route("/v1/messages/count_tokens", _guarded(service.count_tokens), methods=["POST"]),
     ]
     handlers = {ApiError: api_error, HTTPException: http_error}
     return Starlette(routes=routes, middleware=middleware, exception_handlers=handlers)  # type: ignore[arg-type]

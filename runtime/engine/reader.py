@@ -33,9 +33,11 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Status:
-    """What is happening before the first token (loading a model, measuring the machine)."""
+    """What is happening before the first token (loading a model, measuring the machine). `reading`: the prompt
+is built and fits the context, its reading begins (the API opens a stream then: nothing can refuse it now)."""
 
     text: str
+    reading: bool = False
 
 
 @dataclass(frozen=True)

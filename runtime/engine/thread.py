@@ -252,7 +252,7 @@ class EngineThread(Answers):
                 _tell(job, Status("Reading the conversation…"))
 
             def reading(tokens: int, rate: float | None) -> None:
-                _tell(job, Status(reading_text(tokens, rate, documents)))
+                _tell(job, Status(reading_text(tokens, rate, documents), reading=True))
 
             # The machine-cost probe runs inside the answer's plan, whatever the preset (and again when an answer
             # showed its costs were measured under load): its wait is said, not "Reading…" (#63).
