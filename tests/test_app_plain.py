@@ -59,7 +59,9 @@ def test_the_status_line_is_plain_the_details_wait_behind_a_toggle_and_a_new_cha
     # The first answer loads the model, and says so in the status line and where the answer appears.
     waits = [s for s in seen if s[0]]
     read = chunks[-1].stats.prompt_tokens - chunks[-1].stats.reused_tokens
-    assert waits and waits[0][0].startswith("Loading") and waits[-2][0] == "Reading the conversation…", seen
+    assert waits and waits[0][0].startswith("Loading") and "Reading the conversation…" in [w[0] for w in waits], seen
+    # The draft costs' probe, when it runs first for this model, says so between the two (#63).
+    assert waits[-2][0] in ("Reading the conversation…", MEASURING), seen
     assert waits[-1][0] == f"Reading {read} tokens of the conversation…", seen  # the prompt built: how much
     assert all(line == text and text in shown for text, line, shown in waits)
     assert seen[-1][0] == "" and w.stats.plain.text() != waits[-1][0]  # the wait ended with the first words

@@ -83,7 +83,8 @@ def test_stats_carry_the_speedup_against_the_measured_parent_step(engine: Engine
 
 def test_no_speedup_is_claimed_before_the_parent_step_was_ever_timed(engine: Engine) -> None:
     (engine.model.path / ESTIMATES_FILE).unlink(missing_ok=True)  # read at the first answer: none yet
-    answer = engine.chat([{"role": "user", "content": PROMPT}], ChatOptions(max_tokens=1))
+    # F16's words (the exact preset): the claims below name plain F16, the parent's own plain decoding.
+    answer = engine.chat([{"role": "user", "content": PROMPT}], ChatOptions(max_tokens=1, preset="exact"))
     s = answer.last.stats
     assert s.cycles == 1 and s.plain_step_s is None
     assert s.plain_s is None and s.speedup is None and s.saved_s is None
