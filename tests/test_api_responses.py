@@ -66,7 +66,9 @@ def test_a_response_whole_and_streamed_is_the_chat_completions_answer(server: Se
 def test_a_function_call_round_trip_whole_and_streamed(server: Served) -> None:
     client = server.client()
     ask: dict[str, Any] = {"model": DEMO, "tools": [TOOL], "max_output_tokens": 64, "temperature": 0,
-                           "parallel_tool_calls": False}  # one call, then the end
+                           "parallel_tool_calls": False,  # one call, then the end
+                           # F16's words (the exact preset): the same call whole and streamed
+                           "extra_body": {"specquant": {"preset": "exact"}}}
     first = client.responses.create(input=PARIS, tool_choice=NAMED, **ask)
     assert first.status == "completed"
     (call,) = [o for o in first.output if o.type == "function_call"]

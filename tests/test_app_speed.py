@@ -13,7 +13,7 @@ from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QApplication
 
 from app.pace import DELIVER_MS, GUI_SHARE, Pace
-from app.plain_words import BUSY, gain_text
+from app.plain_words import BUSY, plain_line
 from app.settings import load_settings
 from app.speed_chart import MAX_POINTS, REPAINT_MS, SpeedChart
 from app.turn_runner import TurnRequest, TurnRunner
@@ -134,9 +134,11 @@ def test_status_bar_and_meta_line_show_the_speedup_and_the_chart_one_point_per_c
         check_speedup_text(w.stats.speedup.text(), s, "f16")
         assert w.stats.speedup.text() == speedup_text(answer_facts(last))
         assert f"{s.elapsed_s:.2f} s" in w.stats.speedup.toolTip()
-        # The small line under the answer says it in plain words, the technical line is its tooltip (#51).
-        assert gain_text(answer_facts(last)) in w.transcript.toPlainText()
-        line = w.transcript.document().find(gain_text(answer_facts(last)))
+        # The small line under the answer says it in plain words, the technical line is its tooltip (#51); with a
+        # speed preset chosen, the plain words are the preset's (#61), the speed-up stays in the tooltip.
+        said = plain_line(answer_facts(last)).split(" · ")[0]
+        assert said.startswith("Exact: ") and said in w.transcript.toPlainText()
+        line = w.transcript.document().find(said)
         check_speedup_text(line.charFormat().toolTip(), s, "f16")
         assert stored["speedup"] == pytest.approx(s.speedup, abs=1e-3)
 

@@ -265,6 +265,7 @@ def test_sweep_and_prompt_lookup_peer(demo_model, demo_cache: Path, tmp_path: Pa
         "manifest.json",
         "q4_k_m.gguf",
         "q8_0.gguf",
+        "quality.json",  # what each tier keeps of F16's words, shown beside the speeds (runtime.plan.quality)
     ]
     assert "acceptance sweep" in result.stdout
 

@@ -159,7 +159,7 @@ def engine(thinker: ModelDir) -> Iterator[Engine]:
 
 def test_the_budget_closes_the_thought_and_the_answer_follows_apart(engine: Engine) -> None:
     # k fixed: the draft proposes every cycle on any CPU, so speculation runs inside the thought
-    options = ChatOptions(sampling=GREEDY, max_tokens=40, thinking_budget=BUDGET, k=2)
+    options = ChatOptions(sampling=GREEDY, max_tokens=40, thinking_budget=BUDGET, k=2, preset="exact")
     answer = collect(engine.stream_chat(ASK, options))
     s = answer.last.stats
     assert s.thinking_drafted > 0

@@ -30,7 +30,7 @@ from mcp import types
 from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
 
-from runtime.mcp import tree
+import runtime.mcp.tree as tree
 from runtime.terminal_text import visible
 
 log = logging.getLogger(__name__)
