@@ -124,9 +124,10 @@ def test_the_draft_model_is_planned_in_memory_and_answers_stay_the_parents(cache
         assert dropped.sibling is None and dropped.draft is None and "the draft model was dropped" in dropped.reason
         # No speculation: no draft model planned or loaded
         assert engine.decide("Write a story.", ChatOptions(no_spec=True)).placement.sibling is None
-        chunks = list(engine.stream_chat(MESSAGES, ChatOptions(max_tokens=40, sampling=GREEDY)))
+        exact = ChatOptions(max_tokens=40, sampling=GREEDY, preset="exact")  # F16's words: its costs are read below
+        chunks = list(engine.stream_chat(MESSAGES, exact))
         spec_text, last = "".join(c.text for c in chunks), chunks[-1]
-        plain = list(engine.stream_chat(MESSAGES, ChatOptions(max_tokens=40, sampling=GREEDY, no_spec=True)))
+        plain = list(engine.stream_chat(MESSAGES, replace(exact, no_spec=True)))
         assert spec_text == "".join(c.text for c in plain)
         assert last.placement.sibling is not None
         costs = engine.measurements.known_costs("f16")
