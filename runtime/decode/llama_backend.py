@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
+import platform
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -32,6 +34,34 @@ class LoadOptions:
     n_gpu_layers: int = 0
     op_offload: bool | None = None  # None: llama.cpp's default; False for CPU-only plans
     seed: int = 0
+
+
+# ggml's CPU backend computes a batch of rows with other kernels than one token, from a size on: the rows
+# then differ from one-token decoding in their last bits (0.7 logits apart on the 1.5B's Q4_K_M), and a
+# greedy verify can keep a word that plain decoding of the same tier would not write. A verify batch stays
+# below these sizes, so that every kept token is the tier's own one-token greedy choice.
+REPACKED_GEMM_ROWS = 4  # repacked weights (CPU_REPACK, AMX, KleidiAI): GEMV per row below 4 rows, GEMM from 4
+TILED_ROWS = 8  # ggml-cpu's tiled K-quant and IQ matmul (x86) from 8 rows; GGML_CPU_TILED_MM=0 turns it off
+_PLAIN_BUFFERS = {"CPU", "CPU_Mapped", "CPU_HOST"}
+_TILED_TYPES = {"q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "iq4_xs", "iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s"}
+_TILED_TYPES |= {"iq1_s", "iq1_m"}
+
+
+def exact_rows(facts: Sequence[str], n_gpu_layers: int) -> int | None:
+    """The largest batch whose rows equal one-token decoding bit for bit, from what the load logged; None:
+    no bound known. F16 and Q8_0/Q4_0/Q5_0 weights go through llamafile's sgemm from 2 rows, which keeps
+    Q8_0's rows exact and F16's within float rounding (1e-6 relative): no bound is set for them. On a GPU the
+    kernels' own batch thresholds are not measured here."""
+    if n_gpu_layers:
+        return None
+    buffers = {f.split(":", 1)[1] for f in facts if f.startswith("buffer:")}
+    types = {f.split(":", 1)[1] for f in facts if f.startswith("type:")}
+    if buffers - _PLAIN_BUFFERS:
+        return REPACKED_GEMM_ROWS - 1
+    tiled_on = os.environ.get("GGML_CPU_TILED_MM", "1").strip() not in ("0", "")
+    if types & _TILED_TYPES and tiled_on and platform.machine().lower() in ("x86_64", "amd64"):
+        return TILED_ROWS - 1
+    return None
 
 
 class LlamaBackend:
@@ -62,6 +92,7 @@ class LlamaBackend:
         cparams.embeddings = False
         if opts.op_offload is not None:
             cparams.op_offload = opts.op_offload
+        facts_from = route_llama_log().load_count
         try:
             # verbose=True only means "do not redirect stdout/stderr"; the log goes through llama_log_set.
             self._model = _internals.LlamaModel(path_model=str(self.path), params=mparams, verbose=True)
@@ -73,6 +104,8 @@ class LlamaBackend:
             self._model.close()
             raise ModelError(context_failure(self.path, opts.n_ctx, route_llama_log().last() or str(e))) from None
         self.n_batch = opts.n_batch
+        # Verify batches of a parent stay within this many rows (None: no bound): see REPACKED_GEMM_ROWS.
+        self.exact_rows = exact_rows(route_llama_log().facts_since(facts_from), opts.n_gpu_layers)
         self._batch = _internals.LlamaBatch(n_tokens=opts.n_batch, embd=0, n_seq_max=1, verbose=True)
         self.n_ctx = self._ctx.n_ctx()
         self.n_vocab = self._model.n_vocab()

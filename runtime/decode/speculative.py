@@ -187,6 +187,8 @@ def _steps(parent: LlamaBackend, seq: list[int], decoding: Decoding, cancel: thr
         room = parent.n_ctx - parent.n_past - len(pending)  # the verify batch is 1 + len(drafts) tokens
         if room < 1:
             return
+        if not first and parent.exact_rows:  # rows as one-token decoding computes them (llama_backend)
+            room = min(room, parent.exact_rows)
         t0 = time.perf_counter()
         if constraint is not None and constraint.done:  # only an end token may follow: no model needs asking
             end = min(constraint.eos_tokens)
