@@ -17,7 +17,9 @@ logger = logging.getLogger("llama.cpp")
 _LEVELS = {0: logging.INFO, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
 _CONT = 5
 # What a model load reports about its weights: the tensor types and the buffers that hold them.
-_LOAD_FACT = re.compile(r"llama_model_loader: - type\s+(?P<type>\w+):|load_tensors:\s+(?P<buffer>\S+) model buffer size")
+_LOAD_FACT = re.compile(
+    r"llama_model_loader: - type\s+(?P<type>\w+):|load_tensors:\s+(?P<buffer>\S+) model buffer size"
+)
 
 
 class _LogSink:
