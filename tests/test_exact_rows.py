@@ -46,3 +46,17 @@ def test_rows_within_the_bound_equal_one_token_decoding(demo_model: ModelDir) ->
             assert np.array_equal(rows, single[start : start + len(chunk)]), f"batch at {start} of {len(chunk)} rows"
     finally:
         backend.close()
+
+
+@pytest.mark.skipif(not X86, reason="the tiled and repacked K-quant kernels are x86 paths")
+def test_costs_are_measured_only_for_batches_a_verify_may_use(demo_model: ModelDir) -> None:
+    from runtime.decode.machine_costs import MachineCosts, measure
+
+    backend = load(demo_model, "q4_k_m")
+    try:
+        costs = measure(backend, {}, "q4_k_m", budget_s=0.5)
+    finally:
+        backend.close()
+    assert max(costs.v) == backend.exact_rows and sorted(costs.v) == list(range(1, backend.exact_rows + 1))
+    assert MachineCosts.from_dict(costs.as_dict()).v == pytest.approx(costs.v, abs=1e-3)  # read back from costs.json
+    assert all(entry["k"] < backend.exact_rows for entry in costs.caps().values())

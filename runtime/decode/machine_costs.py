@@ -31,7 +31,7 @@ from runtime.models.cache import atomic_write_text
 
 log = logging.getLogger("specquant.costs")
 FILE = "costs.json"
-VERSION = 1
+VERSION = 2  # 2: v(n) stops at the parent's exact-rows bound (llama_backend.exact_rows)
 BUDGET_S = 10.0
 N_MAX = 16  # v(n) is reported for n = 1..N_MAX
 SIZES = (1, 2, 4, 6, 8, 12, 16)  # measured; the rest interpolated
@@ -117,7 +117,7 @@ class MachineCosts:
         if not 0 < step < 3600:
             raise ValueError("step out of range")
         v = {int(n): x for n, x in ratios(raw["v"], 0.5, 1000).items()}
-        if sorted(v) != list(range(1, N_MAX + 1)):
+        if not v or sorted(v) != list(range(1, max(v) + 1)) or max(v) > N_MAX:
             raise ValueError("v(n) incomplete")
         return cls(
             step,
@@ -152,6 +152,9 @@ def measure(
     """Measure the costs (module docstring). Leaves every cache empty."""
     started = time.perf_counter()
     text = parent.tokenize(PROBE_TEXT)
+    # A verify batch never exceeds the parent's exact-rows bound: batches above it are not measured.
+    top = min(N_MAX, parent.exact_rows or N_MAX)
+    sizes = [*(n for n in SIZES if n < top), top]
     extra = max(SIZES)
     context, batch = text[:-extra], text[-extra:]
     # Agreement, teacher-forced: each draft's greedy choice after each prefix against the parent's.
@@ -165,12 +168,12 @@ def measure(
         prefill_s[tier] = seconds / len(text)
     for b in (parent, *drafts.values()):  # the context every timing below starts from (already decoded)
         b.truncate(len(context))
-    samples: dict[int, list[float]] = {n: [] for n in SIZES}
+    samples: dict[int, list[float]] = {n: [] for n in sizes}
     draft_steps: dict[str, list[float]] = {t: [] for t in drafts}
     rounds = 0
     while rounds < MAX_ROUNDS:
         t_round = time.perf_counter()
-        for n in SIZES:
+        for n in sizes:
             samples[n].append(_timed(lambda n=n: parent.decode(batch[:n], range(n))))
             parent.truncate(len(context))
         for tier, d in drafts.items():
@@ -185,7 +188,7 @@ def measure(
         b.truncate(0)
     step = statistics.median(samples[1])
     fitted = isotonic([(n, statistics.median(xs) / step, float(len(xs))) for n, xs in sorted(samples.items())])
-    v = {n: max(1.0, interpolate(fitted, n)) if n > 1 else 1.0 for n in range(1, N_MAX + 1)}
+    v = {n: max(1.0, interpolate(fitted, n)) if n > 1 else 1.0 for n in range(1, top + 1)}
     return MachineCosts(
         step_s=step,
         v=v,
