@@ -3,8 +3,8 @@ title (`fit_titles`)."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
-from PySide6.QtGui import QKeyEvent
+from PySide6.QtCore import QEvent, QObject, QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QKeyEvent, QPainter, QPaintEvent
 from PySide6.QtWidgets import (
     QApplication,
     QDialog,
@@ -108,6 +108,21 @@ class ErrorBanner(QWidget):
     @property
     def message(self) -> str:
         return "" if self.isHidden() else self.label.text()
+
+
+class ElidedLabel(QLabel):
+    """A one-line label that ends in "…" where its room ends, rather than being cut off mid-letter; `text()` is
+    still the whole line (and the tooltip should hold it). It asks for no width of its own."""
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(0, super().minimumSizeHint().height())
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        rect = self.contentsRect()
+        shown = self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, rect.width())
+        painter = QPainter(self)
+        self.style().drawItemText(painter, rect, int(self.alignment()), self.palette(), self.isEnabled(), shown,
+                                  self.foregroundRole())
 
 
 def title_width(widget: QWidget) -> int:

@@ -408,7 +408,10 @@ def test_a_server_is_added_through_the_form_each_fault_named_by_its_field(
     w.side_tabs.setCurrentWidget(panel)
     dialog = AddServerDialog(panel)
     qtbot.addWidget(dialog)
-    assert not dialog.form.isHidden() and dialog.text.isHidden()  # the form first, JSON only when asked for
+    assert not dialog.command.isHidden() and dialog.text.isHidden()  # the form first, JSON only when asked for
+    dialog.pasting.setChecked(True)
+    assert dialog.command.isHidden() and dialog.environment.isHidden() and not dialog.text.isHidden()
+    dialog.pasting.setChecked(False)
     faults = (
         (("", "npx", "", ""), "Name: "),
         (("files", "", "", ""), "Command: "),
