@@ -55,7 +55,7 @@ class ChatPane(QWidget):
         self.told_unused: set[int] = set()  # chats told they answer without the documents there are
         self.think_switch: QAction | None = None  # the Chat menu's "Let the model think": this chat's switch
         self.transcript, self.composer = TranscriptView(), Composer()
-        self.approval = ApprovalPrompt(self, chat.answer_approval)
+        self.approval = ApprovalPrompt(self, chat.answer_approval, self.stop_at_question)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         self.start = StartPanel()  # an empty chat's first screen (#51)
@@ -219,6 +219,14 @@ class ChatPane(QWidget):
         if self.chat.stop():
             self.composer.stop_button.setEnabled(False)
             self.stats.show_wait("Stopping…")  # in the status line until the stopped answer's figures replace it
+
+    def stop_at_question(self, request: Any) -> None:
+        """Esc, Stop answer or the close box in the approval question: the call was denied (already answered) and
+        the answer stops, said in one line (#63: Esc denied one call and the model went on)."""
+        if self.chat.live is not None:
+            self.stop()
+            self.notes.show_note(f"Stopped: {request.server} › {request.tool} did not run, and the answer ended "
+                                 "there. (Deny refuses one call and lets the model go on.)")
 
     def _on_chunks(self, chunks: list[Chunk]) -> None:
         """A batch of the answer (app.turn_runner paces them by what the GUI thread spends): one redraw for all."""

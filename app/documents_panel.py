@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
 
 from app.documents_words import count_of, progress_line, relative_name, result_line, state_words, unreadable_line
 from app.documents_worker import DocumentsJob, DocumentsWorker, FolderWatch, Snapshot
+from app.widgets import title_width
 from app.worker import start_thread
 from runtime.documents.library import DEFAULT_COLLECTION, AddResult, Progress
 
@@ -54,8 +55,7 @@ class CollectionDialog(QInputDialog):
         self.setTextValue(items[index])
 
     def title_width(self) -> int:
-        """The title's width and, since the title bar also holds the window manager's buttons, about three of them."""
-        return self.fontMetrics().horizontalAdvance(self.TITLE) + 12 * self.fontMetrics().height()
+        return title_width(self)
 
     def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)  # QInputDialog sizes itself to its box here: widen it afterwards

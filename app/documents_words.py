@@ -8,12 +8,9 @@ from pathlib import PurePath
 
 from app.documents_worker import DocumentsJob
 from runtime.documents.library import VECTORS, AddResult, FileRecord, Progress
+from runtime.documents.outcome import changed, count_of, outcome_line
 
 UNREADABLE = "could not be read"  # a file the index could not read: said so, not "error" (#63)
-
-
-def count_of(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def result_line(job: DocumentsJob, result: AddResult | int) -> str:
@@ -23,24 +20,9 @@ def result_line(job: DocumentsJob, result: AddResult | int) -> str:
         return f"Removed {what} ({count_of(result, 'file')})."
     where = job.collection or "every collection"
     head = f"Added to {where}" if job.verb == "add" else f"Synced {where}"
-    if not (result.indexed or result.removed or result.errors or result.cancelled or result.embedded):
-        if job.automatic:
-            return ""
-        return f"{head}: nothing new" + (f", {result.unchanged} unchanged." if result.unchanged else ".")
-    parts = []
-    if result.indexed:
-        parts.append(f"{count_of(result.indexed, 'file')} indexed ({count_of(result.chunks, 'chunk')})")
-    if result.unchanged:
-        parts.append(f"{result.unchanged} unchanged")
-    if result.removed:
-        parts.append(f"{result.removed} gone from disk")
-    if result.errors:
-        parts.append(f"{len(result.errors)} could not be indexed")
-    if result.embedded > result.chunks:  # vectors a stopped run left to do, or for another embedding model
-        parts.append(f"vectors for {count_of(result.embedded - result.chunks, 'chunk')} indexed before")
-    if result.cancelled:
-        parts.append("stopped")
-    return f"{head}: {', '.join(parts)}."
+    if job.automatic and not changed(result):
+        return ""
+    return f"{head}: {outcome_line(result)}."
 
 
 def progress_line(p: Progress) -> str:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from PySide6.QtCore import qVersion
+from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QMenu, QMenuBar, QMessageBox, QWidget
 
 from app.guide_viewer import GuideViewer
@@ -59,6 +60,11 @@ def about_text(facts: list[tuple[str, str]]) -> str:
             f"as good as the full model's.</p><table>{rows}</table>")
 
 
+def guide_action(menu: QMenu, name: str) -> QAction | None:
+    """The Help menu's entry for the guide `name` (a file in docs/guide/), or None."""
+    return next((a for a in menu.actions() if a.data() == name), None)
+
+
 def add_help_menu(bar: QMenuBar, parent: QWidget) -> QMenu:
     """Help: one entry per guide (read in the window's guide viewer), then About SpecQuant."""
     menu = bar.addMenu("&Help")
@@ -75,6 +81,7 @@ def add_help_menu(bar: QMenuBar, parent: QWidget) -> QMenu:
         action = menu.addAction(text)
         action.setEnabled(path.is_file())
         action.setToolTip("" if path.is_file() else f"{name} is not part of this install")
+        action.setData(name)  # found by its file name: a link elsewhere in the window opens it (guide_action)
         action.triggered.connect(lambda _=False, n=name: open_guide(n))
     menu.addSeparator()
     about = menu.addAction("&About SpecQuant")

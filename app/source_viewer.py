@@ -25,12 +25,17 @@ def passages_of(messages: list[Any], path: str) -> list[dict[str, Any]]:
     return found
 
 
+TITLE_CHARS = 40  # a file name in the title, at most (#63: titles were cut)
+
+
 class SourceViewer(QDialog):
     """The path and the passages of one source file; a message says no application on this computer opens it."""
 
     def __init__(self, path: str, passages: list[dict[str, Any]], parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setWindowTitle(f"Source: {Path(path).name}")
+        name = Path(path).name  # a long name cut in the middle (its end says what it is): the title stays short
+        short = name if len(name) <= TITLE_CHARS else f"{name[:TITLE_CHARS - 17]}…{name[-16:]}"
+        self.setWindowTitle(f"Source: {short}")
         self.resize(640, 480)
         layout = QVBoxLayout(self)
         self.path_label = QLabel(f"No application on this computer opens this file, so its passages are shown "

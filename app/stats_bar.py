@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QLabel, QStatusBar, QToolButton
 
 from app.plain_words import answer_kind, details_line, plain_line, slowdown_text
 from app.speed_chart import SpeedChart
-from app.widgets import LevelBadge
+from app.widgets import ElidedLabel, LevelBadge
 from runtime.engine.answer import Chunk
 from runtime.engine.summary import acceptance_text, answer_facts, cap_text, sources_text, speed_text, speedup_text
 
@@ -31,8 +31,10 @@ class StatsBar:
     """The widgets of a QStatusBar: the plain line stretched on the left, the rest on the right."""
 
     def __init__(self, bar: QStatusBar) -> None:
-        self.plain = _label("Answer summary")
-        self.plain.setMinimumWidth(0)  # a narrow window cuts the line, not the figures; its tooltip holds it whole
+        # A narrow window shortens the line with "…", not the figures; its tooltip and the line under the answer
+        # hold it whole.
+        self.plain = ElidedLabel("")
+        self.plain.setAccessibleName("Answer summary")
         self.details_button = QToolButton()
         self.details_button.setText("Details")
         self.details_button.setCheckable(True)

@@ -1,6 +1,7 @@
 """The Tools panel (#43): the MCP servers of `mcp.json` with their state and tools, each tool's on/off switch,
 the remembered "always allow" choices with Revoke, the approval mode, "Tools in this chat", and Add server…
-(a pasted JSON snippet) and Remove.
+(app.add_server_dialog) and Remove. With no server yet, a few plain words say what tools are and how to add
+one, with a link to the Tools guide (#63: the tab was empty, with no explanation).
 
 The panel never starts a server by itself: the window's McpHost is created when a chat with tools first
 answers, or when the user presses Start here, and the panel then shows each server's state as it moves
@@ -15,7 +16,6 @@ import logging
 import os
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt, QTimer, Signal
@@ -23,15 +23,12 @@ from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
-    QDialog,
     QHBoxLayout,
     QHeaderView,
     QLabel,
-    QLineEdit,
     QListWidget,
     QListWidgetItem,
     QMessageBox,
-    QPlainTextEdit,
     QPushButton,
     QTreeWidget,
     QTreeWidgetItem,
@@ -39,13 +36,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.add_server_dialog import AddServerDialog
 from runtime.chat.toolbox import BUILTIN
 from runtime.errors import UserError
 from runtime.mcp.switches import ToolSwitches
 from runtime.paths import config_dir as config_folder
 
 if TYPE_CHECKING:
-    from runtime.mcp import McpHost, ServerConfig
+    from runtime.mcp import McpHost
 
 log = logging.getLogger("specquant.app")
 
@@ -53,93 +51,22 @@ ERROR_COLOUR = "#b3261e"  # the banner's red: 4.5:1 on white
 POLL_MS = 500  # how often the shown panel reads the servers' states
 MODES = (("ask", "Ask before each call"), ("all", "Run every call"), ("none", "Run no call"))
 SEARCH_TOOL = "search_documents"  # runtime.engine.document_tool.NAME
-
-
-def entry_of(server: ServerConfig) -> dict[str, Any]:
-    """A checked server as its `mcpServers` entry, for `add_server`."""
-    entry: dict[str, Any] = {}
-    if server.command is not None:
-        entry["command"] = server.command
-        if server.args:
-            entry["args"] = list(server.args)
-        if server.env:
-            entry["env"] = dict(server.env)
-    else:
-        entry["url"] = server.url
-        if server.headers:
-            entry["headers"] = dict(server.headers)
-    if server.disabled:
-        entry["disabled"] = True
-    return entry
-
-
-def add_pasted(text: str, name: str = "", path: Path | None = None) -> list[str]:
-    """Add the servers of a pasted snippet (`check_snippet`'s forms) to `mcp.json`: all of them or, on any
-    problem, none. Their names; UserError with one line for text that is not JSON, a bad entry or a taken
-    name. A command that is not installed is no reason to refuse: it may be installed later."""
-    from runtime.mcp import add_server, check_snippet, load_config
-
-    servers, problems = check_snippet(text, name.strip() or None)
-    bad = [p for p in problems if not any(f"server {n!r}:" in p for n in servers)]
-    if bad:
-        raise UserError("; ".join(bad))
-    existing = load_config(path).servers
-    taken = [n for n in servers if n in existing]
-    if taken:
-        raise UserError(f"there is already a server named {taken[0]!r}: remove it first, or give another name")
-    for server_name, server in servers.items():
-        add_server(server_name, entry_of(server), path)
-    return list(servers)
+TOOLS_GUIDE = "tools.md"  # docs/guide/tools.md, opened in the window's guide viewer
+INTRO = (
+    "<p><b>Tools</b> let the model do what words alone cannot: read your files, search the web, look something "
+    "up. Each tool comes from a small program, a <i>tool server</i> (the MCP standard); many are free.</p>"
+    "<p>No tool server is set up yet. To add one, press <b>Add server…</b> and copy in the command from the "
+    "tool's instructions: for example <tt>npx</tt> with the arguments "
+    "<tt>-y @modelcontextprotocol/server-filesystem ~/Documents</tt>. Then tick <b>Tools in this chat</b>; "
+    "you are asked before each use.</p>"
+    f'<p><a href="guide:{TOOLS_GUIDE}">Read the Tools guide</a></p>'
+)
 
 
 def state_text(state: str, reason: str) -> str:
     """A server's state as the panel's column shows it: `failed: the reason's first line`."""
     first = reason.strip().splitlines()[0] if reason.strip() else ""
     return f"{state}: {first}" if state == "failed" and first else state
-
-
-class AddServerDialog(QDialog):
-    """Paste a server's JSON (a whole mcp.json, a map of servers, or one entry with a name) and add it."""
-
-    def __init__(self, parent: QWidget | None = None, path: Path | None = None) -> None:
-        super().__init__(parent)
-        self.path = path
-        self.added: list[str] = []
-        self.setWindowTitle("Add MCP server")
-        self.name = QLineEdit()
-        self.name.setPlaceholderText("Name (for a single entry)")
-        self.name.setAccessibleName("Server name")
-        self.text = QPlainTextEdit()
-        self.text.setAccessibleName("Server JSON")
-        self.text.setPlaceholderText('{"mcpServers": {"files": {"command": "npx", "args": ["-y", "..."]}}}')
-        self.error = QLabel()
-        self.error.setTextFormat(Qt.TextFormat.PlainText)
-        self.error.setWordWrap(True)
-        self.error.setStyleSheet(f"color: {ERROR_COLOUR}")
-        self.add_button = QPushButton("&Add")
-        self.add_button.setDefault(True)
-        self.add_button.clicked.connect(self.add)
-        cancel = QPushButton("Cancel")
-        cancel.clicked.connect(self.reject)
-        buttons = QHBoxLayout()
-        buttons.addStretch(1)
-        buttons.addWidget(self.add_button)
-        buttons.addWidget(cancel)
-        layout = QVBoxLayout(self)
-        layout.addWidget(QLabel("Paste the server's entry from its README (the mcpServers format):"))
-        layout.addWidget(self.name)
-        layout.addWidget(self.text, 1)
-        layout.addWidget(self.error)
-        layout.addLayout(buttons)
-        self.resize(560, 380)
-
-    def add(self) -> None:
-        try:
-            self.added = add_pasted(self.text.toPlainText(), self.name.text(), self.path)
-        except UserError as e:
-            self.error.setText(" ".join(str(e).split()))  # one line, whatever the message holds
-            return
-        self.accept()
 
 
 class ToolsPanel(QWidget):
@@ -149,6 +76,7 @@ class ToolsPanel(QWidget):
     mode_changed = Signal(str)  # the approval mode chosen: ask, all or none
     servers_changed = Signal()  # a server was added or removed: the window's host is out of date
     refreshed = Signal()  # the list was drawn again (tests wait on it)
+    guide_wanted = Signal(str)  # a guide's file name (docs/guide/): the intro's link
 
     def __init__(
         self,
@@ -173,6 +101,11 @@ class ToolsPanel(QWidget):
             self.mode_box.addItem(label, mode)
         self.mode_box.activated.connect(lambda i: self.mode_changed.emit(self.mode_box.itemData(i)))
 
+        self.intro = QLabel(INTRO)  # shown while mcp.json names no server
+        self.intro.setTextFormat(Qt.TextFormat.RichText)  # our own words, no server's
+        self.intro.setWordWrap(True)
+        self.intro.linkActivated.connect(lambda link: self.guide_wanted.emit(link.removeprefix("guide:")))
+        self.intro.setVisible(False)
         self.tree = QTreeWidget()
         self.tree.setAccessibleName("Servers and tools")
         self.tree.setHeaderLabels(["Server / tool", "State"])
@@ -217,6 +150,7 @@ class ToolsPanel(QWidget):
         layout.setContentsMargins(8, 8, 4, 8)
         layout.addWidget(self.chat_tools)
         layout.addLayout(mode_row)
+        layout.addWidget(self.intro)
         layout.addWidget(self.tree, 3)
         layout.addWidget(self.problems)
         layout.addLayout(server_buttons)
@@ -273,7 +207,9 @@ class ToolsPanel(QWidget):
         try:
             config = load_config()
         except UserError as e:
+            self.intro.setVisible(False)  # the file is there, only unreadable: its fault is said instead
             return (), (str(e),)
+        self.intro.setVisible(not config.servers and not config.problems)
         host = self.host()
         states = host.status() if host is not None else {}
         listing = host.listing() if host is not None else None
@@ -303,6 +239,7 @@ class ToolsPanel(QWidget):
         if not self.loaded:
             return
         rows, problems = self._rows()
+        self.tree.setHidden(not rows)  # nothing to list: the intro says why
         # The folder is in the tooltip: in the narrow panel the file's name says enough.
         self.problems.setText("\n".join(p.replace(f"{config_folder()}{os.sep}", "") for p in problems))
         self.problems.setToolTip("\n".join(problems))

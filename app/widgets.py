@@ -1,10 +1,20 @@
-"""Small widgets: the message input, the level badge and the error banner."""
+"""Small widgets: the message input, the level badge and the error banner; and every dialog as wide as its
+title (`fit_titles`)."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QKeyEvent
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QSizePolicy, QWidget
+from PySide6.QtCore import QEvent, QObject, QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QKeyEvent, QPainter, QPaintEvent
+from PySide6.QtWidgets import (
+    QApplication,
+    QDialog,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QSizePolicy,
+    QWidget,
+)
 
 # One colour per level, with white text at a contrast ratio of at least 4.5:1 (WCAG AA).
 LEVEL_COLOURS = {"low": "#1b7f3b", "medium": "#9a5b00", "high": "#b3261e"}
@@ -98,3 +108,53 @@ class ErrorBanner(QWidget):
     @property
     def message(self) -> str:
         return "" if self.isHidden() else self.label.text()
+
+
+class ElidedLabel(QLabel):
+    """A one-line label that ends in "…" where its room ends, rather than being cut off mid-letter; `text()` is
+    still the whole line (and the tooltip should hold it). It asks for no width of its own."""
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(0, super().minimumSizeHint().height())
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        rect = self.contentsRect()
+        shown = self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, rect.width())
+        painter = QPainter(self)
+        self.style().drawItemText(painter, rect, int(self.alignment()), self.palette(), self.isEnabled(), shown,
+                                  self.foregroundRole())
+
+
+def title_width(widget: QWidget) -> int:
+    """A window's title and, since the title bar also holds the window manager's buttons, about three of them."""
+    metrics = widget.fontMetrics()
+    return metrics.horizontalAdvance(widget.windowTitle()) + 12 * metrics.height()
+
+
+def fit_title(dialog: QWidget) -> None:
+    """Widen `dialog` to its title's width, should it be narrower (Qt's message and input boxes fix their own
+    size as they are shown: this runs after that)."""
+    need = title_width(dialog)
+    screen = dialog.screen()
+    if screen is not None:  # a title longer than the screen is cut whatever we do: no wider than the screen
+        need = min(need, screen.availableGeometry().width())
+    if dialog.width() < need:
+        dialog.setMaximumWidth(max(dialog.maximumWidth(), need))
+        dialog.setMinimumWidth(need)
+        dialog.resize(need, dialog.height())
+
+
+class TitleFit(QObject):
+    """Each dialog the application shows, widened to its whole title (#51, #63: a plain window manager cut the
+    title of a narrow dialog). An application-wide filter, so that Qt's own message boxes are fitted too."""
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.Show and isinstance(watched, QDialog) and watched.isWindow():
+            QTimer.singleShot(0, watched, lambda: fit_title(watched))
+        return False
+
+
+def fit_titles(app: QApplication) -> None:
+    """Install TitleFit on `app`, once."""
+    if app.findChild(TitleFit) is None:
+        app.installEventFilter(TitleFit(app))

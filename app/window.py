@@ -10,7 +10,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtGui import QCloseEvent, QTextCursor
-from PySide6.QtWidgets import QMainWindow, QSplitter, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QApplication, QMainWindow, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
 from app.api_server_control import ApiServerControl
 from app.chat_controller import ChatController, Live
@@ -18,6 +18,7 @@ from app.chat_files import export_chat, import_chat
 from app.chat_pane import ChatPane
 from app.documents_panel import DocumentsPanel
 from app.documents_worker import DocumentsJob
+from app.help_menu import guide_action
 from app.message_area import MessageArea
 from app.models_dialog import ModelsDialog
 from app.preset_control import PresetControl
@@ -29,9 +30,9 @@ from app.store import Store
 from app.theme import apply_look
 from app.tool_host_control import ToolHostControl
 from app.tools_panel import ToolsPanel
-from app.widgets import ErrorBanner
+from app.widgets import ErrorBanner, fit_titles
 from app.window_panels import ChatList, Menus, ModelBar, Welcome, complete_models
-from app.window_state import WindowState, load_state, save_state
+from app.window_state import WindowState, load_state, on_a_screen, save_state
 from runtime.engine.thread import EngineThread
 from runtime.models.cache import DEMO_NAME, cache_root, list_models, size_text
 from runtime.plan.catalog import DEMO_NOTE, better_model
@@ -56,6 +57,7 @@ class MainWindow(QMainWindow):
         self._told_about: set[str] = set()  # the models whose first answer was followed by their note
         self.setWindowTitle("SpecQuant")
         self.resize(1100, 720)
+        fit_titles(QApplication.instance())  # every dialog as wide as its title
         self.runner = EngineThread(max_queue=API_QUEUE, calibrate_when_idle=True)  # shared with the local API server
         self.tools, self.presets = ToolHostControl(), PresetControl()
         self.chat = ChatController(self.store, self.runner, self.presets, self.tools, self.documents_index)
@@ -75,10 +77,12 @@ class MainWindow(QMainWindow):
         self.input.setFocus()
 
     def _reopen(self) -> None:
-        """As the window was at close (#63): its size, the chat that was open, the text not yet sent."""
+        """As the window was at close (#63): its size and place, the chat that was open, the text not yet sent."""
         state = load_state(self.qsettings)
         if state.size is not None:
             self.resize(state.size)
+        if state.pos is not None and on_a_screen(state.pos):
+            self.move(state.pos)
         if state.maximized:
             self.setWindowState(self.windowState() | Qt.WindowState.WindowMaximized)
         c = state.conversation
@@ -94,7 +98,8 @@ class MainWindow(QMainWindow):
     def save_state(self) -> None:
         maximized = self.isMaximized()
         size = self.normalGeometry().size() if maximized else self.size()  # the size it goes back to
-        save_state(WindowState(size, maximized, self.conversation, self.input.toPlainText()), self.qsettings)
+        pos = None if maximized else self.pos()  # the frame's corner, as move() takes it back
+        save_state(WindowState(size, maximized, self.conversation, self.input.toPlainText(), pos), self.qsettings)
 
     @property
     def live(self) -> Live | None:
@@ -154,6 +159,7 @@ class MainWindow(QMainWindow):
             (self.documents.job_ended, self._documents_added),
             (t.mode_changed, lambda mode: self._save(replace(self.settings, tool_approval=mode))),
             (t.servers_changed, self.chat.retire_tool_host),
+            (t.guide_wanted, self.show_guide),
             (m.model_chosen, self.select_model), (m.models_button.clicked, self.show_models),
             (m.settings_button.clicked, self.show_settings),
             (self.banner.action, lambda act: self.setup_demo() if act == "Set up demo model" else self.show_models()),
@@ -268,6 +274,12 @@ class MainWindow(QMainWindow):
         if new is not None:
             self.open_conversation(new)
         self._note(note)
+
+    def show_guide(self, name: str) -> None:
+        """A user guide (docs/guide/`name`) in the window's guide viewer, as Help opens it."""
+        action = guide_action(self.menus.help, name)
+        if action is not None and action.isEnabled():
+            action.trigger()
 
     def _note(self, text: str) -> None:
         self.notes.show_note(text)

@@ -13,7 +13,7 @@ from runtime.errors import UserError
 from runtime.terminal_text import visible
 
 if TYPE_CHECKING:  # loaded inside `main`: `specquant --help` must not open SQLite or load pypdf
-    from runtime.documents.library import AddResult, Library, Progress
+    from runtime.documents.library import Library, Progress
 
 NAME = "docs"
 HELP = "index documents in collections and search them"
@@ -140,6 +140,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _index(lib: Library, args: argparse.Namespace) -> int:
+    from runtime.documents.outcome import outcome_line
+
     printer = ProgressLine(sys.stderr)
     try:
         seconds = None if args.wait else VECTOR_SECONDS
@@ -149,7 +151,7 @@ def _index(lib: Library, args: argparse.Namespace) -> int:
             result = lib.sync(args.collection, progress=printer, vector_seconds=seconds)
     finally:
         printer.end()
-    print(_summary(result))
+    print(outcome_line(result))
     if result.vectors_left:
         print(LEFT_NOTE.format(n=result.vectors_left), file=sys.stderr)
     if result.keyword_only:
@@ -163,26 +165,6 @@ def _index(lib: Library, args: argparse.Namespace) -> int:
     if len(result.errors) > _SHOWN_ERRORS:
         print(f"  ... {len(result.errors) - _SHOWN_ERRORS} more: see `specquant docs list`", file=sys.stderr)
     return 0
-
-
-def _summary(r: AddResult) -> str:
-    parts = [f"indexed {r.indexed} file{'s' if r.indexed != 1 else ''} ({r.chunks} chunks)"]
-    if r.unchanged:
-        parts.append(f"{r.unchanged} unchanged")
-    if r.removed:
-        parts.append(f"{r.removed} gone from disk, forgotten")
-    if r.embedded:
-        parts.append(f"vectors for {r.embedded} chunks")
-    if r.keyword_only:
-        parts.append(f"{len(r.keyword_only)} past the vector budget of a file, searchable by keyword beyond it")
-    if r.cancelled:
-        parts.append("stopped (the next add or sync goes on from there)")
-    if r.errors:
-        parts.append(f"{len(r.errors)} not indexed")
-    skipped = r.passed.hidden + r.passed.other
-    if skipped:
-        parts.append(f"{skipped} hidden or of other formats skipped")
-    return ", ".join(parts)
 
 
 def _list(lib: Library, args: argparse.Namespace) -> int:

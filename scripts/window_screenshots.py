@@ -1,14 +1,17 @@
 """The window's main screens as PNGs, each checked for text that does not fit its widget (#51).
 
     xvfb-run -a -s "-screen 0 1600x1000x24" env QT_QPA_PLATFORM=xcb \\
-        python scripts/window_screenshots.py [--out docs] [--screens first answer text tools models about]
+        python scripts/window_screenshots.py [--out docs] [--screens first answer text tools addserver approval
+            models about]
 
 Screens: `first` (an empty chat: the example prompts), `answer` (the demo model answers one of them; the
 status line), `text` (a stored answer with a poem, a list and code, shown as written), `tools` (the Tools
-tab), `models` (Models…), `about` (Help → About). Writes window-<screen>.png at 1100x720 (the window's
-default size) and prints one line per screen; any cut-off text is listed and the exit status is 1. The window
-runs on a temporary history and settings folder; the demo model is converted into a temporary cache when
-$SPECQUANT_CACHE_DIR does not hold it. tests/test_app_xvfb.py runs it.
+tab, with no server yet: its words on what tools are), `addserver` (Add server…'s form), `approval` (the
+question before a call: the tool's description and its arguments), `models` (Models…), `about` (Help →
+About). Writes window-<screen>.png at 1100x720 (the window's default size; a dialog at its own) and prints
+one line per screen; any cut-off text is listed and the exit status is 1. The window runs on a temporary
+history and settings folder; the demo model is converted into a temporary cache when $SPECQUANT_CACHE_DIR
+does not hold it. tests/test_app_xvfb.py runs it.
 """
 
 from __future__ import annotations
@@ -25,7 +28,11 @@ if TYPE_CHECKING:
     from PySide6.QtWidgets import QWidget
 
 REPO = Path(__file__).resolve().parents[1]
-SCREENS = ("first", "answer", "text", "tools", "models", "about")
+SCREENS = ("first", "answer", "text", "tools", "addserver", "approval", "models", "about")
+# The `approval` screen's call, as a files server's read tool would be asked for.
+APPROVAL = ("files", "read_text_file", {"path": "~/Documents/recipes/bread.md", "head": 20},
+            "Read the complete contents of a file from the file system as text. Use the 'head' parameter to "
+            "read only the first N lines.")
 # The `text` screen's stored answer (written here, not by the demo model): lines, a list and code as written.
 TEXT_QUESTION = "Write a short poem about the sea, then a shopping list and a Python one-liner."
 TEXT_ANSWER = """The sea is grey at morning,
@@ -132,6 +139,7 @@ def main() -> int:
     sys.path.insert(0, str(REPO))  # run as a file, Python looks for `app` next to it, in scripts/
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     folder = Path(tempfile.mkdtemp(prefix="specquant-shots-"))
+    os.environ["SPECQUANT_CONFIG_DIR"] = str(folder / "config")  # no mcp.json of the user's: the same shots anywhere
     from runtime.models.cache import DEMO_NAME, cache_root
 
     if not (cache_root() / DEMO_NAME).is_dir():
@@ -143,11 +151,14 @@ def main() -> int:
     from PySide6.QtCore import QEventLoop, QSettings
     from PySide6.QtWidgets import QApplication, QMessageBox
 
+    from app.add_server_dialog import AddServerDialog
+    from app.approval_dialog import ApprovalDialog
     from app.help_menu import about_text, build_facts
     from app.settings import AppSettings, save_settings
     from app.store import Store
     from app.window import MainWindow
     from app.window_panels import EXAMPLES
+    from runtime.mcp import CallRequest
 
     app = QApplication(sys.argv[:1])
     qsettings = QSettings(str(folder / "settings.ini"), QSettings.Format.IniFormat)
@@ -182,6 +193,13 @@ def main() -> int:
             window.open_conversation(chat)
         elif screen == "tools":
             window.side_tabs.setCurrentWidget(window.tools_panel)
+        elif screen == "addserver":
+            shown = AddServerDialog(window)
+            shown.show()
+        elif screen == "approval":
+            server, tool, arguments, description = APPROVAL
+            shown = ApprovalDialog(CallRequest(server, tool, arguments, description=description), window)
+            shown.show()
         elif screen == "models":
             window.show_models()
             shown = window.models

@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import QPoint, QSettings, Qt
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QMessageBox
 
@@ -18,7 +18,7 @@ from app.settings import AppSettings, load_settings, save_settings
 from app.store import Store
 from app.transcript import DRAFT_TINT
 from app.window import DRAFT_SAVE_MS, MainWindow
-from app.window_state import load_state
+from app.window_state import load_state, save_state
 from runtime.models.cache import DEMO_NAME, ModelDir
 from runtime.plan.router import route
 from tests.conftest import REPO
@@ -179,7 +179,7 @@ def test_conversation_persists_across_restart(qtbot, demo_cache: Path, tmp_path:
     second.close()
 
 
-def test_reopening_brings_back_the_chat_its_unsent_text_and_the_size(qtbot, tmp_path: Path) -> None:
+def test_reopening_brings_back_the_chat_its_unsent_text_the_size_and_the_place(qtbot, tmp_path: Path) -> None:
     """#63: the window opened on a blank new chat at its default size, and the text being typed was lost."""
     first = open_window(tmp_path)
     qtbot.addWidget(first)
@@ -189,6 +189,7 @@ def test_reopening_brings_back_the_chat_its_unsent_text_and_the_size(qtbot, tmp_
     first.chats.refresh()
     first.open_conversation(trip)
     first.resize(1000, 800)
+    first.move(60, 40)
     qtbot.keyClicks(first.input, "And in June")
     first.close()
 
@@ -198,6 +199,7 @@ def test_reopening_brings_back_the_chat_its_unsent_text_and_the_size(qtbot, tmp_
     assert second.chats.conversations.currentItem().text() == "Planning a trip"
     assert second.input.toPlainText() == "And in June"
     assert (second.width(), second.height()) == (1000, 800)
+    assert (second.pos().x(), second.pos().y()) == (60, 40)  # its place too
     # The draft is kept while the window is open too, shortly after typing stops (a crash loses nothing).
     second.input.clear()
     qtbot.keyClicks(second.input, "Typed, then the power went")
@@ -206,9 +208,12 @@ def test_reopening_brings_back_the_chat_its_unsent_text_and_the_size(qtbot, tmp_
         "Typed, then the power went")
     second.store.delete(trip)
     second.close()
+    qsettings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    save_state(replace(load_state(qsettings), pos=QPoint(9000, 9000)), qsettings)  # a monitor since unplugged
     third = open_window(tmp_path)  # the chat is gone: a new chat, nothing breaks
     qtbot.addWidget(third)
     assert third.conversation is None and older in {c.id for c in third.store.conversations()}
+    assert third.pos().x() < 9000  # never placed out of sight
     third.close()
 
 

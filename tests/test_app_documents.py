@@ -22,6 +22,7 @@ from app.store import Store
 from app.transcript_text import source_label
 from app.window import MainWindow
 from runtime.documents import Library
+from tests.conftest import REPO
 from tests.test_app import ANSWER_MS, ask, open_window
 
 INSTALL = """# Installing Frobnicator
@@ -236,7 +237,8 @@ def test_stop_ends_indexing_between_two_files_and_the_bar_shows_while_it_runs(
     assert not panel.bar.isHidden() and 0 <= panel.bar.value() < panel.bar.maximum()
     with qtbot.waitSignal(panel.job_ended, timeout=INDEX_MS * 2):
         panel.stop_button.click()
-    assert panel.status.text().startswith("Added to many: ") and panel.status.text().endswith("stopped.")
+    assert panel.status.text().startswith("Added to many: ") and panel.status.text().endswith(
+        "stopped (the next add or sync goes on from there).")
     assert panel.bar.isHidden() and panel.stop_button.isHidden()
     qtbot.waitUntil(lambda: len(rows(panel)) == 3000, timeout=INDEX_MS)
     states = [state.split(",")[0] for state, _ in rows(panel).values()]  # "indexed, 1 chunk" or "pending"
@@ -368,3 +370,25 @@ def test_the_panel_says_words_work_while_vectors_are_computed() -> None:
     resumed = AddResult(embedded=16)  # a sync that only finished the vectors a stopped run left
     assert result_line(DocumentsJob("sync", automatic=True), resumed) == (
         "Synced every collection: vectors for 16 chunks indexed before.")
+
+
+def test_the_panel_and_the_cli_say_what_an_add_did_in_the_same_words(tmp_path: Path) -> None:
+    """#62: the Documents tab and `specquant docs add` each wrote the outcome (and the tab left out the files
+    passed over); both now print runtime.documents.outcome's line, the tab framed by its collection."""
+    import subprocess
+
+    from app.documents_words import result_line
+    from app.documents_worker import DocumentsJob
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "a.md").write_text("# Install\n\nRun the installer.\n")
+    (folder / ".hidden.md").write_text("secret")
+    (folder / "photo.jpg").write_bytes(b"\xff\xd8\xff")
+    with Library(tmp_path / "window.sqlite3") as lib:
+        shown = result_line(DocumentsJob("add", [str(folder)], "notes"), lib.add([str(folder)], "notes"))
+    assert shown == "Added to notes: 1 file indexed (1 chunk), 2 hidden or of other formats skipped."
+    env = {**os.environ, "SPECQUANT_DATA_DIR": str(tmp_path / "cli")}
+    printed = subprocess.run([sys.executable, "-m", "commands", "docs", "add", str(folder), "--collection", "notes"],
+                             capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+    assert printed.returncode == 0, printed.stderr
+    assert printed.stdout.strip() == shown.removeprefix("Added to notes: ").removesuffix(".")

@@ -341,6 +341,31 @@ def test_the_collection_dialog_shows_its_whole_title(qtbot) -> None:
     dialog.reject()
 
 
+def test_every_dialog_is_widened_to_its_whole_title(qtbot, tmp_path: Path) -> None:
+    """#63: a dialog's title was cut under a simple window manager. Qt's own message boxes, which size
+    themselves to their text, and the window's dialogs are as wide as their title and the title bar's buttons."""
+    from PySide6.QtWidgets import QMessageBox
+
+    from app.add_server_dialog import AddServerDialog
+    from app.approval_dialog import ApprovalDialog
+    from app.widgets import title_width
+    from runtime.mcp import CallRequest
+
+    w = open_window(tmp_path)
+    qtbot.addWidget(w)
+    box = QMessageBox(QMessageBox.Icon.Question, "Remove this server and the calls it may always make?", "Sure?",
+                      parent=w)
+    source = SourceViewer("/docs/" + "a-very-long-report-name-" * 5 + "2024.pdf", [], w)
+    assert len(source.windowTitle()) <= len("Source: ") + 40 and source.windowTitle().endswith("…rt-name-2024.pdf")
+    dialogs = (box, AddServerDialog(w), ApprovalDialog(CallRequest("s", "t", {}), w), source)
+    assert box.sizeHint().width() < title_width(box)  # as Qt sizes it, the title would be cut
+    for dialog in dialogs:
+        dialog.show()
+        qtbot.waitUntil(lambda d=dialog: d.width() >= title_width(d), timeout=2000)
+        dialog.close()
+    w.close()
+
+
 def test_the_documents_panel_says_when_it_sets_up_the_embedding_model(qtbot, tmp_path: Path, monkeypatch) -> None:
     from app.documents_worker import SETTING_UP
 

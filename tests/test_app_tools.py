@@ -1,8 +1,9 @@
 """MCP tools in the window (#43), offscreen, on the demo model and tests/mcp_server.py: a call approved through
 the dialog (its call block, its result, the answer after it, the chat going on without tools, and all of it
 after reopening), a denial that never reaches the server, "always allow" remembered and revoked in the Tools
-panel, Stop during a call that hangs, the panel's Add server / Start / switches / Remove, the dialog's Esc and
-Enter, and a history from before the tools column."""
+panel, Stop during a call that hangs, the panel's Add server (its form and its pasted JSON) / Start / switches /
+Remove and its words while empty, the dialog's description, arguments, Esc (which stops the answer) and Enter,
+and a history from before the tools column."""
 
 from __future__ import annotations
 
@@ -16,10 +17,11 @@ import pytest
 from PySide6.QtCore import Qt, QUrl
 from PySide6.QtWidgets import QMessageBox
 
+from app.add_server_dialog import AddServerDialog
 from app.approval_dialog import ApprovalDialog
 from app.chat_controller import Live
+from app.guide_viewer import GuideViewer
 from app.store import Store
-from app.tools_panel import AddServerDialog
 from app.window import MainWindow
 from runtime.mcp import ApprovalAnswer, Approvals, CallRequest
 from runtime.mcp.approval import DENIED
@@ -69,6 +71,15 @@ def question(qtbot, w: MainWindow) -> ApprovalDialog:
     return w.approval.dialog
 
 
+def calls_run(w: MainWindow, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the calls that reach the window's servers from now on (they still run)."""
+    host = w.tools.ensure()
+    ran: list[str] = []
+    real_call = host.call
+    monkeypatch.setattr(host, "call", lambda name, *a, **k: ran.append(name) or real_call(name, *a, **k))
+    return ran
+
+
 def server_rows(panel) -> list[tuple[str, str]]:
     """The Tools panel's servers as the user sees them: (name, state)."""
     return [(panel.tree.topLevelItem(i).text(0), panel.tree.topLevelItem(i).text(1))
@@ -93,7 +104,9 @@ def test_a_call_allowed_once_shows_its_block_and_result_and_the_chat_goes_on(
         send(w, ASK)
         dialog = question(qtbot, w)
         assert (dialog.server_label.text(), dialog.tool_label.text()) == ("calc", "add")
-        assert json.loads(dialog.arguments.toPlainText()) == {"a": 17, "b": 25} and dialog.arguments.isReadOnly()
+        # What the tool does, in its server's words, and the arguments one a line (#63: raw JSON, no description).
+        assert dialog.description_label is not None and dialog.description_label.text() == "Add two integers."
+        assert dialog.arguments.toPlainText() == "a: 17\nb: 25" and dialog.arguments.isReadOnly()
         assert "waiting for approval" in w.transcript.toPlainText()
         dialog.allow_once_button.click()
     chat = w.conversation
@@ -136,14 +149,11 @@ def test_deny_never_reaches_the_server_and_always_is_remembered_then_revoked(
 ) -> None:
     servers(config, calc="add")
     w = window(qtbot, config)
-    host = w.tools.ensure()
-    ran: list[str] = []
-    real_call = host.call
-    monkeypatch.setattr(host, "call", lambda name, *a, **k: ran.append(name) or real_call(name, *a, **k))
+    ran = calls_run(w, monkeypatch)
     w.tools_panel.chat_tools.setChecked(True)
     with qtbot.waitSignal(w.answer_finished, timeout=TURN_MS):
         send(w, ASK)
-        qtbot.keyClick(question(qtbot, w), Qt.Key.Key_Escape)  # Esc is Deny
+        question(qtbot, w).deny_button.click()
     [call] = calls(w, w.conversation)
     assert (call["outcome"], call["result"], ran) == ("denied", DENIED, [])
     assert "calc › add — denied" in w.transcript.toPlainText()
@@ -196,10 +206,7 @@ def test_a_tool_switched_off_in_the_tools_tab_is_neither_offered_nor_run_by_the_
     qtbot.waitUntil(lambda: panel.tree.topLevelItem(0).childCount() == 1, timeout=ANSWER_MS)
     panel.tree.topLevelItem(0).child(0).setCheckState(0, Qt.CheckState.Unchecked)  # as the user unticks it
     assert not w.tools.switches.is_on("calc", "add")
-    host = w.tools.ensure()
-    ran: list[str] = []
-    real_call = host.call
-    monkeypatch.setattr(host, "call", lambda name, *a, **k: ran.append(name) or real_call(name, *a, **k))
+    ran = calls_run(w, monkeypatch)
     asked: list[object] = []
     w.chat.approval_needed.connect(asked.append)
     lives: list[Live] = []
@@ -249,6 +256,7 @@ def test_the_panel_adds_starts_switches_and_removes_servers(
     # A bad snippet: one line, nothing written.
     before = (config / "mcp.json").read_text()
     dialog = AddServerDialog(panel)
+    dialog.pasting.setChecked(True)  # the advanced way
     dialog.text.setPlainText('{"echo": {"command": "python", "url": "http://x"}}')
     dialog.add_button.click()
     assert "both" in dialog.error.text() and "\n" not in dialog.error.text()
@@ -259,6 +267,7 @@ def test_the_panel_adds_starts_switches_and_removes_servers(
     good = json.dumps({"command": sys.executable, "args": [SERVER, "--only", "echo"], "env": {"TOKEN": "s3cret"}})
 
     def paste(self: AddServerDialog) -> int:  # the modal dialog, as the user fills it in
+        self.pasting.setChecked(True)
         self.name.setText("echo")
         self.text.setPlainText(good)
         self.add_button.click()
@@ -307,25 +316,139 @@ def test_the_panel_adds_starts_switches_and_removes_servers(
     w.close()
 
 
-def test_the_approval_dialog_shows_plain_text_and_esc_denies(qtbot) -> None:
-    request = CallRequest("<b>srv</b>", "read", '{"path": "/tmp/<i>x</i>"}')
+def test_the_approval_dialog_shows_plain_text_the_description_and_esc_stops(qtbot) -> None:
+    arguments = {"path": "/tmp/<i>x</i>", "lines": [1, 2], "note": "two\nlines\u202e"}
+    request = CallRequest("<b>srv</b>", "read", json.dumps(arguments), description="Reads <b>a</b>\n file.")
     dialog = ApprovalDialog(request)
     qtbot.addWidget(dialog)
     decided: list[ApprovalAnswer] = []
     dialog.decided.connect(decided.append)
     dialog.open()
     assert dialog.server_label.text() == "<b>srv</b>" and dialog.server_label.textFormat() == Qt.TextFormat.PlainText
-    assert json.loads(dialog.arguments.toPlainText()) == {"path": "/tmp/<i>x</i>"}
+    assert dialog.description_label.text() == "Reads <b>a</b> file."
+    assert dialog.description_label.textFormat() == Qt.TextFormat.PlainText
+    # One argument a line, a text without quotes, a list as JSON under its name; a bidi override shown as such.
+    assert dialog.arguments.toPlainText() == (
+        "path: /tmp/<i>x</i>\nlines: [\n      1,\n      2\n    ]\nnote: two\n    lines\\u202e")
+    assert "Esc" in dialog.stop_button.toolTip()
     qtbot.keyClick(dialog, Qt.Key.Key_Escape)
+    assert decided == [ApprovalAnswer.DENY] and dialog.stopped  # Esc denies and stops the answer (#63)
+    dialog.close_denied()  # a late Stop answers nothing more
     assert decided == [ApprovalAnswer.DENY]
-    dialog.reject()  # a late Stop answers nothing more
-    assert decided == [ApprovalAnswer.DENY]
-    unread = ApprovalDialog(request)  # Enter on a dialog nobody read denies too
+
+    unread = ApprovalDialog(CallRequest("srv", "read", {}))  # Enter on a dialog nobody read denies, and only that
     qtbot.addWidget(unread)
     unread.decided.connect(decided.append)
     unread.open()
+    assert unread.description_label is None and unread.arguments.toPlainText() == "(none)"
     qtbot.keyClick(unread.focusWidget() or unread, Qt.Key.Key_Return)
-    assert decided == [ApprovalAnswer.DENY, ApprovalAnswer.DENY]
+    assert decided == [ApprovalAnswer.DENY, ApprovalAnswer.DENY] and not unread.stopped
+    closed = ApprovalDialog(request)  # the window ends the question (Stop, closing): a denial, nothing more
+    qtbot.addWidget(closed)
+    closed.decided.connect(decided.append)
+    closed.open()
+    closed.close_denied()
+    assert decided[-1] == ApprovalAnswer.DENY and not closed.stopped
+    stopped = ApprovalDialog(request)
+    qtbot.addWidget(stopped)
+    stopped.open()
+    stopped.stop_button.click()
+    assert stopped.stopped and stopped.result() == ApprovalDialog.DialogCode.Rejected
+
+
+def test_esc_in_the_question_denies_the_call_and_stops_the_answer_saying_so(
+    qtbot, demo_cache: Path, config: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#63: Esc denied one call while the turn went on (the model answered on, or asked again). Esc stops the
+    answer, as it does in the window: the call never runs, the answer ends as stopped, and one line says so."""
+    servers(config, calc="add")
+    w = window(qtbot, config)
+    ran = calls_run(w, monkeypatch)
+    asked: list[object] = []
+    w.chat.approval_needed.connect(asked.append)
+    w.tools_panel.chat_tools.setChecked(True)
+    with qtbot.waitSignal(w.answer_finished, timeout=TURN_MS):
+        send(w, ASK)
+        qtbot.keyClick(question(qtbot, w), Qt.Key.Key_Escape)
+    [call] = calls(w, w.conversation)
+    assert (call["outcome"], ran, len(asked)) == ("denied", [], 1)
+    answer = w.store.messages(w.conversation)[-1]
+    assert answer.meta["stop_reason"] == "cancelled"  # the answer ended as stopped, not answered on
+    assert w.notes.texts[-1].startswith("Stopped: calc › add did not run, and the answer ended there.")
+    assert "calc › add — denied" in w.transcript.toPlainText() and w.live is None
+    w.close()
+
+
+def test_the_empty_tools_tab_says_what_tools_are_and_opens_the_guide(qtbot, config: Path) -> None:
+    """#63: an empty Tools tab with no explanation."""
+    w = window(qtbot, config)
+    panel = w.tools_panel
+    w.side_tabs.setCurrentWidget(panel)
+    assert not panel.intro.isHidden() and panel.tree.isHidden()
+    words = panel.intro.text()
+    assert "tool server" in words and "Add server…" in words and "Tools in this chat" in words
+    panel.intro.linkActivated.emit("guide:tools.md")  # "Read the Tools guide"
+    viewer = w.findChild(GuideViewer)
+    assert viewer is not None and viewer.shown() == "tools.md" and "Add server" in viewer.page.toPlainText()
+    servers(config, calc="add")
+    panel.refresh()
+    assert panel.intro.isHidden() and not panel.tree.isHidden() and server_rows(panel) == [("calc", "stopped")]
+    w.close()
+
+
+def test_a_server_is_added_through_the_form_each_fault_named_by_its_field(
+    qtbot, config: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#63: Add server asked for pasted JSON. The form's faults are one line that starts with the field's name,
+    and nothing is written; pasting stays as the advanced way (test_the_panel_adds_starts_switches_and_removes)."""
+    servers(config, calc="add")
+    before = (config / "mcp.json").read_text()
+    w = window(qtbot, config)
+    panel = w.tools_panel
+    w.side_tabs.setCurrentWidget(panel)
+    dialog = AddServerDialog(panel)
+    qtbot.addWidget(dialog)
+    assert not dialog.command.isHidden() and dialog.text.isHidden()  # the form first, JSON only when asked for
+    dialog.pasting.setChecked(True)
+    assert dialog.command.isHidden() and dialog.environment.isHidden() and not dialog.text.isHidden()
+    dialog.pasting.setChecked(False)
+    faults = (
+        (("", "npx", "", ""), "Name: "),
+        (("files", "", "", ""), "Command: "),
+        (("files", "bin/server", "", ""), "Command: command 'bin/server' is a relative path"),
+        (("files", "npx", '-y "unclosed', ""), "Arguments: a quotation mark is not closed"),
+        (("files", "npx", "", "API_KEY=1\nTOKEN"), "Environment, line 2: "),
+        (("built-in", "npx", "", ""), "Name: the name 'built-in'"),
+        (("calc", "npx", "", ""), "Name: there is already a server named 'calc'"),
+    )
+    for (name, command, arguments, environment), start in faults:
+        dialog.name.setText(name)
+        dialog.command.setText(command)
+        dialog.arguments.setText(arguments)
+        dialog.environment.setPlainText(environment)
+        dialog.add_button.click()
+        assert dialog.error.text().startswith(start), (start, dialog.error.text())
+        assert "\n" not in dialog.error.text() and dialog.result() == 0
+    assert (config / "mcp.json").read_text() == before
+
+    def fill(self: AddServerDialog) -> int:  # the modal dialog, as the user fills it in
+        self.name.setText("echo")
+        self.command.setText(sys.executable)
+        self.arguments.setText(f'"{SERVER}" --only echo')
+        self.environment.setPlainText("TOKEN=s3cret\n\nMODE = fast")
+        self.add_button.click()
+        return self.result()
+
+    monkeypatch.setattr(AddServerDialog, "exec", fill)
+    panel.add_button.click()
+    assert panel.status.text() == "Added echo." and [n for n, _ in server_rows(panel)] == ["calc", "echo"]
+    assert json.loads((config / "mcp.json").read_text())["mcpServers"]["echo"] == {
+        "command": sys.executable, "args": [SERVER, "--only", "echo"], "env": {"TOKEN": "s3cret", "MODE": "fast"}}
+    panel.tree.setCurrentItem(panel.tree.topLevelItem(1))
+    panel.start_button.click()  # the entry the form wrote starts and lists its tool
+    qtbot.waitUntil(lambda: panel.tree.topLevelItem(1).childCount() == 1, timeout=ANSWER_MS)
+    assert panel.tree.topLevelItem(1).child(0).text(0) == "echo"
+    w.close()
 
 
 def test_a_history_without_the_tools_column_gains_it_and_stays_schema_3(tmp_path: Path) -> None:

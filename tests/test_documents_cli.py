@@ -49,7 +49,7 @@ def test_add_list_search_sync_remove(tmp_path: Path, folder: Path) -> None:
     data = tmp_path / "data"
     added = docs("add", str(folder), "--collection", "manuals", data=data)
     assert added.returncode == 0, added.stderr
-    assert added.stdout.startswith("indexed 2 files") and "1 not indexed" in added.stdout
+    assert added.stdout.startswith("2 files indexed") and "1 could not be indexed" in added.stdout
     assert "broken.pdf" in added.stderr and "\r" not in added.stderr  # no progress line off a terminal
 
     listed = json.loads(docs("list", "--json", data=data).stdout)

@@ -105,11 +105,13 @@ def toolbox(only: str, ask, tmp_path: Path, timeout: float = 60) -> McpToolbox:
 
 def test_a_denied_call_never_reaches_the_server_and_always_is_remembered(engine: Engine, tmp_path: Path) -> None:
     asked: list[str] = []
-    box = toolbox("add", lambda request: asked.append(request.tool) or ApprovalAnswer.DENY, tmp_path)
+    # The question carries what the tool does, as its server described it (the window shows it, #63).
+    box = toolbox("add", lambda request: asked.append(f"{request.tool}: {request.description}") or ApprovalAnswer.DENY,
+                  tmp_path)
     try:
         end = list(run_tool_loop(engine.stream_chat, [{"role": "user", "content": ASK}], GREEDY, box, box.approve,
                                  first_choice="required", max_rounds=2))[-1]
-        assert isinstance(end, LoopFinished) and asked == ["add"]
+        assert isinstance(end, LoopFinished) and asked == ["add: Add two integers."]
         assert end.calls[0][1] is False and end.messages[2]["content"] == DENIED
         box.policy.ask = lambda request: ApprovalAnswer.ALWAYS
         list(run_tool_loop(engine.stream_chat, [{"role": "user", "content": ASK}], GREEDY, box, box.approve,

@@ -55,18 +55,20 @@ class McpToolbox:
         self.closers: list[Callable[[], None]] = []  # what the toolbox opened for itself (a documents index)
         self._owner: dict[str, Toolbox] = {}
         self._sites: dict[str, ToolSite] = {}
+        self._described: dict[str, str] = {}  # each offered tool's description, for the approval question
 
     def tools(self) -> Sequence[Tool]:
         """The tools offered now: every server's and built-in tool that is switched on."""
         off = self.switches.off()
         out: list[Tool] = []
-        self._owner, self._sites = {}, {}
+        self._owner, self._sites, self._described = {}, {}, {}
         for box in self.builtin:
             for tool in box.tools():
                 self._owner[tool.name] = box
                 self._sites[tool.name] = ToolSite(box.source(tool.name), tool.name)
                 if tool.name not in off.get(self._sites[tool.name].server, ()):
                     out.append(tool)
+                    self._described[tool.name] = tool.description or ""
         if self.host is not None:
             for entry in self.host.tools():
                 f = entry["function"]
@@ -77,6 +79,7 @@ class McpToolbox:
                 site = self._sites[name] = ToolSite(*route)
                 if site.tool not in off.get(site.server, ()):
                     out.append(Tool(name, f.get("description"), f.get("parameters") or {"type": "object"}))
+                    self._described[name] = str(f.get("description") or "")
         return out
 
     def where(self, name: str) -> ToolSite:
@@ -104,7 +107,8 @@ class McpToolbox:
     def approve(self, call: ToolCall, source: str) -> bool | str:
         """The policy's verdict on `call` (built-in tools are asked about too: they read the user's files)."""
         site = self.where(call.name)
-        verdict = self.policy.check(CallRequest(site.server, site.tool, call.arguments, call.name))
+        described = self._described.get(call.name, "")
+        verdict = self.policy.check(CallRequest(site.server, site.tool, call.arguments, call.name, described))
         return True if verdict.allowed else (verdict.message or False)
 
     def close(self) -> None:

@@ -45,12 +45,14 @@ class ApprovalAnswer(str, Enum):
 
 @dataclass(frozen=True)
 class CallRequest:
-    """A call to approve: the server, its tool, the arguments the model gave, and the name the model used."""
+    """A call to approve: the server, its tool, the arguments the model gave, the name the model used, and the
+    tool's description as its server gave it (shown to the person asked, #63)."""
 
     server: str
     tool: str
     arguments: Mapping[str, Any] | str = field(default_factory=dict)
     name: str = ""
+    description: str = ""
 
     def arguments_text(self) -> str:
         """The arguments for a dialog or a prompt, indented JSON where they parse."""
