@@ -40,12 +40,13 @@ def longer_trained(manifest: dict[str, Any], n_ctx_train: int) -> dict[str, Any]
     return out
 
 
-def needs(manifest: dict[str, Any], n_ctx: int, parent: str = "f16", cache: int = CACHE) -> int:
-    """RAM placement plans for the model at `n_ctx` with `parent` (and its least precise tier as the draft),
-    plus `cache` bytes of prompt cache: the budget at which that context just fits."""
+def needs(manifest: dict[str, Any], n_ctx: int, parent: str = "f16", cache: int = CACHE, draft: bool = True) -> int:
+    """RAM placement plans for the model at `n_ctx` with `parent` (and its least precise tier as the draft,
+    unless not `draft`), plus `cache` bytes of prompt cache: the budget at which that context just fits."""
     tiers = manifest_tiers(manifest, n_ctx)
     assert tiers is not None
-    return plan_precision(machine(1e15), tiers, parent, PRECISION_ORDER[-1], pinned=True).ram_bytes + cache
+    drafting = PRECISION_ORDER[-1] if draft else None
+    return plan_precision(machine(1e15), tiers, parent, drafting, pinned=True).ram_bytes + cache
 
 
 @pytest.fixture
@@ -85,13 +86,19 @@ def test_less_memory_gives_a_shorter_context_and_says_why(manifest: dict[str, An
     assert short.n_ctx == FLOOR_CTX and not short.holds_agents  # never below the engine's default
 
 
-def test_the_context_gives_way_before_the_precision(manifest: dict[str, Any]) -> None:
+def test_the_context_gives_way_before_the_precision_or_the_draft(manifest: dict[str, Any]) -> None:
     long = longer_trained(manifest, AGENT_CTX)
-    budget = needs(long, AGENT_CTX, parent="q8_0", cache=0)
-    assert budget < needs(long, AGENT_CTX, cache=0)  # Q8_0 fits with 32,768 tokens, F16 does not
-    expected = max(n for n in range(FLOOR_CTX, AGENT_CTX, STEP) if needs(long, n, cache=0) <= budget)
+    steps = range(FLOOR_CTX, AGENT_CTX, STEP)
+    budget = needs(long, AGENT_CTX, draft=False, cache=0)  # F16 alone fits with 32,768 tokens, not its draft
+    assert budget < needs(long, AGENT_CTX, cache=0)
     plan = plan_context(DEMO_NAME, long, machine(budget), PlacementSettings(), 0)
-    assert plan.n_ctx == expected and "room for Q8_0 only, not F16" in plan.why, plan
+    assert plan.n_ctx == max(n for n in steps if needs(long, n, cache=0) <= budget)
+    assert "would leave no room for the Q4_K_M draft beside F16" in plan.why, plan
+    budget = needs(long, AGENT_CTX, parent="q8_0", draft=False, cache=0)  # Q8_0 fits with 32,768, F16 does not
+    assert budget < needs(long, AGENT_CTX, draft=False, cache=0)
+    plan = plan_context(DEMO_NAME, long, machine(budget), PlacementSettings(), 0)
+    assert plan.n_ctx == max(n for n in steps if needs(long, n, cache=0) <= budget)
+    assert "room for Q8_0 only, not F16" in plan.why, plan
 
 
 def test_a_manifest_without_shapes_keeps_the_default(manifest: dict[str, Any]) -> None:

@@ -85,7 +85,7 @@ def wait_for(server: Served, what: str, check: Any, timeout: float = 120) -> Non
 
 
 def test_a_short_request_after_two_long_ones_is_answered_before_the_second(api_server: Served) -> None:
-    client = api_server.client()
+    client = api_server.client().with_options(timeout=600)  # three answers in a row on a busy CPU
     api_server.wait_idle(120)
     finished: list[str] = []
     reasons: dict[str, str] = {}
@@ -105,13 +105,14 @@ def test_a_short_request_after_two_long_ones_is_answered_before_the_second(api_s
         t.start()
         return t
 
-    threads = [start("long 1", "List fruits.", 600, response_format=MANY)]
+    # The first runs while the others are queued (a few milliseconds' work: 300 tokens outlast it anywhere).
+    threads = [start("long 1", "List fruits.", 300, response_format=MANY)]
     wait_for(api_server, "the first long answer never started", lambda h: h["busy"])
-    threads.append(start("long 2", "List colors.", 2 * SIDE_MAX_TOKENS, response_format=MANY))
+    threads.append(start("long 2", "List colors.", SIDE_MAX_TOKENS + 1, response_format=MANY))
     wait_for(api_server, "the second long answer never queued", lambda h: h["waiting"] == 1)
     threads.append(start("title", "Give this chat a title of three words: how do I sort a list in Python?", 16))
     for t in threads:
-        t.join(300)
+        t.join(900)
     assert not errors, errors
     assert reasons["long 1"] == reasons["long 2"] == "length"  # both were long: cut by their token limits
     assert finished == ["long 1", "title", "long 2"], finished  # the running answer was not interrupted

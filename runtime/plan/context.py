@@ -3,11 +3,11 @@
 Coding agents send long prompts (Claude Code's first is about 19,400 tokens, issue #60) and ask for long
 answers, so the server aims at AGENT_CTX tokens. The model's training length caps that, and so does memory:
 the context is the largest (in steps of STEP tokens, never below FLOOR_CTX, the engine's default) at which
-placement (runtime.plan.placement) still finds the plan it finds at FLOOR_CTX, its tiers' KV caches at that
-context included (each loaded tier keeps its own: 2 x n_layer x n_head_kv x head_dim F16 values a token),
-with the prompt cache beside it. A longer context never costs precision: where F16 fits at 4,096 tokens but
-not at 32,768, the context gives way, not the tier. The plan says why it is what it is, in words for the
-server's start line.
+placement (runtime.plan.placement) still keeps the tiers it keeps at FLOOR_CTX (the parent, its draft, the
+draft model), their KV caches at that context included (each loaded tier keeps its own: 2 x n_layer x
+n_head_kv x head_dim F16 values a token), with the prompt cache beside it. A longer context never costs
+precision or a draft: where F16 and its draft fit at 4,096 tokens but not at 32,768, the context gives way.
+The plan says why it is what it is, in words for the server's start line.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def plan_context(
     n = target
     while n > FLOOR_CTX:
         got = _fit(manifest, n, inv, placement, cache_bytes, sibling)
-        if isinstance(got, Plan) and got.parent.tier == floor.parent.tier and got.ram_bytes + cache_bytes <= budget:
+        if isinstance(got, Plan) and _tiers(got) == _tiers(floor) and got.ram_bytes + cache_bytes <= budget:
             break
         missed = missed or got
         n = (n - 1) // STEP * STEP  # the next step down (a target between steps goes to the step below it)
@@ -111,12 +111,22 @@ def _fit(
         return f"the model does not fit this machine's memory even at {n_ctx:,} tokens ({e})"
 
 
+def _tiers(p: Plan) -> tuple[str, str | None, bool]:
+    """What a plan keeps in memory: its parent, its draft tier, whether the draft model."""
+    return p.parent.tier, p.draft.tier if p.draft else None, p.sibling is not None
+
+
 def _why_not(missed: Plan | str, floor: Plan, cache_bytes: int, budget: float) -> str:
     """Why the target context did not fit: the words after "32,768 tokens"."""
     if isinstance(missed, str):
         return "would not fit this machine's memory"
+    parent = floor.parent.tier.upper()
     if missed.parent.tier != floor.parent.tier:
-        return (f"would leave room for {missed.parent.tier.upper()} only, not {floor.parent.tier.upper()}: "
-                "the context gave way, not the precision")
+        return (f"would leave room for {missed.parent.tier.upper()} only, not {parent}: the context gave way, "
+                "not the precision")
+    if floor.draft is not None and missed.draft is None:
+        return f"would leave no room for the {floor.draft.tier.upper()} draft beside {parent}"
+    if floor.sibling is not None and missed.sibling is None:
+        return f"would leave no room for the draft model beside {parent}"
     return (f"would need {(missed.ram_bytes + cache_bytes) / GB:.1f} GB of RAM with the prompt cache, "
             f"{budget / GB:.1f} GB is available for models")
