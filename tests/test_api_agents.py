@@ -298,7 +298,11 @@ def test_a_request_abandoned_before_its_answer_is_logged_as_cancelled(server: Se
 
 def test_the_context_is_said_at_start_and_listed(server: Served) -> None:
     # No --ctx: planned from memory up to 32,768 (runtime.plan.context), capped by the demo's training length.
-    line = next(x for x in server.stderr().splitlines() if x.startswith("context: "))
+    deadline = time.monotonic() + 60  # said on stderr just after the URL on stdout, which Served waits for
+    while not (lines := [x for x in server.stderr().splitlines() if x.startswith("context: ")]):
+        assert time.monotonic() < deadline, server.stderr()
+        time.sleep(0.05)
+    line = lines[0]
     assert line.startswith("context: 8,192 tokens per request") and "trained on 8,192 tokens" in line, line
     assert "coding agents" in line and "--ctx sets it" in line
     status, _, listed = server.request("GET", "/v1/models")

@@ -105,8 +105,8 @@ def test_a_short_request_after_two_long_ones_is_answered_before_the_second(api_s
         t.start()
         return t
 
-    # The first runs while the others are queued (a few milliseconds' work: 300 tokens outlast it anywhere).
-    threads = [start("long 1", "List fruits.", 300, response_format=MANY)]
+    # The first runs while the others are queued (a few milliseconds' work: 200 tokens outlast it anywhere).
+    threads = [start("long 1", "List fruits.", 200, response_format=MANY)]
     wait_for(api_server, "the first long answer never started", lambda h: h["busy"])
     threads.append(start("long 2", "List colors.", SIDE_MAX_TOKENS + 1, response_format=MANY))
     wait_for(api_server, "the second long answer never queued", lambda h: h["waiting"] == 1)

@@ -17,7 +17,7 @@ from typing import Any
 
 from runtime.engine.reader import Job
 
-SIDE_MAX_TOKENS = 64  # a title, a topic, a yes or no: OpenCode's title request asks for about 32
+SIDE_MAX_TOKENS = 64  # a title (OpenCode wants one line of at most 50 characters), a topic, a yes or no
 SIDE_PROMPT_CHARS = 8_000  # about 2,000 tokens: read in seconds where a long answer takes minutes
 MAX_JUMPS = 4  # side jobs that may pass one long job: its wait grows by at most this many short answers
 
