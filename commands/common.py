@@ -34,8 +34,9 @@ def gb(n: int) -> str:
     return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.0f} MB"
 
 
-def add_engine_flags(p: argparse.ArgumentParser) -> None:
-    """The flags of a command that loads a model: which one, its context, threads and placement."""
+def add_engine_flags(p: argparse.ArgumentParser, ctx_planned: str | None = None) -> None:
+    """The flags of a command that loads a model: which one, its context, threads and placement.
+    `ctx_planned`: how the command plans the context when --ctx is not given (then None), in --help's words."""
     from runtime.engine.engine import EngineSettings
 
     engine = EngineSettings()
@@ -43,7 +44,9 @@ def add_engine_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--draft-model", metavar="NAME", help="a smaller converted model with the same vocabulary that drafts for it"
     )
-    p.add_argument("--ctx", type=int, default=engine.n_ctx, help=f"context size in tokens (default {engine.n_ctx})")
+    ctx_default = f"default {engine.n_ctx}" if ctx_planned is None else f"default: {ctx_planned}"
+    p.add_argument("--ctx", type=int, default=engine.n_ctx if ctx_planned is None else None,
+                   help=f"context size in tokens ({ctx_default})")
     p.add_argument("--threads", type=int, default=engine.n_threads, help="threads (default: physical cores)")
     p.add_argument("--placement", default=PLACEMENT.mode, choices=PLACEMENT_MODES, help="where tiers run")
     p.add_argument("--max-memory", type=float, metavar="GB", help=MAX_MEMORY_HELP)

@@ -6,9 +6,15 @@ import argparse
 import logging
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from commands.common import add_answer_flags, add_engine_flags, chat_options, engine_settings, model_name
 from runtime.errors import UserError
+
+if TYPE_CHECKING:
+    from runtime.engine.options import EngineSettings
+    from runtime.machine.hardware import Inventory
+    from runtime.plan.context import ContextPlan
 
 NAME = "serve"
 HELP = "serve an OpenAI-compatible API on this computer (127.0.0.1 by default)"
@@ -16,8 +22,9 @@ HELP = "serve an OpenAI-compatible API on this computer (127.0.0.1 by default)"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from runtime.api import DEFAULT_PORT
+    from runtime.plan.context import AGENT_CTX
 
-    add_engine_flags(p)
+    add_engine_flags(p, ctx_planned=f"planned from memory and the model, up to {AGENT_CTX} for coding agents")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this computer only)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free one)")
     p.add_argument(
@@ -62,8 +69,10 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(f"--models-max {args.models_max} must be at least 1")
     if args.idle_unload is not None and not args.idle_unload > 0:
         raise UserError(f"--idle-unload {args.idle_unload:g} must be more than 0 minutes")
-    defaults = server.Defaults(_default_model(args.model), engine_settings(args), chat_options(args))
-    room = ModelRoom(inventory(), defaults.settings)
+    model, inv = _default_model(args.model), inventory()
+    settings, context = serve_settings(args, model, inv)
+    defaults = server.Defaults(model, settings, chat_options(args))
+    room = ModelRoom(inv, defaults.settings)
     models_max = args.models_max or room.models_max()
     sock = server.bind(config)
     url = server.url_of(sock)
@@ -80,7 +89,7 @@ def main(args: argparse.Namespace) -> int:
         f"({room.describe()})" + (f", each unloaded after {args.idle_unload:g} min idle" if idle else ""),
         file=sys.stderr,
     )
-    print(context_line(defaults.settings.n_ctx), file=sys.stderr)
+    print(context_line(context), file=sys.stderr)
     logging.getLogger("specquant.server").setLevel(logging.INFO)  # one line per request: never its content
     logging.getLogger("specquant.worker").setLevel(logging.INFO)  # and each model unloaded, with why
     runner = EngineThread(max_queue=args.max_queue, max_models=models_max, idle_unload_s=idle, calibrate_when_idle=True)
@@ -93,18 +102,38 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-AGENT_PROMPT = 19_400  # Claude Code's first prompt in tokens (issue #60); Codex's and OpenCode's are smaller
+def serve_settings(args: argparse.Namespace, model: str, inv: Inventory) -> tuple[EngineSettings, ContextPlan]:
+    """The engine's settings, and the context: `--ctx`, else planned for the default `model` from the memory
+    of `inv` (runtime.plan.context); every model served by name answers with the same context."""
+    import dataclasses
+
+    from runtime.engine.prompt_cache import default_budget
+    from runtime.models.cache import ModelDir, cache_root
+    from runtime.plan.context import FLOOR_CTX, ContextPlan, plan_context
+
+    asked = args.ctx
+    settings = engine_settings(argparse.Namespace(**vars(args) | {"ctx": FLOOR_CTX if asked is None else asked}))
+    if asked is not None:
+        return settings, ContextPlan(asked, "--ctx")
+    if settings.rpc:  # the parent's layers and their KV cache live on the workers: only the engine sees them
+        return settings, ContextPlan(FLOOR_CTX, "the default: with --rpc the workers' memory decides")
+    root = cache_root()
+    manifest = ModelDir(root, model).read_manifest() or {}
+    sibling = ModelDir(root, settings.draft_model).read_manifest() if settings.draft_model else None
+    cache = default_budget() if settings.prompt_cache_bytes is None else settings.prompt_cache_bytes
+    plan = plan_context(model, manifest, inv, settings.placement, cache, sibling)
+    return dataclasses.replace(settings, n_ctx=plan.n_ctx), plan
 
 
-def context_line(n_ctx: int) -> str:
+def context_line(plan: ContextPlan) -> str:
     """One line at start: the context every answer has, and why (coding agents need a large one)."""
-    from runtime.engine.options import EngineSettings
+    from runtime.plan.context import AGENT_PROMPT
 
-    why = "--ctx" if n_ctx != EngineSettings().n_ctx else "the default; --ctx sets it"
-    line = f"context: {n_ctx:,} tokens per request, prompt and answer ({why})"
-    if n_ctx < AGENT_PROMPT + 4096:
+    why = plan.why if plan.why == "--ctx" else f"{plan.why}; --ctx sets it"
+    line = f"context: {plan.n_ctx:,} tokens per request, prompt and answer ({why})"
+    if not plan.holds_agents:
         line += (f"; coding agents (Claude Code, Codex, OpenCode) send prompts up to about {AGENT_PROMPT:,} "
-                 "tokens: use --ctx 32768 for them")
+                 "tokens, more than it holds with room to answer")
     return line
 
 

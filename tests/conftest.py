@@ -150,7 +150,10 @@ def api_server(demo_model: ModelDir, tmp_path_factory: pytest.TempPathFactory) -
     # F16's words (`--preset exact`): these tests compare answers to the same prompt across requests, and F16's
     # batched verify gives a single step's tokens, while the default's Q4_K_M parent can round a near-tie
     # differently when a repeat drafts (docs/benchmarks.md, 2026-12-07). The default is tested by test_presets.
-    server = Served(copy_of_demo(demo_model, tmp_path_factory.mktemp("api") / "cache"), "--preset", "exact")
+    # `--ctx 4096`: a chat trimmed to the context is read whole, and serve's planned context (8,192 on the demo,
+    # tests/test_context_plan.py) would double that read on a busy CPU without testing anything more here.
+    server = Served(copy_of_demo(demo_model, tmp_path_factory.mktemp("api") / "cache"), "--preset", "exact",
+                    "--ctx", "4096")
     yield server
     assert server.stop() == 0, server.stderr()
 

@@ -297,9 +297,16 @@ def test_a_request_abandoned_before_its_answer_is_logged_as_cancelled(server: Se
 
 
 def test_the_context_is_said_at_start_and_listed(server: Served) -> None:
-    assert "context: 4,096 tokens per request" in server.stderr() and "--ctx 32768" in server.stderr()
+    # No --ctx: planned from memory up to 32,768 (runtime.plan.context), capped by the demo's training length.
+    deadline = time.monotonic() + 60  # said on stderr just after the URL on stdout, which Served waits for
+    while not (lines := [x for x in server.stderr().splitlines() if x.startswith("context: ")]):
+        assert time.monotonic() < deadline, server.stderr()
+        time.sleep(0.05)
+    line = lines[0]
+    assert line.startswith("context: 8,192 tokens per request") and "trained on 8,192 tokens" in line, line
+    assert "coding agents" in line and "--ctx sets it" in line
     status, _, listed = server.request("GET", "/v1/models")
-    assert status == 200 and {m["context_length"] for m in listed["data"]} == {4096}
+    assert status == 200 and {m["context_length"] for m in listed["data"]} == {8192}
 
 
 def test_count_tokens_does_not_wait_behind_an_answer(server: Served) -> None:

@@ -195,17 +195,18 @@ def test_a_chat_too_long_for_the_context_is_a_400_unless_trimming_is_asked(serve
     chat = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"{i}: {said}"} for i in range(199)]
     chat.append({"role": "user", "content": "What did I say first?"})
     client = server.client()
+    n_ctx = server.request("GET", f"/v1/models/{DEMO}")[2]["context_length"]  # planned: serve has no --ctx
     for stream in (False, True):
         with pytest.raises(openai.BadRequestError) as e:
             client.chat.completions.create(model=DEMO, messages=chat, max_tokens=8, stream=stream)
         assert e.value.code == "context_length_exceeded" and e.value.param == "messages"
-        assert "tokens; the context holds 4096" in e.value.message and "trim" in e.value.message
+        assert f"tokens; the context holds {n_ctx}" in e.value.message and "trim" in e.value.message
     trimmed = client.chat.completions.create(model=DEMO, messages=chat, max_tokens=8, temperature=0,
                                              extra_body={"specquant": {"trim": True}})
     facts = trimmed.model_extra["specquant"]
-    assert 0 < facts["dropped_turns"] < 199 and trimmed.usage.prompt_tokens <= 4096 - 8
+    assert 0 < facts["dropped_turns"] < 199 and trimmed.usage.prompt_tokens <= n_ctx - 8
     assert server.client().chat.completions.create(model=DEMO, messages=PROMPT, max_tokens=4).model_extra[
         "specquant"]["dropped_turns"] == 0
     with pytest.raises(openai.BadRequestError) as e:  # the legacy endpoint's prompt, too
-        client.completions.create(model=DEMO, prompt=said * 120, max_tokens=4)
+        client.completions.create(model=DEMO, prompt=said * (n_ctx // 30), max_tokens=4)  # ~48 tokens each
     assert e.value.code == "context_length_exceeded" and e.value.param == "prompt"

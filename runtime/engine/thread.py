@@ -1,9 +1,11 @@
 """One thread owns the Engine and answers chats in order: the window and the API server both submit here.
 
-Requests wait in a bounded FIFO queue (`QueueFull` when it is full). Each `Job` has its own cancel Event,
-which anyone may set from any thread: a waiting job is then skipped, a running one stops within one verify
-cycle. Results go to the job's `sink` on the worker thread, so a sink must only hand them on, never block;
-front ends read them through a `runtime.engine.reader.JobReader` (where Job, Status and Failure live). The
+Requests wait in a bounded queue (`QueueFull` when it is full), in order, except that a short side request (a
+title, a count: runtime.engine.side_requests) passes the long ones waiting, a few times each at most. Each
+`Job` has its own cancel Event, which anyone may set from any thread: a waiting job is then skipped, a
+running one stops within one verify cycle. Results go to the job's `sink` on the worker thread, so a sink
+must only hand them on, never block; front ends read them through a `runtime.engine.reader.JobReader`
+(where Job, Status and Failure live). The
 thread keeps up to `max_models` Engines, one per model (1 by default: a job for another model unloads the
 last one); a job for a model not loaded first unloads the least recently used beyond that, and an Engine that
 has answered nothing for `idle_unload_s` is unloaded between jobs. An Engine is rebuilt only when a job asks
@@ -30,6 +32,7 @@ from runtime.engine.engine import ChatOptions, Chunk, Engine, EngineSettings, Me
 from runtime.engine.interface import Answers, LoadedEngine
 from runtime.engine.process import open_engine
 from runtime.engine.reader import Failure, Job, JobReader, Status, failure_of
+from runtime.engine.side_requests import JumpCounts
 from runtime.errors import Cancelled, SpecQuantError, UserError
 
 # Job, Status and Failure are runtime.engine.reader's, named here too: the thread is where jobs go.
@@ -65,7 +68,7 @@ def reading_text(tokens: int, rate: float | None, documents: bool) -> str:
 
 
 class EngineThread(Answers):
-    """A thread with one Engine and a FIFO of jobs. `max_queue`: waiting jobs allowed (None: no bound).
+    """A thread with one Engine and a queue of jobs. `max_queue`: waiting jobs allowed (None: no bound).
     The window and the API post `Job`s through their JobReaders; `stream_chat` (the ChatEngine Protocol) is
     the same queue read by a caller on its own thread."""
 
@@ -94,6 +97,7 @@ class EngineThread(Answers):
         self._last_used: dict[str, float] = {}
         self._fresh: LoadedEngine | None = None  # opened for the running job, which has not ended yet
         self._pending: collections.deque[Job | Callable[[], None]] = collections.deque()
+        self._jumps = JumpCounts()  # side jobs go before long ones, each passed a bounded number of times
         self._running: Job | None = None
         self._cond = threading.Condition()
         self._closed = False
@@ -103,8 +107,8 @@ class EngineThread(Answers):
 
     # --- any thread --------------------------------------------------------------------------------
     def submit(self, job: Job, bounded: bool = True) -> Job:
-        """Queue `job` behind the others. `bounded=False` (the window's own messages, one at a time) ignores
-        `max_queue`, which is for clients of the API."""
+        """Queue `job` behind the others (a side job before the long ones). `bounded=False` (the window's own
+        messages, one at a time) ignores `max_queue`, which is for clients of the API."""
         with self._cond:
             if self._closed:
                 raise SpecQuantError("the engine has shut down")
@@ -112,7 +116,7 @@ class EngineThread(Answers):
             waiting = sum(isinstance(j, Job) for j in self._pending)
             if bounded and self.max_queue is not None and waiting >= self.max_queue:
                 raise QueueFull(waiting, self._retry_after())
-            self._pending.append(job)
+            self._jumps.enqueue(self._pending, job)
             self._cond.notify()
         return job
 
