@@ -185,18 +185,19 @@ def run_cli(
     )
 
 
-def run_cli_here(*args: str) -> subprocess.CompletedProcess[str]:
-    """`specquant ARGS` in this process: the same exit code, stdout and stderr as `run_cli`, without a child's
-    interpreter start (about 1.5 s each on 2 cores). For batteries of bad-input cases, whose file keeps
-    `run_cli` for the command as a user runs it; an escaping exception fails the test as a traceback would.
-    `isolated_logging` undoes the command's logging set-up."""
+def run_cli_here(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`specquant ARGS` in this process (`env` set for the call): the same exit code, stdout and stderr as
+    `run_cli`, without a child's interpreter start (about 1.5 s each on 2 cores). For batteries of bad-input
+    cases, whose file keeps `run_cli` for the command as a user runs it; an escaping exception fails the test as
+    a traceback would. `isolated_logging` undoes the command's logging set-up."""
     import contextlib
     import io
+    from unittest import mock
 
     from commands import main as cli
 
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with mock.patch.dict(os.environ, env or {}), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             code = cli.main(list(args))
         except SystemExit as e:  # argparse's own refusals exit
