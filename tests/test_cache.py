@@ -9,7 +9,7 @@ import pytest
 
 from runtime.errors import UserError
 from runtime.models.cache import ModelDir, cache_root, check_name, list_models
-from tests.conftest import assert_one_line_error, run_cli
+from tests.conftest import assert_one_line_error, run_cli, run_cli_here
 
 
 def test_cache_root_follows_env(isolated_cache: Path) -> None:
@@ -42,14 +42,14 @@ def test_list_reports_incomplete_models(isolated_cache: Path) -> None:
     (broken / "manifest.json").write_text("{not json")
     [m] = list_models()
     assert m.name == "half-done" and not m.complete and m.manifest is None
-    assert "incomplete" in run_cli("list").stdout
-    assert json.loads(run_cli("list", "--json").stdout)["models"][0]["complete"] is False
+    assert "incomplete" in run_cli_here("list").stdout  # in this process: the lock test above needs a child
+    assert json.loads(run_cli_here("list", "--json").stdout)["models"][0]["complete"] is False
 
 
 def test_list_on_empty_cache_says_what_to_do() -> None:
-    result = run_cli("list")
+    result = run_cli_here("list")
     assert result.returncode == 0 and "specquant convert demo" in result.stdout
 
 
 def test_bad_flag_is_one_line() -> None:
-    assert_one_line_error(run_cli("convert", "demo", "--bogus"), "unrecognized arguments: --bogus")
+    assert_one_line_error(run_cli_here("convert", "demo", "--bogus"), "unrecognized arguments: --bogus")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, assert_one_line_error, run_cli
+from tests.conftest import REPO, assert_one_line_error, run_cli, run_cli_here
 
 
 def test_chat_json(demo_cache: Path) -> None:
@@ -78,8 +78,9 @@ def test_chat_prompt_from_stdin(demo_cache: Path) -> None:
     ],
 )
 def test_chat_bad_input_is_one_line(demo_cache: Path, args: list[str], needle: str) -> None:
+    """In this process (a child each would start an interpreter ten times); `route` below refuses in a child."""
     argv = ["chat", *args] if "--prompt-file" in args else ["chat", "--prompt", "hi", *args]
-    assert_one_line_error(run_cli(*argv), needle)
+    assert_one_line_error(run_cli_here(*argv), needle)
 
 
 def test_repl_streams_and_keeps_the_conversation(demo_cache: Path) -> None:

@@ -1,4 +1,6 @@
-"""Bad input: exit 2, one stderr line naming the problem, no traceback, nothing left in the cache."""
+"""Bad input: exit 2, one stderr line naming the problem, no traceback, nothing left in the cache. The cases run
+`specquant convert` in this process (`run_cli_here`: a child each would start an interpreter); those that need
+their own environment run it in a child, as a user does."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import pytest
 
 from converters.gguf_to_f16 import plan_gguf
 from runtime.errors import UserError
-from tests.conftest import assert_one_line_error, run_cli
+from tests.conftest import assert_one_line_error, run_cli, run_cli_here
 
 
 def cache_is_empty(root: Path) -> bool:
@@ -36,13 +38,13 @@ def hf_copy(micro_hf: Path, dest: Path, own: tuple[str, ...] = ()) -> Path:
 
 
 def test_missing_path(isolated_cache: Path) -> None:
-    assert_one_line_error(run_cli("convert", "no/such/model.gguf"), "no/such/model.gguf", "no such file")
+    assert_one_line_error(run_cli_here("convert", "no/such/model.gguf"), "no/such/model.gguf", "no such file")
     assert cache_is_empty(isolated_cache)
 
 
 def test_directory_without_config(tmp_path: Path, isolated_cache: Path) -> None:
     (tmp_path / "empty").mkdir()
-    assert_one_line_error(run_cli("convert", str(tmp_path / "empty")), "config.json is missing")
+    assert_one_line_error(run_cli_here("convert", str(tmp_path / "empty")), "config.json is missing")
     assert cache_is_empty(isolated_cache)
 
 
@@ -51,7 +53,7 @@ def test_unsupported_architecture(micro_hf: Path, tmp_path: Path, isolated_cache
     cfg = json.loads((d / "config.json").read_text())
     cfg["architectures"] = ["MambaForCausalLM"]
     (d / "config.json").write_text(json.dumps(cfg))
-    assert_one_line_error(run_cli("convert", str(d)), "unsupported architecture MambaForCausalLM",
+    assert_one_line_error(run_cli_here("convert", str(d)), "unsupported architecture MambaForCausalLM",
                           "supported: LlamaForCausalLM, Qwen2ForCausalLM", "Phi3ForCausalLM", "Gemma3ForCausalLM")
     assert cache_is_empty(isolated_cache)
 
@@ -70,14 +72,14 @@ def test_gemma3_config_llama_cpp_would_run_differently(micro_hf: Path, tmp_path:
     cfg = json.loads((d / "config.json").read_text())
     cfg |= {"architectures": ["Gemma3ForCausalLM"], "head_dim": 64, "query_pre_attn_scalar": 64, **change}
     (d / "config.json").write_text(json.dumps(cfg))
-    assert_one_line_error(run_cli("convert", str(d)), "config.json", needle)
+    assert_one_line_error(run_cli_here("convert", str(d)), "config.json", needle)
 
 
 def test_a_damaged_sentencepiece_model_is_named(micro_hf: Path, tmp_path: Path, isolated_cache: Path) -> None:
     d = hf_copy(micro_hf, tmp_path / "tinyllama")
     (d / "tokenizer.json").unlink()
     (d / "tokenizer.model").write_bytes(b"\x0a\x0bsentencepiece")
-    assert_one_line_error(run_cli("convert", str(d)), "tokenizer.model: not a SentencePiece model")
+    assert_one_line_error(run_cli_here("convert", str(d)), "tokenizer.model: not a SentencePiece model")
     assert cache_is_empty(isolated_cache)
 
 
@@ -86,7 +88,7 @@ def test_metaspace_tokenizer_json_is_sentencepiece(micro_hf: Path, tmp_path: Pat
     tok = json.loads((d / "tokenizer.json").read_text())
     tok["pre_tokenizer"] = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first"}
     (d / "tokenizer.json").write_text(json.dumps(tok))
-    assert_one_line_error(run_cli("convert", str(d)), "SentencePiece")
+    assert_one_line_error(run_cli_here("convert", str(d)), "SentencePiece")
 
 
 def test_unknown_pre_tokenizer_is_refused_by_name(micro_hf: Path, tmp_path: Path) -> None:
@@ -94,7 +96,7 @@ def test_unknown_pre_tokenizer_is_refused_by_name(micro_hf: Path, tmp_path: Path
     tok = json.loads((d / "tokenizer.json").read_text())
     tok["pre_tokenizer"] = {"type": "Whitespace"}
     (d / "tokenizer.json").write_text(json.dumps(tok))
-    assert_one_line_error(run_cli("convert", str(d)), "unknown pre-tokenizer (Whitespace)")
+    assert_one_line_error(run_cli_here("convert", str(d)), "unknown pre-tokenizer (Whitespace)")
 
 
 def test_pickle_checkpoint_is_refused(micro_hf: Path, tmp_path: Path, isolated_cache: Path) -> None:
@@ -102,8 +104,8 @@ def test_pickle_checkpoint_is_refused(micro_hf: Path, tmp_path: Path, isolated_c
     d.mkdir()
     shutil.copy(micro_hf / "config.json", d)
     (d / "pytorch_model.bin").write_bytes(b"\x80\x04\x95pickle")
-    assert_one_line_error(run_cli("convert", str(d)), "pytorch_model.bin", "pickled")
-    assert_one_line_error(run_cli("convert", str(d / "pytorch_model.bin")), "pickled")
+    assert_one_line_error(run_cli_here("convert", str(d)), "pytorch_model.bin", "pickled")
+    assert_one_line_error(run_cli_here("convert", str(d / "pytorch_model.bin")), "pickled")
     assert cache_is_empty(isolated_cache)
 
 
@@ -112,21 +114,21 @@ def test_truncated_safetensors(micro_hf: Path, tmp_path: Path, isolated_cache: P
     f = d / "model.safetensors"
     data = f.read_bytes()
     f.write_bytes(data[: len(data) // 2])
-    assert_one_line_error(run_cli("convert", str(d)), "model.safetensors", "truncated")
+    assert_one_line_error(run_cli_here("convert", str(d)), "model.safetensors", "truncated")
     assert cache_is_empty(isolated_cache)
 
 
 def test_garbage_safetensors(micro_hf: Path, tmp_path: Path, isolated_cache: Path) -> None:
     d = hf_copy(micro_hf, tmp_path / "garbage", own=("model.safetensors",))
     (d / "model.safetensors").write_bytes(np.random.default_rng(0).bytes(4096))
-    assert_one_line_error(run_cli("convert", str(d)), "model.safetensors", "not a safetensors file")
+    assert_one_line_error(run_cli_here("convert", str(d)), "model.safetensors", "not a safetensors file")
     assert cache_is_empty(isolated_cache)
 
 
 def test_truncated_gguf(micro_gguf: Path, tmp_path: Path, isolated_cache: Path) -> None:
     bad = tmp_path / "cut.gguf"
     bad.write_bytes(micro_gguf.read_bytes()[:3_000_000])
-    assert_one_line_error(run_cli("convert", str(bad)), "cut.gguf")
+    assert_one_line_error(run_cli_here("convert", str(bad)), "cut.gguf")
     assert cache_is_empty(isolated_cache)
 
 
@@ -137,7 +139,7 @@ def test_quantized_gguf_needs_allow_requant(demo_gguf: Path, isolated_cache: Pat
 
 
 def test_bad_model_name(micro_gguf: Path) -> None:
-    assert_one_line_error(run_cli("convert", str(micro_gguf), "--name", "../escape"), "invalid model name")
+    assert_one_line_error(run_cli_here("convert", str(micro_gguf), "--name", "../escape"), "invalid model name")
 
 
 def test_cache_under_a_regular_file(micro_gguf: Path, tmp_path: Path) -> None:

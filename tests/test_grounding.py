@@ -16,7 +16,7 @@ from runtime.engine.engine import Engine, EngineSettings
 from runtime.engine.options import ChatOptions
 from runtime.errors import UserError
 from runtime.models.cache import DEMO_NAME, ModelDir
-from tests.conftest import assert_one_line_error, copy_of_demo, run_cli
+from tests.conftest import assert_one_line_error, copy_of_demo, run_cli, run_cli_here
 from tests.test_server import Served
 
 INSTALL = """# Installing Frobnicator
@@ -145,9 +145,10 @@ def test_the_cli_prints_the_sources_and_refuses_bad_flags_in_one_line(demo_cache
     answer = json.loads(data.stdout)
     assert answer["citations"][0]["path"].endswith("install.md")  # every collection
     assert all(c["cited"] == (f"[{c['n']}]" in answer["text"]) for c in answer["citations"])
-    assert_one_line_error(run_cli("chat", "--docs", "nope", "--prompt", "hi", env=env), "nope")
-    assert_one_line_error(run_cli("chat", "--docs", "--docs-top", "0", "--prompt", "hi", env=env), "out of range")
-    assert_one_line_error(run_cli("chat", "--docs-top", "3", "--prompt", "hi", env=env), "--docs-top needs --docs")
+    # The refusals in this process (run_cli_here): the same one line, without three more interpreter starts.
+    assert_one_line_error(run_cli_here("chat", "--docs", "nope", "--prompt", "hi", env=env), "nope")
+    assert_one_line_error(run_cli_here("chat", "--docs", "--docs-top", "0", "--prompt", "hi", env=env), "out of range")
+    assert_one_line_error(run_cli_here("chat", "--docs-top", "3", "--prompt", "hi", env=env), "--docs-top needs --docs")
 
 
 def test_the_api_answers_from_documents_with_citations(api_server: Served) -> None:

@@ -19,7 +19,7 @@ from runtime.engine.system_presets import (
     save_preset,
 )
 from runtime.errors import UserError
-from tests.conftest import assert_one_line_error, run_cli
+from tests.conftest import assert_one_line_error, run_cli, run_cli_here
 
 
 def test_the_shipped_presets_and_the_users_own(tmp_path: Path) -> None:
@@ -70,6 +70,8 @@ def test_the_cli_answers_with_a_preset_and_refuses_an_unknown_one(demo_cache: Pa
     env = {"SPECQUANT_CONFIG_DIR": str(tmp_path)}
     ok = run_cli("chat", "--system-preset", "concise", "--max-tokens", "8", "--prompt", "hi", env=env)
     assert ok.returncode == 0, ok.stderr
-    assert_one_line_error(run_cli("chat", "--system-preset", "nope", "--prompt", "hi", env=env), "no system preset")
+    # The refusals in this process (run_cli_here): the same one line, without two more interpreter starts.
+    unknown = run_cli_here("chat", "--system-preset", "nope", "--prompt", "hi", env=env)
+    assert_one_line_error(unknown, "no system preset")
     (tmp_path / "presets.json").write_text("[]")
-    assert_one_line_error(run_cli("chat", "--system-preset", "x", "--prompt", "hi", env=env), "presets.json")
+    assert_one_line_error(run_cli_here("chat", "--system-preset", "x", "--prompt", "hi", env=env), "presets.json")
