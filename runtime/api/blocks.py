@@ -43,7 +43,7 @@ def layout(
 class BlockStream:
     """A streamed answer's blocks, one open at a time: a thought opens at its first piece and closes when the
     answer begins; the text opens at its first piece and closes before a call's block; each call is a block of
-    its own; an answer with none of them still gets one empty text block, as a whole one does. A subclass says
+    its own; an answer with no text and no call still gets one empty text block, as a whole one does. A subclass says
     what opening (`opened`), adding to (`added`) and closing (`closed`) each kind of block sends."""
 
     def __init__(self) -> None:
@@ -51,6 +51,7 @@ class BlockStream:
         self.kind: Kind | None = None  # the open block's
         self.said = ""  # what the open block holds so far: a thought, text or a call's arguments
         self.tool_call: CallDelta | None = None  # the last call's first piece: its index, id and name
+        self.answered = False  # a text or a call block opened
 
     @property
     def index(self) -> int:
@@ -78,9 +79,9 @@ class BlockStream:
         return events
 
     def close_all(self) -> list[Event]:
-        """The answer's end: its open block closed (an answer with none gets one empty text block)."""
+        """The answer's end: its open block closed (one with no text and no call gets an empty text block)."""
         events = self._close()
-        if not self.blocks:
+        if not self.answered:
             events += self._add("text", "", new=True) + self._close()
         return events
 
@@ -89,6 +90,7 @@ class BlockStream:
         if new or (text and self.kind != kind):
             events += self._close()
             self.blocks, self.kind, self.said = self.blocks + 1, kind, ""
+            self.answered = self.answered or kind != "thought"
             events += self.opened(kind)
         if text:
             self.said += text
