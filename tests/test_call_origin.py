@@ -32,7 +32,7 @@ from runtime.engine.call_check import call_problem
 from runtime.engine.call_formats import CallFormat, call_text, detect
 from runtime.engine.markup import text_tokens
 from runtime.engine.prompt import ChatTemplates
-from runtime.engine.tools import Tool, ToolRequest, assemble, call_lark, prepare
+from runtime.engine.tools import CallDelta, Tool, ToolRequest, assemble, call_lark, prepare
 from tests.micro_model import MicroSpec, write_micro_gguf
 from tests.test_tools import ADD, WEATHER
 
@@ -97,8 +97,14 @@ def family(
 
 
 def answer(f: Family, tokens: list[int], request: ToolRequest = REQUEST) -> tuple[str, list[tuple[str, Any]]]:
-    """What the engine makes of an answer of `tokens`: its text and its calls, through the text stream and the
-    call parser as runtime/engine/generate.py runs them (token by token)."""
+    """What the engine makes of an answer of `tokens`: its text and its calls."""
+    content, deltas = fed(f, tokens, request)
+    return content, [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in assemble(deltas)]
+
+
+def fed(f: Family, tokens: list[int], request: ToolRequest = REQUEST) -> tuple[str, list[CallDelta]]:
+    """An answer of `tokens` through the text stream and the call parser as runtime/engine/generate.py runs them
+    (token by token): its text and the pieces of its calls."""
     reader = call_reader(f.parent, f.syntax, request)
     stream = TextStream(f.parent.token_bytes, (), reader.marks)
     content, deltas = "", []
@@ -106,8 +112,7 @@ def answer(f: Family, tokens: list[int], request: ToolRequest = REQUEST) -> tupl
         said, found = reader.feed(stream.add([token], [False])[0])
         content, deltas = content + said, deltas + found
     said, found = reader.feed(stream.finish()[0], final=True)
-    calls = assemble([*deltas, *found])
-    return content + said, [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls]
+    return content + said, [*deltas, *found]
 
 
 def spelled_calls(f: Family) -> list[str]:

@@ -6,11 +6,15 @@ says the prompt fits and its reading begins, at its first Chunk, or after `hold_
 model load ahead of it), so that a client waiting through a long prefill sees the answer begun, and the
 keep-alive events that follow (runtime.api.server), instead of a silent socket it would time out and retry. A
 refusal that comes before it opens (a prompt too long for the context) is still the HTTP error it means.
+
+In a stream, a tool call whose arguments went out in pieces and then failed (its check, or a cut inside it:
+runtime.engine.call_parser) ends the stream with its dialect's error (`failed_call`), its block never closed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -88,6 +92,32 @@ async def opening(reader: JobReader, prompt: str, hold_s: float) -> Opening:
             return Opening(None)
 
 
+def prepared(call: ChatCall, body: dict[str, Any]) -> ChatCall:
+    """The request as the engine answers it: under its cache key (`cache_key`), and, streamed, with each call
+    the model's own opener token begins streaming its arguments (ToolRequest.streamed)."""
+    options = dataclasses.replace(call.options, cache_key=cache_key(body))
+    if call.stream and options.tools is not None:
+        options = dataclasses.replace(options, tools=dataclasses.replace(options.tools, streamed=True))
+    return dataclasses.replace(call, options=options)
+
+
+def cache_key(body: dict[str, Any]) -> str:
+    """Which prompt prefixes a request may reuse (ChatOptions.cache_key): API clients never share the window's,
+    and a client that names its own cache (`prompt_cache_key`, else `user`) shares only with that name."""
+    own = body.get("prompt_cache_key") or body.get("user")
+    return f"api:{own}" if isinstance(own, str) else "api"
+
+
+def failed_call(chunk: Chunk) -> ApiError | None:
+    """The error that ends a stream whose call failed after its first pieces went out (None: none did). No
+    dialect can take a call back, so the answer fails: clients raise it, and none runs what it had of the call."""
+    problem = next((d.problem for d in chunk.calls if d.problem is not None), None)
+    if problem is None:
+        return None
+    words = f"the model's tool call failed after it began streaming: {problem}; nothing of it is a call"
+    return ApiError(500, words, kind="server_error", code="invalid_tool_call")
+
+
 def check_complete(last: Chunk) -> None:
     """An answer stopped by our cancel (the server is stopping, or its client fell behind) is no answer."""
     if last.stats.stop_reason == "cancelled":
@@ -101,6 +131,9 @@ async def whole(reader: JobReader, first: Chunk, dialect: Dialect, model: str, c
         last = await next_chunk(reader, dialect.prompt)
         chunks.append(last)
     check_complete(last)
+    failed = next((e for e in map(failed_call, chunks) if e is not None), None)  # never, unstreamed: still no call
+    if failed is not None:
+        raise failed
     return dialect.whole(model, call, chunks)
 
 
@@ -118,6 +151,9 @@ async def events(
         while True:
             for event in shape.piece(chunk):
                 yield event
+            failed = failed_call(chunk)
+            if failed is not None:
+                raise failed
             if chunk.done:
                 break
             chunk = await next_chunk(reader, dialect.prompt)

@@ -4,9 +4,11 @@ then `message_delta` with the stop reason and usage, and `message_stop`); `POST 
 answers `{"input_tokens"}`. The request is read in runtime.api.anthropic_request; errors take Anthropic's
 shape in runtime.api.error_shapes.
 
-A tool call streams as one `input_json_delta` with its whole input, sent once the call is complete, for the
-reason chat completions sends each call whole (docs/api.md, "Tool calls"). A thinking model's thought is a
-`thinking` block before the answer (`thinking_delta`s, then a `signature_delta`, as Anthropic streams it).
+A tool call's block streams its input as `input_json_delta`s as the model writes it, where its opener was the
+model's own token, else as one delta once the call is complete; a call that fails after its block opened ends
+the stream with an `error` event, its block never stopped (runtime.api.blocks; docs/api.md, "Tool calls"). A
+thinking model's thought is a `thinking` block before the answer (`thinking_delta`s, then a `signature_delta`,
+as Anthropic streams it).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import uuid
 from typing import Any
 
 from runtime.api.anthropic_request import parse_count, parse_messages
+from runtime.api.blocks import BlockStream, Kind, layout
 from runtime.api.dialects import Event, named
 from runtime.api.error_shapes import anthropic_body
 from runtime.api.requests import ChatCall
@@ -33,10 +36,16 @@ def new_id() -> str:
     return f"msg_{uuid.uuid4().hex[:24]}"
 
 
-def tool_use(call: CallDelta) -> dict[str, Any]:
-    """A call as a `tool_use` block; its id in Anthropic's form (`toolu_…`)."""
+def tool_use(call: CallDelta, whole: bool = True) -> dict[str, Any]:
+    """A call as a `tool_use` block (its input empty where it is yet to stream); its id in Anthropic's form."""
     call_id = "toolu_" + (call.id or "").removeprefix("call_")
-    return {"type": "tool_use", "id": call_id, "name": call.name or "", "input": json.loads(call.arguments)}
+    given = json.loads(call.arguments) if whole else {}
+    return {"type": "tool_use", "id": call_id, "name": call.name or "", "input": given}
+
+
+def thinking(thought: str) -> dict[str, Any]:
+    """A `thinking` block: signed once its thought is whole, empty as a stream opens it."""
+    return {"type": "thinking", "thinking": thought, "signature": signature(thought) if thought else ""}
 
 
 def stop_reason(last: Chunk, called: bool, stops: tuple[str, ...]) -> tuple[str, str | None]:
@@ -70,14 +79,9 @@ class Messages:
         return parse_messages(body, base, n_ctx)
 
     def whole(self, model: str, call: ChatCall, chunks: list[Chunk]) -> dict[str, Any]:
-        text = "".join(c.text for c in chunks)
-        calls = [tool_use(d) for c in chunks for d in c.calls]
-        content = ([{"type": "text", "text": text}] if text or not calls else []) + calls
-        thought = "".join(c.thinking for c in chunks)
-        if thought:
-            content.insert(0, {"type": "thinking", "thinking": thought, "signature": signature(thought)})
+        content = layout(chunks, thinking, lambda text: {"type": "text", "text": text}, tool_use)
         last = chunks[-1]
-        reason, sequence = stop_reason(last, bool(calls), call.options.stop)
+        reason, sequence = stop_reason(last, any(b["type"] == "tool_use" for b in content), call.options.stop)
         return {
             "id": new_id(), "type": "message", "role": "assistant", "model": model, "content": content,
             "stop_reason": reason, "stop_sequence": sequence, "usage": usage(last), "specquant": api_facts(last),
@@ -87,16 +91,12 @@ class Messages:
         return MessageStream(model, call)
 
 
-class MessageStream:
-    """A streamed message: a text block opened at the first text and closed before a call's block; each call a
-    block of its own; an answer with neither still gets one empty text block, as a whole one does."""
+class MessageStream(BlockStream):
+    """A streamed message: its blocks (runtime.api.blocks) as `content_block_start`, `_delta`s and `_stop`."""
 
     def __init__(self, model: str, call: ChatCall) -> None:
+        super().__init__()
         self.id, self.model, self.stops = new_id(), model, call.options.stop
-        self.blocks = 0  # blocks opened so far
-        self.text_open = False
-        self.thought: list[str] | None = None  # the open thinking block's text so far
-        self.called = False
 
     def start(self, prompt_tokens: int | None) -> list[Event]:
         # Sent before the prompt is read, its length may not be known yet: message_delta's usage tells it.
@@ -107,38 +107,29 @@ class MessageStream:
         }  # fmt: skip
         return [named({"type": "message_start", "message": message}), dict(PING)]
 
-    def piece(self, chunk: Chunk) -> list[Event]:
+    def opened(self, kind: Kind) -> list[Event]:
+        if kind == "call":
+            assert self.tool_call is not None
+            block = tool_use(self.tool_call, whole=False)
+        else:
+            block = thinking("") if kind == "thought" else {"type": "text", "text": ""}
+        return [named({"type": "content_block_start", "index": self.index, "content_block": block})]
+
+    def added(self, kind: Kind, text: str) -> list[Event]:
+        key = {"thought": "thinking", "text": "text", "call": "partial_json"}[kind]
+        name = {"thought": "thinking_delta", "text": "text_delta", "call": "input_json_delta"}[kind]
+        return [self._delta({"type": name, key: text})]
+
+    def closed(self, kind: Kind) -> list[Event]:
+        """A block's end; a thought's with its signature first."""
         events = []
-        if chunk.thinking:
-            if self.thought is None:
-                events.append(self._open({"type": "thinking", "thinking": "", "signature": ""}))
-                self.thought = []
-            self.thought.append(chunk.thinking)
-            delta = {"type": "thinking_delta", "thinking": chunk.thinking}
-            events.append(named({"type": "content_block_delta", "index": self.blocks - 1, "delta": delta}))
-        if (chunk.text or chunk.calls or chunk.done) and self.thought is not None:
-            events += self._close_thought()
-        if chunk.text:
-            if not self.text_open:
-                events.append(self._open({"type": "text", "text": ""}))
-                self.text_open = True
-            delta = {"type": "text_delta", "text": chunk.text}
-            events.append(named({"type": "content_block_delta", "index": self.blocks - 1, "delta": delta}))
-        for call in chunk.calls:
-            events += self._close_text()
-            block = tool_use(call)
-            events.append(self._open(block | {"input": {}}))
-            delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"], ensure_ascii=False)}
-            events.append(named({"type": "content_block_delta", "index": self.blocks - 1, "delta": delta}))
-            events.append(named({"type": "content_block_stop", "index": self.blocks - 1}))
-            self.called = True
-        return events
+        if kind == "thought":
+            events.append(self._delta({"type": "signature_delta", "signature": signature(self.said)}))
+        return [*events, named({"type": "content_block_stop", "index": self.index})]
 
     def end(self, last: Chunk) -> list[Event]:
-        events = self._close_text()
-        if not self.blocks:
-            events = [self._open({"type": "text", "text": ""}), named({"type": "content_block_stop", "index": 0})]
-        reason, sequence = stop_reason(last, self.called, self.stops)
+        events = self.close_all()
+        reason, sequence = stop_reason(last, self.tool_call is not None, self.stops)
         delta = {"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence},
                  "usage": usage(last), "specquant": api_facts(last)}
         return [*events, named(delta), named({"type": "message_stop"})]
@@ -146,22 +137,8 @@ class MessageStream:
     def failure(self, error: ApiError) -> list[Event]:
         return [named(anthropic_body(error))]
 
-    def _open(self, block: dict[str, Any]) -> Event:
-        self.blocks += 1
-        return named({"type": "content_block_start", "index": self.blocks - 1, "content_block": block})
-
-    def _close_thought(self) -> list[Event]:
-        """The thinking block's signature and its end: the answer begins."""
-        delta = {"type": "signature_delta", "signature": signature("".join(self.thought or ()))}
-        self.thought = None
-        return [named({"type": "content_block_delta", "index": self.blocks - 1, "delta": delta}),
-                named({"type": "content_block_stop", "index": self.blocks - 1})]
-
-    def _close_text(self) -> list[Event]:
-        if not self.text_open:
-            return []
-        self.text_open = False
-        return [named({"type": "content_block_stop", "index": self.blocks - 1})]
+    def _delta(self, delta: dict[str, Any]) -> Event:
+        return named({"type": "content_block_delta", "index": self.index, "delta": delta})
 
 
 class CountTokens:

@@ -108,8 +108,9 @@ class ChatStream:
             delta["reasoning_content"] = chunk.thinking
         if chunk.text:
             delta["content"] = chunk.text
-        if chunk.calls:
-            delta["tool_calls"] = responses.call_deltas(chunk.calls)
+        pieces = responses.call_deltas(chunk.calls)
+        if pieces:
+            delta["tool_calls"] = pieces
             self.called = True
         lps = chunk.logprobs if self.logprobs and chunk.logprobs else None
         if not delta and not lps:

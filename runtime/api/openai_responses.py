@@ -5,17 +5,21 @@ call `response.function_call_arguments.delta` and `.done`; `response.output_item
 `response.completed`, or `response.incomplete` when the token limit cut the answer). The request is read in
 runtime.api.responses_request. Each event has its `sequence_number`, as OpenAI's do.
 
-A function call streams as one arguments delta with its whole arguments, sent once the call is complete, for
-the reason chat completions sends each call whole (docs/api.md, "Tool calls"). A thinking model's thought is a
-`reasoning` item before the answer (`response.reasoning_text.delta`s and `.done`).
+A function call's arguments stream as `response.function_call_arguments.delta`s as the model writes them,
+where its opener was the model's own token, else as one delta once the call is complete; a call that fails
+after its item was added ends the stream with an `error` event, the item never done (runtime.api.blocks;
+docs/api.md, "Tool calls"). A thinking model's thought is a `reasoning` item before the answer
+(`response.reasoning_text.delta`s and `.done`).
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import replace
 from typing import Any
 
+from runtime.api.blocks import BlockStream, Kind, layout
 from runtime.api.dialects import Event, named
 from runtime.api.requests import ChatCall
 from runtime.api.responses import ApiError, api_facts
@@ -43,10 +47,11 @@ def reasoning_item(item_id: str, thought: str, status: str = "completed") -> dic
     return {"type": "reasoning", "id": item_id, "summary": [], "content": content, "status": status}
 
 
-def call_item(call: CallDelta, request: ChatCall) -> dict[str, Any]:
+def call_item(call: CallDelta, request: ChatCall, item_id: str | None = None, status: str = "completed"
+              ) -> dict[str, Any]:
     """A call as a `function_call` item; one of a namespace tool's functions names its namespace too."""
-    item = {"type": "function_call", "id": new_id("fc"), "call_id": call.id, "name": call.name,
-            "arguments": call.arguments, "status": "completed"}
+    item = {"type": "function_call", "id": item_id or new_id("fc"), "call_id": call.id, "name": call.name,
+            "arguments": call.arguments, "status": status}
     namespace = request.namespaces.get(call.name or "") if isinstance(request, ResponsesCall) else None
     return item | {"namespace": namespace} if namespace else item
 
@@ -85,116 +90,82 @@ class Responses:
         return parse_responses(body, base, n_ctx)
 
     def whole(self, model: str, call: ChatCall, chunks: list[Chunk]) -> dict[str, Any]:
-        text = "".join(c.text for c in chunks)
-        calls = [call_item(d, call) for c in chunks for d in c.calls]
-        output = ([message_item(new_id("msg"), text)] if text or not calls else []) + calls
-        thought = "".join(c.thinking for c in chunks)
-        if thought:
-            output.insert(0, reasoning_item(new_id("rs"), thought))
+        output = layout(chunks, lambda thought: reasoning_item(new_id("rs"), thought),
+                        lambda text: message_item(new_id("msg"), text), lambda d: call_item(d, call))
         return response(new_id("resp"), int(time.time()), model, call, output, chunks[-1])
 
     def stream(self, model: str, call: ChatCall) -> ResponseStream:
         return ResponseStream(model, call)
 
 
-class ResponseStream:
-    """A streamed response: a message item opened at the first text and closed before a call's item; each call
-    an item of its own; an answer with neither still gets one empty message, as a whole one does."""
+class ResponseStream(BlockStream):
+    """A streamed response: its blocks (runtime.api.blocks) as output items, each `response.output_item.added`,
+    its deltas, and its `.done`s."""
 
     def __init__(self, model: str, call: ChatCall) -> None:
-        self.id, self.created, self.model, self.call = new_id("resp"), int(time.time()), model, call
+        super().__init__()
+        self.id, self.created, self.model, self.request = new_id("resp"), int(time.time()), model, call
         self.sequence = 0
         self.output: list[dict[str, Any]] = []  # the items done
-        self.message: str | None = None  # the open message item's id
-        self.text = ""
-        self.reasoning: str | None = None  # the open reasoning item's id
-        self.thought = ""
+        self.item = ""  # the open (or last) item's id
 
     def start(self, prompt_tokens: int | None) -> list[Event]:
-        head = response(self.id, self.created, self.model, self.call, [], None)
+        head = response(self.id, self.created, self.model, self.request, [], None)
         return [self._event("response.created", response=head), self._event("response.in_progress", response=head)]
 
-    def piece(self, chunk: Chunk) -> list[Event]:
-        events = []
-        if chunk.thinking:
-            if self.reasoning is None:
-                self.reasoning, self.thought = new_id("rs"), ""
-                item = reasoning_item(self.reasoning, "", "in_progress")
-                events.append(self._event("response.output_item.added", output_index=len(self.output), item=item))
-            self.thought += chunk.thinking
-            events.append(self._event("response.reasoning_text.delta", item_id=self.reasoning,
-                                      output_index=len(self.output), content_index=0, delta=chunk.thinking))
-        if chunk.text or chunk.calls or chunk.done:
-            events += self._close_reasoning()
-        if chunk.text:
-            if self.message is None:
-                events += self._open_message()
-            self.text += chunk.text
-            events.append(self._event("response.output_text.delta", **self._at(), delta=chunk.text, logprobs=[]))
-        for call in chunk.calls:
-            events += self._close_message()
-            item, index = call_item(call, self.call), len(self.output)
-            at, arguments = {"item_id": item["id"], "output_index": index}, item["arguments"]
-            added = item | {"arguments": "", "status": "in_progress"}
-            events += [
-                self._event("response.output_item.added", output_index=index, item=added),
-                self._event("response.function_call_arguments.delta", **at, delta=arguments),
-                self._event("response.function_call_arguments.done", **at, name=item["name"], arguments=arguments),
-                self._event("response.output_item.done", output_index=index, item=item),
-            ]
-            self.output.append(item)
+    def opened(self, kind: Kind) -> list[Event]:
+        self.item = new_id({"thought": "rs", "text": "msg", "call": "fc"}[kind])
+        events = [self._event("response.output_item.added", output_index=self.index, item=self._item(kind, ""))]
+        if kind == "text":
+            part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+            events.append(self._event("response.content_part.added", **self._at(), content_index=0, part=part))
         return events
 
+    def added(self, kind: Kind, text: str) -> list[Event]:
+        if kind == "thought":
+            return [self._event("response.reasoning_text.delta", **self._at(), content_index=0, delta=text)]
+        if kind == "text":
+            return [self._event("response.output_text.delta", **self._at(), content_index=0, delta=text, logprobs=[])]
+        return [self._event("response.function_call_arguments.delta", **self._at(), delta=text)]
+
+    def closed(self, kind: Kind) -> list[Event]:
+        item = self._item(kind, self.said, "completed")
+        if kind == "thought":
+            events = [self._event("response.reasoning_text.done", **self._at(), content_index=0, text=self.said)]
+        elif kind == "text":
+            events = [self._event("response.output_text.done", **self._at(), content_index=0, text=self.said,
+                                  logprobs=[]),
+                      self._event("response.content_part.done", **self._at(), content_index=0,
+                                  part=item["content"][0])]
+        else:
+            events = [self._event("response.function_call_arguments.done", **self._at(), name=item["name"],
+                                  arguments=self.said)]
+        self.output.append(item)
+        return [*events, self._event("response.output_item.done", output_index=self.index, item=item)]
+
     def end(self, last: Chunk) -> list[Event]:
-        events = [] if self.output or self.message else self._open_message()
-        events += self._close_message()
-        done = response(self.id, self.created, self.model, self.call, self.output, last)
+        events = self.close_all()
+        done = response(self.id, self.created, self.model, self.request, self.output, last)
         return [*events, self._event(f"response.{done['status']}", response=done)]
 
     def failure(self, error: ApiError) -> list[Event]:
         return [self._event("error", code=error.code or error.kind, message=error.message, param=error.param)]
+
+    def _item(self, kind: Kind, said: str, status: str = "in_progress") -> dict[str, Any]:
+        """The open block's item, holding `said`, as it stands (`in_progress`) or done (`completed`)."""
+        if kind == "thought":
+            return reasoning_item(self.item, said, status)
+        if kind == "text":
+            return message_item(self.item, said, status)
+        assert self.tool_call is not None
+        return call_item(replace(self.tool_call, arguments=said), self.request, self.item, status)
 
     def _event(self, kind: str, **fields: Any) -> Event:
         self.sequence += 1
         return named({"type": kind, "sequence_number": self.sequence - 1, **fields})
 
     def _at(self) -> dict[str, Any]:
-        return {"item_id": self.message, "output_index": len(self.output), "content_index": 0}
-
-    def _open_message(self) -> list[Event]:
-        self.message, self.text = new_id("msg"), ""
-        part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-        return [
-            self._event("response.output_item.added", output_index=len(self.output),
-                        item=message_item(self.message, "", "in_progress")),
-            self._event("response.content_part.added", **self._at(), part=part),
-        ]
-
-    def _close_reasoning(self) -> list[Event]:
-        if self.reasoning is None:
-            return []
-        item = reasoning_item(self.reasoning, self.thought)
-        at = {"item_id": self.reasoning, "output_index": len(self.output)}
-        events = [
-            self._event("response.reasoning_text.done", **at, content_index=0, text=self.thought),
-            self._event("response.output_item.done", output_index=len(self.output), item=item),
-        ]
-        self.output.append(item)
-        self.reasoning = None
-        return events
-
-    def _close_message(self) -> list[Event]:
-        if self.message is None:
-            return []
-        item = message_item(self.message, self.text)
-        events = [
-            self._event("response.output_text.done", **self._at(), text=self.text, logprobs=[]),
-            self._event("response.content_part.done", **self._at(), part=item["content"][0]),
-            self._event("response.output_item.done", output_index=len(self.output), item=item),
-        ]
-        self.output.append(item)
-        self.message = None
-        return events
+        return {"item_id": self.item, "output_index": self.index}
 
 
 RESPONSES = Responses()

@@ -74,9 +74,12 @@ def logprobs_content(choices: Sequence[TokenChoice]) -> list[dict[str, Any]]:
 
 
 def call_deltas(deltas: Sequence[CallDelta]) -> list[dict[str, Any]]:
-    """`delta.tool_calls`: a call's first piece has its id, type and name; later ones add to its arguments."""
+    """`delta.tool_calls`: a call's first piece has its id, type and name; later ones add to its arguments (a
+    streamed call's last piece, or the one that says it failed, may add nothing: not sent)."""
     out = []
     for d in deltas:
+        if d.id is None and not d.arguments:
+            continue
         item: dict[str, Any] = {"index": d.index}
         function: dict[str, str] = {"arguments": d.arguments}
         if d.id is not None:

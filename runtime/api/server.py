@@ -7,22 +7,20 @@ are logged by method, raw path, status and time, never by content (runtime.api.r
 as soon as its request is accepted and sends keep-alive events every `keepalive_s` while its prompt is read
 (runtime.api.answers); count_tokens never waits for the engine (runtime.api.token_count).
 
-What a web page or a broken client cannot do (docs/api.md, "Security"): web pages
-are kept out by runtime.api.guard; a body must arrive within BODY_DEADLINE_S and hold at most
-MAX_BODY bytes (and runtime.api.requests' message caps); a stream whose reader stops reading is cancelled
-after STALL_S, or once it falls BACKLOG chunks behind; at most MAX_CONNECTIONS connections are served at
-once (uvicorn answers 503 beyond), and to make room for a new one the oldest idle connection is dropped; a
-request's head must arrive within HEADER_TIMEOUT_S (runtime.api.connections); and a cancelled request leaves
-the engine's queue at once.
+What a web page or a broken client cannot do (docs/api.md, "Security"): web pages are kept out by
+runtime.api.guard; a body must arrive within BODY_DEADLINE_S and hold at most MAX_BODY bytes (runtime.api.body,
+and runtime.api.requests' message caps); a stream whose reader stops reading is cancelled after STALL_S, or
+once it falls BACKLOG chunks behind; at most MAX_CONNECTIONS connections are served at once (uvicorn answers
+503 beyond), and to make room for a new one the oldest idle connection is dropped; a request's head must
+arrive within HEADER_TIMEOUT_S (runtime.api.connections); and a cancelled request leaves the engine's queue
+at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
-import json
 import logging
 import socket
 import threading
@@ -43,6 +41,7 @@ from starlette.types import Receive
 from runtime.api import DEFAULT_PORT, answers
 from runtime.api.anthropic_messages import COUNT_TOKENS, MESSAGES
 from runtime.api.auth import authorize
+from runtime.api.body import read_json
 from runtime.api.dialects import CHAT, TEXT, Dialect
 from runtime.api.embeddings import Embeddings
 from runtime.api.error_shapes import error_response
@@ -69,7 +68,6 @@ BACKLOG = 1024  # chunks a stream's reader may fall behind before its answer is 
 MAX_CONNECTIONS = 64
 HEADER_TIMEOUT_S = 10.0  # a request's head (or the next one on a kept-alive connection) must come within this
 PARSE_DEADLINE_S = 10.0  # a request whose schemas take longer to compile is refused (400), not waited for
-DRAIN = 4  # an oversized body is read (and dropped) up to this many times the cap before the 413
 # A stream's keep-alive (Anthropic's `ping` event, else an SSE comment) this often: coding agents time a silent
 # stream out (and retry its whole prefill) long before a long prompt is read on a CPU.
 KEEPALIVE_S = 5.0
@@ -222,7 +220,7 @@ class Service:
         except TooSlow as e:
             words = f"the request's schemas {e} to compile: make them smaller"
             raise ApiError(400, words, code="schema_too_large") from None
-        call = dataclasses.replace(call, options=dataclasses.replace(call.options, cache_key=cache_key(body)))
+        call = answers.prepared(call, body)
         model = call.model or d.model
         if not is_cached(model):
             raise unknown_model(model)
@@ -259,49 +257,8 @@ class Service:
             if not streaming:
                 reader.close()
 
-    # --- helpers -----------------------------------------------------------------------------------
     async def _read_json(self, request: Request) -> Any:
-        cap = self.config.max_body
-        too_big = ApiError(413, f"the request body is over {cap // 1024} KiB", code="request_too_large")
-        declared = request.headers.get("content-length")
-        over = declared is not None and declared.isdigit() and int(declared) > cap
-        body = bytearray()
-
-        async def read() -> None:
-            async for piece in request.stream():
-                if over or len(body) + len(piece) > cap:
-                    # Read on (discarding) up to DRAIN bytes before answering 413: a client still sending
-                    # when the connection closes sees a broken pipe, not our answer.
-                    drained = len(body) + len(piece)
-                    async for more in request.stream():
-                        drained += len(more)
-                        if drained > DRAIN * cap:
-                            break
-                    raise too_big
-                body.extend(piece)
-            if over:  # declared too big, and sent nothing (or hung up)
-                raise too_big
-
-        try:
-            await asyncio.wait_for(read(), self.config.body_deadline_s)
-        except asyncio.TimeoutError:
-            words = f"the request body did not arrive within {self.config.body_deadline_s:g} s"
-            raise ApiError(408, words, code="request_timeout") from None
-        try:
-            return json.loads(body)
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ApiError(400, f"the request body is not valid JSON: {e}") from None
-        except RecursionError:
-            raise ApiError(400, "the request body is nested too deeply") from None
-        except ValueError as e:  # e.g. an integer of thousands of digits (Python's conversion limit)
-            raise ApiError(400, f"the request body holds a value out of range: {e}") from None
-
-
-def cache_key(body: dict[str, Any]) -> str:
-    """Which prompt prefixes a request may reuse (ChatOptions.cache_key): API clients never share the window's,
-    and a client that names its own cache (`prompt_cache_key`, else `user`) shares only with that name."""
-    own = body.get("prompt_cache_key") or body.get("user")
-    return f"api:{own}" if isinstance(own, str) else "api"
+        return await read_json(request, self.config.max_body, self.config.body_deadline_s)
 
 
 def _ping(dialect: Dialect) -> ServerSentEvent:

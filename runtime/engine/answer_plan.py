@@ -20,7 +20,7 @@ from runtime.documents.grounding import WHOLE_CHARS_PER_TOKEN, Citation, grounde
 from runtime.documents.library import Library
 from runtime.engine import prompt as prompts
 from runtime.engine import thinking, tools
-from runtime.engine.call_check import call_problem
+from runtime.engine.call_check import call_problem, name_problem
 from runtime.engine.decision import Decision
 from runtime.engine.measurements import Measurements
 from runtime.engine.options import ChatOptions, EngineSettings, Message
@@ -175,10 +175,12 @@ def prepare(
 
 def call_reader(parent: LlamaBackend, syntax: tools.CallSyntax, request: tools.ToolRequest) -> tools.CallParser:
     """The parser of an answer that may call `request`'s tools: calls open only at the opener's own token where
-    the vocabulary has one (as the grammar names it: Engine.tool_grammar), and each is checked."""
+    the vocabulary has one (as the grammar names it: Engine.tool_grammar), and each is checked (in a streamed
+    answer, its name before its arguments stream)."""
     check = functools.partial(call_problem, tools=request.callable) if request.refused_as_text else None
+    named = functools.partial(name_problem, tools=request.callable) if request.streamed and check else None
     opener = markup_token(parent.path, syntax.opener) if syntax.opener else None
-    return tools.CallParser(syntax, request.choice != "auto", opener, check)
+    return tools.CallParser(syntax, request.choice != "auto", opener, check, named)
 
 
 def thought_plan(parent: LlamaBackend, prompt: Sequence[int], options: ChatOptions) -> thinking.ThoughtPlan | None:

@@ -24,12 +24,20 @@ if TYPE_CHECKING:
 REASON_LIMIT = 300  # characters of a validator's message in a reason
 
 
+def name_problem(name: str | None, tools: Sequence[Tool]) -> str | None:
+    """Why no call of `name` may go out whatever its arguments (no such tool offered), or None. A streamed answer
+    asks this before a call's first piece goes out (runtime.engine.call_parser)."""
+    if any(t.name == name for t in tools):
+        return None
+    offered = ", ".join(t.name for t in tools[:20]) + (", ..." if len(tools) > 20 else "")
+    return f"there is no tool named {str(name)[:80]!r} (the tools offered: {offered or 'none'})"
+
+
 def call_problem(name: str | None, arguments: str, tools: Sequence[Tool]) -> str | None:
     """Why a call of `name` with `arguments` (a JSON text) may not go out, or None when it may."""
     tool = next((t for t in tools if t.name == name), None)
     if tool is None:
-        offered = ", ".join(t.name for t in tools[:20]) + (", ..." if len(tools) > 20 else "")
-        return f"there is no tool named {str(name)[:80]!r} (the tools offered: {offered or 'none'})"
+        return name_problem(name, tools)
     try:
         value = json.loads(arguments) if arguments.strip() else {}
     except (ValueError, RecursionError):

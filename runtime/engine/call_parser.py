@@ -4,7 +4,9 @@ The grammar (runtime.engine.tools) fixes the calls' form, so the parser reads ex
 does not follow it stays content. Where the vocabulary has the format's opener as a token of its own, only
 that token opens a call: the answer's text stream shows it as `OPENER_MARK` (`CallParser.marks`), and the
 opener's spelling, which a model may copy from a document, a message or a tool's result, is text. With a
-`check` (runtime.engine.call_check), a complete call that fails it goes out as its text, not as a call.
+`check` (runtime.engine.call_check), a complete call that fails it goes out as its text, not as a call. A
+streamed answer's call that its opener token began streams its arguments as they come, its name checked first;
+one that then fails (its check, or a cut) ends with a `CallDelta.problem`, never as a call.
 """
 
 from __future__ import annotations
@@ -29,38 +31,49 @@ from runtime.engine.call_formats import (
 
 _LOOSE_TAIL = re.compile(r"[ \t\n]{0,20}\}([ \t\n]{0,20}\})?")
 Check = Callable[[str, str], "str | None"]  # (name, arguments) -> why the call may not go out, or None
+NameCheck = Callable[[str], "str | None"]  # name -> why no call of it may go out, or None
 
 
 @dataclass(frozen=True)
 class CallDelta:
-    """A tool call in OpenAI's `delta.tool_calls` shape: the parser sends each call whole, once it is complete
-    (its id, name and arguments in one piece); `assemble` also joins calls sent in several pieces."""
+    """A tool call, or a piece of one, in OpenAI's `delta.tool_calls` shape. Whole: its id, name and arguments
+    in one piece, `done`. Streamed: a first piece with its id and name, then its arguments as they are written,
+    the last `done` once the call is complete and passed its check; or, when it failed (its check, or the answer
+    cut inside it), a last piece that says why (`problem`): what went out of it is no call."""
 
     index: int
     id: str | None = None
     name: str | None = None
     arguments: str = ""
+    done: bool = True  # the call is complete (and checked) with this piece
+    problem: str | None = None
 
 
 class CallParser:
     """Feeds on the answer's text; returns the content to show and the tool calls completed so far.
 
     The grammar fixes the calls' form, so this reads exactly that form; text that does not follow it (no
-    grammar: `choice: none`) stays content. A call goes out only once it is complete, never in pieces: an
-    answer cut at the token limit inside a call (`final` before its end) drops that call, so no client can
-    take a half-written call, or its arguments repaired into valid JSON, for one the model made.
+    grammar: `choice: none`) stays content. A call goes out once it is complete: an answer cut at the token
+    limit inside a call (`final` before its end) drops that call, so no client can take a half-written call,
+    or its arguments repaired into valid JSON, for one the model made.
 
     `opener_token`: the opener's token in the model's vocabulary (None: the vocabulary spells it). The answer's
     text stream shows that token as `OPENER_MARK` (`marks`), and only the mark opens a call: the opener's
     spelling is text. `check`: a complete call that fails it goes out as its text (`call_text`), in its place
     among the content; without one every complete call goes out (the tool loop checks its calls itself).
+    `named` (with a `check`; a streamed answer): a call the opener's token began, of a tool `named` passes,
+    goes out in pieces as its arguments are written. It can no longer become text: if it fails `check`, or the
+    answer ends inside it, its last piece is a `problem` and the parser reads nothing more (the answer failed).
     """
 
     def __init__(self, syntax: CallFormat = GENERIC, calls_only: bool = False, opener_token: int | None = None,
-                 check: Check | None = None) -> None:
+                 check: Check | None = None, named: NameCheck | None = None) -> None:
         self.syntax = syntax
         self.marks = {opener_token: OPENER_MARK} if opener_token is not None and syntax.opener else {}
         self.check = check
+        self.named = named if check is not None else None
+        self.out: list[CallDelta] = []  # the pieces of calls this feed sends
+        self.failed = False  # a streamed call failed: the answer ends there
         self.sent = 0  # calls sent out (the index of the next): a call that fails the check is text
         self.shown = False  # some content went out
         # tool_choice required or a function: the answer is calls alone, so what a cut leaves of a call's opener
@@ -72,31 +85,39 @@ class CallParser:
         self.calls = 0
         self.text = False  # an anchored answer began as text, so it is all content
         self.started = False  # the start (a bare call or not) is decided
+        self._begin_call()
         self.in_call = False
-        self.name: str | None = None  # the current call's name, once its head is read
 
     def feed(self, text: str, final: bool = False) -> tuple[str, list[CallDelta]]:
+        if self.failed:
+            return "", []
         self.buffer += text
         if not self.started and not self._start(final):
             return "", []
-        content, deltas = self._anchored(final) if self.shape is not None else self._wrapped(final)
+        self.out = []
+        content = self._anchored(final) if self.shape is not None else self._wrapped(final)
         self.shown = self.shown or bool(content)
         # A mark is no text: where one is left in content (never under the grammar), it reads as its spelling.
-        return content.replace(OPENER_MARK, self.syntax.opener), deltas
+        return content.replace(OPENER_MARK, self.syntax.opener), self.out
 
     def _opener(self, shape: CallFormat) -> str:
         """What opens a call of `shape` in the text: the mark of the opener's token, or its spelling."""
         return OPENER_MARK if self.marks and shape.opener else shape.opener
 
-    def _checked(self, delta: CallDelta, content: str) -> tuple[CallDelta | None, str]:
-        """The call to send (None: it failed the check) and the content with the call's text after it if so."""
+    def _checked(self, delta: CallDelta, content: str) -> str:
+        """Send the complete call if it passes the check; the content, with the call's text after it if not (a
+        streamed call that fails ends the answer instead)."""
         problem = self.check(delta.name or "", delta.arguments) if self.check is not None else None
         if problem is None:
             self.sent += 1
-            return delta, content
-        shape = self.shape or self.syntax
-        text = call_text(delta.name or "", delta.arguments, shape, delta.id or "")
-        return None, f"{content}\n{text}" if content or self.shown else text
+            rest = CallDelta(delta.index, arguments=delta.arguments[self.streamed :])  # a streamed call's end
+            self.out.append(rest if self.streaming else delta)
+            return content
+        if self.streaming:
+            self._fail(problem)
+            return content
+        text = call_text(delta.name or "", delta.arguments, self.shape or self.syntax, delta.id or "")
+        return f"{content}\n{text}" if content or self.shown else text
 
     def _start(self, final: bool) -> bool:
         """Decide, once the answer's start is known, whether it is a bare call (Hermes's untagged form)."""
@@ -111,23 +132,22 @@ class CallParser:
         return True
 
     # --- a call after the model's text, each in its wrapper (Hermes) ---
-    def _wrapped(self, final: bool) -> tuple[str, list[CallDelta]]:
-        content, deltas = "", []
+    def _wrapped(self, final: bool) -> str:
+        content = ""
         while True:
             if not self.in_call:
                 found, content = self._content(content, final)
                 if not found:
                     break
-                self.in_call, self.name = True, None
+                self._begin_call()
             delta = self._call(final)
             if delta is None:
                 break
-            sent, content = self._checked(delta, content)
-            deltas += [sent] if sent is not None else []
+            content = self._checked(delta, content)
             self.in_call = False
-        if final and self.in_call:  # cut off inside a call (or before its name): nothing to call
-            self.in_call, self.buffer = False, ""
-        return content, deltas
+        if final:  # cut off inside a call (or before its name): nothing to call
+            self._drop()
+        return content
 
     def _content(self, content: str, final: bool) -> tuple[bool, str]:
         """Move text before a call into `content`; whether a call starts at the buffer's start now."""
@@ -149,10 +169,9 @@ class CallParser:
         return False, content + piece
 
     # --- calls that are the answer (Llama 3.x, Mistral, Granite, Phi-4-mini, Hermes's bare call) ---
-    def _anchored(self, final: bool) -> tuple[str, list[CallDelta]]:
+    def _anchored(self, final: bool) -> str:
         shape = self.shape
         assert shape is not None
-        deltas: list[CallDelta] = []
         refused = ""  # calls that failed the check, as text
         while not self.text:
             if not self.in_call:
@@ -168,19 +187,18 @@ class CallParser:
                     if not state:
                         self.text = True
                         break
-                self.in_call, self.name = True, None
+                self._begin_call()
             delta = self._call(final)
             if delta is None:
                 break
-            sent, refused = self._checked(delta, refused)
-            deltas += [sent] if sent is not None else []
+            refused = self._checked(delta, refused)
             self.in_call = False
         if self.text:
             content, self.buffer = self.buffer, ""
-            return refused + content, deltas
+            return refused + content
         if final:  # after the calls only the end (or a call cut off): nothing is content
-            self.in_call, self.buffer = False, ""
-        return refused, deltas
+            self._drop()
+        return refused
 
     def _block_start(self, final: bool) -> bool | None:
         """At the start of the answer or after a call in an array: whether a call follows (None: not known yet)."""
@@ -220,6 +238,46 @@ class CallParser:
             self.buffer = self.buffer[len(word) :]
 
     # --- one call ---
+    def _begin_call(self) -> None:
+        self.in_call, self.id = True, f"call_{uuid.uuid4().hex[:24]}"
+        self.name: str | None = None  # its name, once its head is read
+        self.streaming: bool | None = None  # whether its arguments stream (None: not decided before they begin)
+        self.streamed = 0  # characters of its arguments sent
+        self.scan = (0, False, False)  # its arguments' scan: depth, in a string, after a backslash
+
+    def _drop(self) -> None:
+        """The answer ended: what is left of a call is none (a streamed one ends failed)."""
+        if self.in_call and self.streaming:
+            self._fail(f"the answer ended inside its call of {self.name} (its token limit or a stop sequence)")
+        self.in_call, self.buffer = False, ""
+
+    def _fail(self, problem: str) -> None:
+        self.out.append(CallDelta(self.sent, problem=problem, done=False))
+        self.failed, self.in_call, self.buffer = True, False, ""
+
+    def _stream(self) -> None:
+        """Send what is new of the current call's arguments, if they stream: decided at their first character,
+        a call the opener's token began, of a tool `named` passes, with an object for arguments."""
+        if self.streaming is None and self.buffer:
+            shape = self.shape or self.syntax
+            self.streaming = bool(self.named and self.marks and shape.opener and self.buffer.startswith("{")
+                                  and self.named(self.name or "") is None)
+            if self.streaming:
+                self.out.append(CallDelta(self.sent, self.id, self.name, done=False))
+        if not self.streaming:
+            return
+        (depth, quoted, escaped), at = self.scan, self.streamed
+        while at < len(self.buffer) and not (depth == 0 and at > 0):  # up to the arguments' closing brace
+            c, at = self.buffer[at], at + 1
+            if escaped or quoted:
+                escaped, quoted = not escaped and c == "\\", quoted and (escaped or c != '"')
+            else:
+                quoted, depth = c == '"', depth + (c in "{[") - (c in "}]")
+        self.scan = (depth, quoted, escaped)
+        if at > self.streamed:
+            self.out.append(CallDelta(self.sent, arguments=self.buffer[self.streamed : at], done=False))
+            self.streamed = at
+
     def _call(self, final: bool) -> CallDelta | None:
         """The current call once it is complete (its head, arguments and tail are in the buffer)."""
         if self.name is None:
@@ -234,9 +292,10 @@ class CallParser:
             self.name, self.buffer = m.group("name"), rest
         found = self._end_of_call(self.buffer, final)
         if found is None:
+            self._stream()
             return None
         end, after = found
-        delta = CallDelta(self.sent, f"call_{uuid.uuid4().hex[:24]}", self.name, self.buffer[:end])
+        delta = CallDelta(self.sent, self.id, self.name, self.buffer[:end])
         self.buffer = self.buffer[after:]
         self.calls += 1
         return delta
@@ -329,7 +388,10 @@ def _partial_suffix(text: str, word: str) -> int:
 def assemble(deltas: Sequence[CallDelta]) -> list[dict[str, Any]]:
     """Whole calls in OpenAI's `message.tool_calls` shape from their streamed pieces."""
     calls: dict[int, dict[str, Any]] = {}
+    failed = {d.index for d in deltas if d.problem is not None}  # streamed pieces of no call
     for d in deltas:
+        if d.index in failed:
+            continue
         new = {"id": d.id, "type": "function", "function": {"name": d.name, "arguments": ""}}
         call = calls.setdefault(d.index, new)
         call["function"]["arguments"] += d.arguments

@@ -97,6 +97,9 @@ class ToolRequest:
     # A call that fails runtime.engine.call_check goes out as its text (the API); False: as a call, for a
     # caller that refuses it itself and tells the model why (the tool loop).
     refused_as_text: bool = True
+    # The answer is streamed to an API client: a checked call that its format's own opener token began streams
+    # its arguments as they are written (runtime.engine.call_parser); False: each call goes out whole.
+    streamed: bool = False
 
     @property
     def callable(self) -> tuple[Tool, ...]:
