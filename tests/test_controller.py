@@ -432,7 +432,7 @@ def test_a_draft_as_slow_as_the_parent_does_not_pay(engine: Engine, monkeypatch:
         for restore in undo:
             restore()
     # Within the answer too: plain steps (n-gram lookup, which costs nothing, may still propose).
-    assert last.stats.tokens > 16 and last.stats.tier_drafted == 0, last.stats
+    assert last.stats.tokens > 16 and last.stats.drafted_by("tier") == 0, last.stats
 
 
 @pytest.mark.slow

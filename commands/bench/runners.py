@@ -101,10 +101,7 @@ def run_engine(
         "drafted": s.drafted,
         "accepted": s.accepted,
         "acceptance": s.acceptance,
-        "ngram_accepted": s.ngram_accepted,
-        "tier_accepted": s.tier_accepted,
-        "ngram_drafted": s.ngram_drafted,
-        "tier_drafted": s.tier_drafted,
+        **s.counters(),  # every kind of draft source's drafted and accepted tokens (`tier_accepted`, ...)
         "forced": s.forced,
         "grammar_s": s.grammar_s,
         "cycles": s.cycles,

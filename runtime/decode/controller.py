@@ -32,11 +32,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.decode.draft_source import Offer
-from runtime.decode.drafts import KINDS, OFFERED, ngram
+from runtime.decode.drafts import KINDS, k_max, ngram
 
 # Each source's kind (runtime/decode/drafts) brings its own priors and limits: acceptance before any is
 # measured, the longest proposal, and whether a proposal costs a model's steps or a lookup's time. The n-gram
-# names stay here for the modules that read them from the controller.
+# names stay here for the tests and the lookups-only mode (`--draft ngram`) that read them from here.
 NGRAM = ngram.NAME
 NGRAM_PRIOR_BY_MATCH = ngram.PRIOR_BY_MATCH
 ngram_key = ngram.ngram_key
@@ -58,8 +58,11 @@ MIN_RATE_GAIN = 1.03  # speculate only when it predicts at least 3% more tokens 
 # draft tier about as dear as the parent, as Q4_K_M of the 135M demo on some builds), is not weighed again for
 # this many cycles: weighing every k each cycle cost about 2% of the demo's step, for nothing.
 HOPELESS_RECHECK = 32
-K_MAX = {k.name: k.k_max for k in OFFERED}  # the longest proposal per kind
-V_MAX = 1 + max(K_MAX.values())  # the largest verify batch the controller considers
+
+
+def v_max() -> int:
+    """The largest verify batch the controller considers: one past the longest proposal of any kind."""
+    return 1 + k_max()
 
 
 def _prior_acceptance(name: str, kind: str) -> float:
@@ -172,7 +175,7 @@ class SourceStats:
     """What is known of one draft source: acceptance per position with its evidence, and what a proposed
     token costs."""
 
-    kind: str  # a registered Kind's name: "tier" or "ngram"
+    kind: str  # a registered Kind's name (runtime/decode/drafts)
     accept: list[float] = field(default_factory=list)  # per position: P(accepted | the previous one was)
     seen: list[float] = field(default_factory=list)  # per position: cycles that reached it (fading)
     step: Timing = field(default_factory=Timing)  # one draft step (tier) or one lookup (ngram)
@@ -287,7 +290,8 @@ class Estimates:
             elif live or prior:
                 points[n] = live or prior  # type: ignore[assignment]
         if len(points) == 1:  # nothing but the step: the prior's shape
-            points[V_MAX] = (step * (1 + PRIOR_VERIFY_SLOPE * (V_MAX - 1)), 1.0)
+            n = v_max()
+            points[n] = (step * (1 + PRIOR_VERIFY_SLOPE * (n - 1)), 1.0)
         fitted = isotonic([(n, t, w) for n, (t, w) in sorted(points.items())])
         return [(n, max(t, step)) for n, t in fitted]  # a batch never costs less than one token
 
@@ -296,13 +300,13 @@ class Estimates:
         curve = self.curve()
         return interpolate(curve, n) if curve else None
 
-    def v(self, n_max: int = V_MAX) -> dict[int, float]:
+    def v(self, n_max: int | None = None) -> dict[int, float]:
         """The fitted curve in units of one step, for n = 1..n_max ({} before a step was timed)."""
         curve = self.curve()
         if not curve:
             return {}
         step = curve[0][1]
-        return {n: interpolate(curve, n) / step for n in range(1, n_max + 1)}
+        return {n: interpolate(curve, n) / step for n in range(1, (n_max or v_max()) + 1)}
 
     def record_verify(self, n: int, seconds: float) -> None:
         self.verify.setdefault(n, Timing()).add(seconds)
@@ -330,7 +334,7 @@ class Estimates:
         est = cls(shape=shape)
         sources = data.get("sources") if isinstance(data, Mapping) else None
         for name, raw in (sources if isinstance(sources, Mapping) else {}).items():
-            if not isinstance(raw, dict) or raw.get("kind") not in K_MAX:
+            if not isinstance(raw, dict) or raw.get("kind") not in KINDS or not KINDS[raw["kind"]].verified:
                 continue
             src = est.source(str(name), raw["kind"])
             src.accept = numbers(raw.get("accept"), 0, 1)
