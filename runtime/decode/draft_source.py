@@ -20,11 +20,31 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 if TYPE_CHECKING:
-    from runtime.decode.drafts import SpecConfig
     from runtime.decode.grammar import Constraint
     from runtime.decode.llama_backend import LlamaBackend
     from runtime.decode.sampling import SamplingParams
     from runtime.decode.suffix_index import SuffixIndex
+
+DRAFT_K_MAX = 8  # the longest draft a model's decode steps make (the tier and draft-model kinds' k_max)
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    """How the loop drafts. k None: the controller picks k (and the source) every cycle from the cost model."""
+
+    k: int | None = None  # a fixed draft length, always used when a source can propose
+    lookups: bool = True  # the lookup kinds (`drafts.lookups()`) may draft: off for a pair pinned to a draft tier
+    ngram: bool = True  # prompt lookup as a draft source (costs nothing, needs no memory)
+    suffix: bool = True  # lookup in everything said before (the model's pool of earlier prompts and answers)
+    p_min: float = 0.0  # greedy drafting stops when the draft's top probability falls below this
+    k_max: int = DRAFT_K_MAX  # the longest tier draft the controller considers (and the benchmark times)
+    # A draft that has fallen further behind than this catches up on the last `draft_window` tokens only
+    # (its own positions start at 0): a cheaper catch-up for a long prompt, at some cost in acceptance.
+    # 0: always the whole context.
+    draft_window: int = 0
+    # Under a grammar, tokens it forces join the batch unverified (False: one token per step, as plain
+    # constrained decoding runs; the benchmark's baseline).
+    forced: bool = True
 
 
 @dataclass(frozen=True)

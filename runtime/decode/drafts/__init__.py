@@ -6,10 +6,10 @@ its sources. A new source is one module here (a `KIND`, a `DraftSource` and a `b
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from runtime.decode.draft_source import DraftSource, Kind, Setup
+from runtime.decode.draft_source import SpecConfig as SpecConfig  # what the builds read, named where they are
 from runtime.decode.drafts import budget_close, forced, model, ngram, suffix, tier
 
 if TYPE_CHECKING:
@@ -58,25 +58,6 @@ def k_max() -> int:
 _BUILT_IN = (budget_close, forced, ngram, suffix, tier, model)
 for _module in _BUILT_IN:
     register(_module.KIND, _module.build)
-
-
-@dataclass(frozen=True)
-class SpecConfig:
-    """How the loop drafts. k None: the controller picks k (and the source) every cycle from the cost model."""
-
-    k: int | None = None  # a fixed draft length, always used when a source can propose
-    lookups: bool = True  # the lookup kinds (`lookups()`) may draft: off for a pair pinned to a draft tier
-    ngram: bool = True  # prompt lookup as a draft source (costs nothing, needs no memory)
-    suffix: bool = True  # lookup in everything said before (the model's pool of earlier prompts and answers)
-    p_min: float = 0.0  # greedy drafting stops when the draft's top probability falls below this
-    k_max: int = tier.KIND.k_max  # the longest tier draft the controller considers (and the benchmark times)
-    # A draft that has fallen further behind than this catches up on the last `draft_window` tokens only
-    # (its own positions start at 0): a cheaper catch-up for a long prompt, at some cost in acceptance.
-    # 0: always the whole context.
-    draft_window: int = 0
-    # Under a grammar, tokens it forces join the batch unverified (False: one token per step, as plain
-    # constrained decoding runs; the benchmark's baseline).
-    forced: bool = True
 
 
 def build(

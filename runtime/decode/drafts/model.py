@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from runtime.decode.draft_source import Context, DraftSource, Kind, Offer, Proposal, Setup
+from runtime.decode.draft_source import DRAFT_K_MAX, Context, DraftSource, Kind, Offer, Proposal, Setup
 from runtime.decode.drafts.tier import TierDraft
 
 if TYPE_CHECKING:
@@ -18,7 +18,9 @@ if TYPE_CHECKING:
 
 # Another model agrees with the parent less than the parent's own quantized tier does (the 0.5B Qwen coder
 # with its 1.5B: 0.84 measured, code 0.9, prose 0.7); the probe's measured agreement replaces this prior.
-KIND = Kind("model", "a smaller model of the same family", k_max=8, prior=0.7, decodes=True, word="the draft model")
+KIND = Kind(
+    "model", "a smaller model of the same family", k_max=DRAFT_K_MAX, prior=0.7, decodes=True, word="the draft model"
+)
 PREFIX = "model:"  # a draft model's source name is "model:<its name in the cache>"
 
 
