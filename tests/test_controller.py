@@ -12,20 +12,8 @@ import numpy as np
 import pytest
 
 from runtime.decode import speculative
-from runtime.decode.controller import (
-    EXPLORE_SHARE,
-    Controller,
-    CostShape,
-    CycleOutcome,
-    Estimates,
-    Offer,
-    SourceStats,
-    Timing,
-    expected_tokens,
-    ngram_key,
-    speedup,
-    upper_bound,
-)
+from runtime.decode.controller import EXPLORE_SHARE, Controller, CycleOutcome, Offer, ngram_key
+from runtime.decode.estimates import CostShape, Estimates, SourceStats, Timing, expected_tokens, speedup, upper_bound
 from runtime.decode.llama_backend import LlamaBackend, LoadOptions
 from runtime.decode.ngram import NgramIndex
 from runtime.decode.sampling import SamplingParams, warp

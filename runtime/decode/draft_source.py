@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 if TYPE_CHECKING:
-    from runtime.decode.grammar import Constraint
+    from runtime.decode.constraint import Constraint
     from runtime.decode.llama_backend import LlamaBackend
     from runtime.decode.sampling import SamplingParams
     from runtime.decode.suffix_index import SuffixIndex

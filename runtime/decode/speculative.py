@@ -30,12 +30,12 @@ from typing import Any
 
 import numpy as np
 
+from runtime.decode.constraint import Constraint
 from runtime.decode.controller import NGRAM as NGRAM  # read from here by tests/test_controller.py
 from runtime.decode.controller import Controller, CycleOutcome, Offer
 from runtime.decode.draft_source import Context, DraftSource, Proposal
 from runtime.decode.drafts import SpecConfig, build
 from runtime.decode.drafts.budget_close import ThoughtBudget
-from runtime.decode.grammar import Constraint
 from runtime.decode.llama_backend import LlamaBackend
 from runtime.decode.sampling import SamplingParams, pick, sample, verify_sampled, warp
 from runtime.decode.suffix_index import SuffixIndex
