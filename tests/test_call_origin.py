@@ -32,7 +32,7 @@ from runtime.engine.call_check import call_problem
 from runtime.engine.call_formats import CallFormat, call_text, detect
 from runtime.engine.markup import text_tokens
 from runtime.engine.prompt import ChatTemplates
-from runtime.engine.tools import Tool, ToolRequest, assemble, call_lark, prepare
+from runtime.engine.tools import Tool, ToolRequest, assemble_calls, call_lark, prepare
 from tests.micro_model import MicroSpec, write_micro_gguf
 from tests.test_tools import ADD, WEATHER
 
@@ -106,7 +106,7 @@ def answer(f: Family, tokens: list[int], request: ToolRequest = REQUEST) -> tupl
         said, found = reader.feed(stream.add([token], [False])[0])
         content, deltas = content + said, deltas + found
     said, found = reader.feed(stream.finish()[0], final=True)
-    calls = assemble([*deltas, *found])
+    calls = assemble_calls([*deltas, *found])
     return content + said, [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls]
 
 

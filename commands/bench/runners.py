@@ -14,7 +14,7 @@ from runtime.decode.sampling import SamplingParams
 from runtime.decode.speculative import Step, take
 from runtime.engine.answer import collect
 from runtime.engine.engine import Engine
-from runtime.engine.tools import ToolRequest, assemble, call_text
+from runtime.engine.tools import ToolRequest, assemble_calls, call_text
 
 
 class StockRunner:
@@ -90,7 +90,7 @@ def run_engine(
     chunks = list(engine.stream_chat([{"role": "user", "content": prompt}], options))
     wall = time.perf_counter() - t0
     answer = collect(chunks)
-    calls = assemble([d for c in chunks for d in c.calls])
+    calls = assemble_calls([d for c in chunks for d in c.calls])
     last, s = answer.last, answer.last.stats
     return {
         "tokens": s.tokens,

@@ -34,7 +34,7 @@ Check = Callable[[str, str], "str | None"]  # (name, arguments) -> why the call 
 @dataclass(frozen=True)
 class CallDelta:
     """A tool call in OpenAI's `delta.tool_calls` shape: the parser sends each call whole, once it is complete
-    (its id, name and arguments in one piece); `assemble` also joins calls sent in several pieces."""
+    (its id, name and arguments in one piece); `assemble_calls` also joins calls sent in several pieces."""
 
     index: int
     id: str | None = None
@@ -326,7 +326,7 @@ def _partial_suffix(text: str, word: str) -> int:
     return 0
 
 
-def assemble(deltas: Sequence[CallDelta]) -> list[dict[str, Any]]:
+def assemble_calls(deltas: Sequence[CallDelta]) -> list[dict[str, Any]]:
     """Whole calls in OpenAI's `message.tool_calls` shape from their streamed pieces."""
     calls: dict[int, dict[str, Any]] = {}
     for d in deltas:
