@@ -18,7 +18,7 @@ from PySide6.QtCore import QLineF, QPointF, QSize, Qt, QTimer
 from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPalette, QPen, QPolygonF
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
-from runtime.decode.drafts import OFFERED
+from runtime.decode.drafts import offered
 from runtime.engine.answer import Chunk
 
 MAX_POINTS = 300  # beyond this, neighbouring points merge in pairs
@@ -35,7 +35,7 @@ SPARE = (("blue", QColor("#3d7fd6")), ("purple", QColor("#9b59b6")), ("red", QCo
 
 def _palette() -> list[tuple[str, str, QColor]]:
     """(kind, colour name, colour) for every offered kind, the listed ones first."""
-    kinds = sorted(OFFERED, key=lambda k: list(COLOURS).index(k.name) if k.name in COLOURS else len(COLOURS))
+    kinds = sorted(offered(), key=lambda k: list(COLOURS).index(k.name) if k.name in COLOURS else len(COLOURS))
     spare = iter(SPARE * len(kinds))
     return [(k.name, *(COLOURS.get(k.name) or next(spare))) for k in kinds]
 
@@ -53,7 +53,7 @@ class Point:
 
     def __getattr__(self, kind: str) -> int:
         """A kind's accepted tokens by its name (`p.tier`, `p.ngram`)."""
-        if kind in {k.name for k in OFFERED}:
+        if kind in {k.name for k in offered()}:
             return self.__dict__.get("accepted", {}).get(kind, 0)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {kind!r}")
 
@@ -93,7 +93,7 @@ class SpeedChart(QWidget):
             self.setToolTip(self._tip(chunk.choice.parent, chunk.choice.draft))
         self.plain_rate = 1.0 / s.plain_step_s if s.plain_step_s else None
         if not chunk.done and s.cycles > self.cycles:
-            self.add(s.elapsed_s, s.tokens, {k.name: s.accepted_by(k.name) for k in OFFERED})
+            self.add(s.elapsed_s, s.tokens, {k.name: s.accepted_by(k.name) for k in offered()})
         else:
             self._schedule()
 
@@ -126,7 +126,7 @@ class SpeedChart(QWidget):
             self._timer.start()
 
     def _tip(self, parent: str, draft: str | None) -> str:
-        kinds = {k.name: k for k in OFFERED}
+        kinds = {k.name: k for k in offered()}
         # A kind that decodes a model is the chosen draft tier: it is named.
         label = {n: draft.upper() if draft and k.decodes else k.label for n, k in kinds.items()}
         ticks = ", ".join(f"{colour} from {label[kind]}" for kind, colour, _ in PALETTE)

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TextIO
 
-from commands.chat_tools import add_tool_flags, calls_json, check_tool_flags, event_line, open_toolbox
+from commands.chat_tools import add_tool_flags, calls_json, check_tool_flags, event_line, toolbox_from_flags
 from commands.common import add_answer_flags, add_engine_flags, chat_options, engine_settings, model_name, read_prompt
 from runtime.errors import UserError
 from runtime.plan.policy import preset_words
@@ -81,7 +81,7 @@ def main(args: argparse.Namespace) -> int:
     session = Session(EngineThread(), model_name(args.model), engine_settings(args), options, preset)
     session.show_thinking = not args.hide_thinking
     try:
-        session.toolbox = open_toolbox(args)
+        session.toolbox = toolbox_from_flags(args)
         session.max_rounds = args.max_rounds or session.max_rounds
         session.first_choice = args.tool_choice or "auto"
         if prompt is None:

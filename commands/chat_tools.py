@@ -51,7 +51,7 @@ def check_tool_flags(args: argparse.Namespace) -> None:
         raise UserError(f"--tool-timeout {args.tool_timeout:g} is out of range: more than 0, at most 3600 s")
 
 
-def open_toolbox(args: argparse.Namespace) -> McpToolbox | None:
+def toolbox_from_flags(args: argparse.Namespace) -> McpToolbox | None:
     """The MCP servers of the config (a bad file is one line; bad entries are warnings and the rest start),
     plus the documents search when a collection exists, less the tools turned off in the Tools panel (the
     one switch store); None without --mcp."""

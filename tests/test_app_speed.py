@@ -121,7 +121,7 @@ def test_status_bar_and_meta_line_show_the_speedup_and_the_chart_one_point_per_c
     assert w.speed_chart.cycles == s.cycles and len(w.speed_chart.points) == s.cycles  # short: none merged
     assert [p.t for p in w.speed_chart.points] == [pytest.approx(c.stats.elapsed_s) for c in chunks[:-1]]
     tier = [p.tier for p in w.speed_chart.points]
-    assert sum(tier) == s.tier_accepted and sum(p.ngram for p in w.speed_chart.points) == s.ngram_accepted
+    assert sum(tier) == s.accepted_by("tier") and sum(p.ngram for p in w.speed_chart.points) == s.accepted_by("ngram")
     assert w.speed_chart.plain_rate == pytest.approx(1 / s.plain_step_s)
     qtbot.waitUntil(lambda: w.speed_chart.paints > 0, timeout=30_000)  # a guard against a hang
 

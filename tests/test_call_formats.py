@@ -23,7 +23,7 @@ from runtime.engine.call_formats import GENERIC, GRANITE, HERMES, LLAMA3, MISTRA
 from runtime.engine.engine import Engine, EngineSettings
 from runtime.engine.options import ChatOptions
 from runtime.engine.tool_loop import CallFinished, LoopFinished, ToolResult, run_tool_loop
-from runtime.engine.tools import CallParser, Tool, ToolRequest, assemble, call_grammar, call_text, prepare
+from runtime.engine.tools import CallParser, Tool, ToolRequest, assemble_calls, call_grammar, call_text, prepare
 from runtime.models.cache import ModelDir
 from tests.micro_model import MicroSpec, write_micro_gguf
 from tests.test_tools import ADD, GREEDY, WEATHER
@@ -111,7 +111,7 @@ def parse(fmt: CallFormat, text: str, size: int, calls_only: bool = False) -> tu
         said, found = parser.feed(text[i : i + size])
         content, deltas = content + said, deltas + found
     said, found = parser.feed("", final=True)
-    calls = assemble([*deltas, *found])
+    calls = assemble_calls([*deltas, *found])
     assert len({c["id"] for c in calls}) == len(calls)
     return content + said, [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls]
 
@@ -282,7 +282,7 @@ def test_a_control_token_opener_is_not_in_the_text_and_the_call_is_still_read(mi
         engine.close()
     tokens = [t for c in chunks for t in c.tokens]
     assert tokens[0] == TOOL_CALLS_ID  # the model's own token, forced
-    calls = assemble([d for c in chunks for d in c.calls])
+    calls = assemble_calls([d for c in chunks for d in c.calls])
     assert calls and "".join(c.text for c in chunks) == ""
     assert calls[0]["function"]["name"] in ("get_weather", "add")
     json.loads(calls[0]["function"]["arguments"])

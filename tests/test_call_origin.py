@@ -32,7 +32,7 @@ from runtime.engine.call_check import call_problem
 from runtime.engine.call_formats import CallFormat, call_text, detect
 from runtime.engine.markup import text_tokens
 from runtime.engine.prompt import ChatTemplates
-from runtime.engine.tools import CallDelta, Tool, ToolRequest, assemble, call_lark, prepare
+from runtime.engine.tools import CallDelta, Tool, ToolRequest, assemble_calls, call_lark, prepare
 from tests.micro_model import MicroSpec, write_micro_gguf
 from tests.test_tools import ADD, WEATHER
 
@@ -99,7 +99,7 @@ def family(
 def answer(f: Family, tokens: list[int], request: ToolRequest = REQUEST) -> tuple[str, list[tuple[str, Any]]]:
     """What the engine makes of an answer of `tokens`: its text and its calls."""
     content, deltas = fed(f, tokens, request)
-    return content, [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in assemble(deltas)]
+    return content, [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in assemble_calls(deltas)]
 
 
 def fed(f: Family, tokens: list[int], request: ToolRequest = REQUEST) -> tuple[str, list[CallDelta]]:

@@ -14,7 +14,7 @@ from typing import Any
 
 from runtime.engine.call_formats import call_text
 from runtime.engine.markup import text_tokens
-from runtime.engine.tools import CallDelta, assemble
+from runtime.engine.tools import CallDelta, assemble_calls
 from tests import test_call_origin
 from tests.test_call_origin import REQUEST, Family, answer, fed
 
@@ -33,7 +33,7 @@ def test_a_call_the_models_own_opener_began_streams_its_arguments(family: Family
     f = family
     content, out = fed(f, own(f, "write_file", GOOD), STREAMED)
     whole = json.dumps(GOOD)
-    assert content == "" and assemble(out) == [{"id": out[0].id, "type": "function",
+    assert content == "" and assemble_calls(out) == [{"id": out[0].id, "type": "function",
                                                 "function": {"name": "write_file", "arguments": whole}}]
     if f.opener is None:  # Llama 3.x: no opener token, so nothing tells the model's call from text: whole
         assert out == [CallDelta(0, out[0].id, "write_file", whole)]
@@ -53,14 +53,14 @@ def test_a_streamed_call_that_fails_its_check_or_is_cut_ends_as_no_call(family: 
         assert out == [] and json.dumps(BAD) in content
         return
     assert out[0].name == "write_file" and out[-1].problem is not None and "/etc/passwd" in out[-1].problem
-    assert not any(p.done for p in out) and assemble(out) == []
+    assert not any(p.done for p in out) and assemble_calls(out) == []
     assert content == ""  # never text either: its first pieces went out as a call's
 
     tokens = own(f, "write_file", GOOD)
     cut = next(n for n in range(len(tokens)) if '"text": "a short' in f.parent.detokenize(tokens[:n], special=True))
     content, out = fed(f, tokens[:cut], STREAMED)
     assert out[0].name == "write_file" and "ended inside its call of write_file" in (out[-1].problem or "")
-    assert not any(p.done for p in out) and assemble(out) == [] and content == ""
+    assert not any(p.done for p in out) and assemble_calls(out) == [] and content == ""
 
 
 def test_what_the_opener_token_did_not_begin_goes_out_whole_or_as_text(family: Family) -> None:

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from runtime.documents import Library, Progress
-from runtime.documents import library as library_module
+from runtime.documents import nearest as nearest_module
 from runtime.documents.query import match_expression
 from runtime.errors import UserError
 from scripts.measure_search import RandomEmbedder, queries, synthesise
@@ -401,8 +401,9 @@ def test_ten_thousand_chunks_are_searched_from_memory_with_the_same_results(
                 hits = lib.search(text, collection=collection)
                 times.append(time.perf_counter() - started)
                 among = small_ids if collection else None
-                assert lib._nearest(text, lib._snapshot, lib._collections(collection)[0][0] if collection else None,
-                                    10) == _brute_force(db, embedder.last, among, 10)
+                cid = lib._collections(collection)[0][0] if collection else None
+                nearest = nearest_module.nearest(lib.index, lib.embedder, text, lib._snapshot, cid, 10)
+                assert nearest == _brute_force(db, embedder.last, among, 10)
                 assert collection is None or all(h.collection == "small" for h in hits)
         assert lib._snapshot is snapshot  # nothing written: the matrix was loaded once
         # Loose on purpose (any CPU, any load): a search no longer reads every vector, so it costs far less
@@ -421,9 +422,10 @@ def test_ten_thousand_chunks_are_searched_from_memory_with_the_same_results(
             lib.search("anything", collection="late")
         assert len(lib._current().ids) == 10_500 and all(h.collection != "late" for h in lib.search(texts[1]))
 
-    monkeypatch.setattr(library_module, "MAX_VECTOR_BYTES", 1_000_000)  # past it: read from SQLite per search
+    monkeypatch.setattr(nearest_module, "MAX_VECTOR_BYTES", 1_000_000)  # past it: read from SQLite per search
     with Library(db, embedder=embedder) as lib:  # type: ignore[arg-type]
         for text in texts[:5]:
             for collection, among in ((None, None), ("small", small_ids)):
-                got = lib._nearest(text, lib._current(), lib._collections(collection)[0][0] if collection else None, 10)
+                cid = lib._collections(collection)[0][0] if collection else None
+                got = nearest_module.nearest(lib.index, lib.embedder, text, lib._current(), cid, 10)
                 assert lib._snapshot.matrix is None and got == _brute_force(db, embedder.last, among, 10)

@@ -15,6 +15,7 @@ from dataclasses import replace
 import pytest
 
 from runtime.decode.controller import NGRAM, CostShape, Estimates, Timing
+from runtime.decode.drafts.tier import KIND as TIER
 from runtime.decode.machine_costs import MachineCosts
 from runtime.decode.speculative import Step
 from runtime.engine.answer import Stats
@@ -46,7 +47,8 @@ def cycle(
     if draft_s is None:
         draft_s = 0.0 if source in (None, NGRAM) else k * COSTS.c[DRAFT] * STEP * load
     tokens = tuple(range(100, 101 + accepted))
-    return Step(tokens, (True,) * accepted + (False,), k, accepted, k, draft_s, verify, source)
+    kind = None if source is None else NGRAM if source == NGRAM else TIER.name
+    return Step(tokens, (True,) * accepted + (False,), k, accepted, k, draft_s, verify, source, kind=kind)
 
 
 def count(stats: Stats, step: Step, elapsed_s: float, decode_s: float) -> Stats:

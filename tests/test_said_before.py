@@ -24,7 +24,7 @@ def answer(engine: Engine, messages: list[dict[str, str]], options: ChatOptions)
     """The answer's tokens, and how many of them suffix lookup drafted and the parent accepted."""
     chunks = list(engine.stream_chat(messages, options))
     stats = chunks[-1].stats
-    return [t for c in chunks for t in c.tokens], stats.suffix_drafted, stats.suffix_accepted
+    return [t for c in chunks for t in c.tokens], stats.drafted_by("suffix"), stats.accepted_by("suffix")
 
 
 def test_an_answer_asked_again_is_drafted_from_the_first(root: Path) -> None:

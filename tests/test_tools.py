@@ -26,7 +26,7 @@ from runtime.engine.tools import (
     CallParser,
     Tool,
     ToolRequest,
-    assemble,
+    assemble_calls,
     call_grammar,
     call_text,
     prepare,
@@ -116,7 +116,7 @@ def llama(tmp_path_factory: pytest.TempPathFactory, demo_gguf: Path) -> ModelDir
 
 
 def calls_of(chunks: list) -> list[dict]:
-    return assemble([d for c in chunks for d in c.calls])
+    return assemble_calls([d for c in chunks for d in c.calls])
 
 
 # --- the parser ---------------------------------------------------------------------------------------------
@@ -134,7 +134,7 @@ def test_the_parser_reads_the_same_calls_however_the_text_is_cut(size: int) -> N
         content += text
         deltas += found
     text, found = parser.feed("", final=True)
-    calls = assemble([*deltas, *found])
+    calls = assemble_calls([*deltas, *found])
     assert content + text == "Let me look."
     assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [
         ("get_weather", {"city": "Pa}\n</tool_call>ris"}), ("add", {"a": 1, "b": 2})
@@ -151,7 +151,7 @@ def test_the_parser_reads_a_llama_call_and_leaves_other_answers_as_text(size: in
             text, found = parser.feed(answer[i : i + size])
             content, deltas = content + text, deltas + found
         text, found = parser.feed("", final=True)
-        got = [(c["function"]["name"], c["function"]["arguments"]) for c in assemble([*deltas, *found])]
+        got = [(c["function"]["name"], c["function"]["arguments"]) for c in assemble_calls([*deltas, *found])]
         assert got == calls
         assert content + text == ("" if calls else answer)
 
@@ -185,7 +185,7 @@ def test_a_call_cut_anywhere_is_dropped_or_whole_and_never_leaks_its_wrapper(syn
             deltas += found
             assert content + text == "", (cut, size)
             assert len({d.index for d in deltas}) == len(deltas) and all(d.id and d.name for d in deltas)
-            got = [(c["function"]["name"], c["function"]["arguments"]) for c in assemble(deltas)]
+            got = [(c["function"]["name"], c["function"]["arguments"]) for c in assemble_calls(deltas)]
             assert got == [c for c, end in zip(calls, closes, strict=True) if cut >= end], (cut, size)
 
 

@@ -20,7 +20,7 @@ from runtime.engine.engine import EngineSettings
 from runtime.engine.options import ChatOptions
 from runtime.engine.process import EngineProcess
 from runtime.errors import UserError
-from runtime.machine import rpc
+from runtime.machine import rpc, rpc_cache
 from runtime.models.cache import DEMO_NAME
 from tests.conftest import assert_one_line_error, run_cli
 from tests.test_rpc import PROMPT, Worker, chat_json
@@ -143,13 +143,13 @@ def test_the_cache_hash_is_ggml_rpcs_fnv1a(tmp_path: Path) -> None:
     for n in (1, 2, 255, 10_007, (1 << 22) + 3):  # the last crosses the hasher's chunk boundary
         data = os.urandom(n)
         (tmp_path / "f").write_bytes(data)
-        assert rpc.fnv1a64(tmp_path / "f") == _fnv_reference(data), n
+        assert rpc_cache.fnv1a64(tmp_path / "f") == _fnv_reference(data), n
 
 
 def _wait_verified(cache: Path, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
-    while any((cache / rpc.PENDING).iterdir()):
-        assert time.monotonic() < deadline, list((cache / rpc.PENDING).iterdir())
+    while any((cache / rpc_cache.PENDING).iterdir()):
+        assert time.monotonic() < deadline, list((cache / rpc_cache.PENDING).iterdir())
         time.sleep(0.1)
 
 
@@ -165,12 +165,12 @@ def test_a_truncated_or_foreign_cache_file_is_never_served(demo_cache: Path, tmp
         assert chat_json("--rpc", worker.endpoint, "--placement", "remote")["text"]
     finally:
         worker.stop()
-    entries = sorted((p for p in cache.iterdir() if rpc._is_entry(p.name)), key=lambda p: p.stat().st_size)
+    entries = sorted((p for p in cache.iterdir() if rpc_cache._is_entry(p.name)), key=lambda p: p.stat().st_size)
     assert entries, list(cache.iterdir())
     big = entries[-1]
     size = big.stat().st_size
     # ggml names an entry by the FNV-1a of its bytes: what the verification recomputes.
-    assert rpc.fnv1a64(big) == int(big.name, 16)
+    assert rpc_cache.fnv1a64(big) == int(big.name, 16)
 
     foreign = cache / "0123456789abcdef"
     foreign.write_bytes(big.read_bytes()[: size // 2])
@@ -197,14 +197,14 @@ def test_the_cache_keeps_to_its_quota_oldest_first(tmp_path: Path) -> None:
         (cache / name).write_bytes(data)
         os.utime(cache / name, ns=(i * 10**9, (i + 1) * 10**9))  # the first is the oldest
         names.append(name)
-    sweep = rpc.prepare_cache(cache, quota=2500)
+    sweep = rpc_cache.prepare_cache(cache, quota=2500)
     assert sorted(sweep.removed) == sorted(names[:2])
     assert sorted(sweep.pending) == sorted(names[2:])  # not verified here before: set aside until hashed
-    assert not any(rpc._is_entry(p.name) for p in cache.iterdir())
-    assert rpc.verify_pending(cache) == (sorted(names[2:]), [])
-    assert sorted(p.name for p in cache.iterdir() if rpc._is_entry(p.name)) == sorted(names[2:])
+    assert not any(rpc_cache._is_entry(p.name) for p in cache.iterdir())
+    assert rpc_cache.verify_pending(cache) == (sorted(names[2:]), [])
+    assert sorted(p.name for p in cache.iterdir() if rpc_cache._is_entry(p.name)) == sorted(names[2:])
     # Verified once: the next start trusts them without hashing again.
-    assert rpc.prepare_cache(cache, quota=2500).pending == []
+    assert rpc_cache.prepare_cache(cache, quota=2500).pending == []
 
 
 def test_the_tensor_cache_is_off_by_default_on_a_network_address() -> None:

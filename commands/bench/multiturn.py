@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from commands.bench.stats import bootstrap, ratio_text
-from runtime.decode.drafts import OFFERED
+from runtime.decode.drafts import offered
 from runtime.engine.answer import collect
 from runtime.engine.engine import Engine, EngineSettings
 from runtime.errors import UserError
@@ -69,7 +69,7 @@ def one_conversation(engine: Engine, item: dict[str, Any], options: Any) -> list
         out.append({
             "latency_s": time.perf_counter() - t0, "ttft_s": s.ttft_s, "tokens": s.tokens,
             "tok_per_s": s.tok_per_s if s.tokens > s.first_tokens else None,
-            "by_kind": {k.name: [s.drafted_by(k.name), s.accepted_by(k.name)] for k in OFFERED},
+            "by_kind": {k.name: [s.drafted_by(k.name), s.accepted_by(k.name)] for k in offered()},
             "token_ids": list(answer.token_ids),
         })
         chat.append({"role": "assistant", "content": answer.text})
@@ -118,7 +118,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     for m in MODES:
         speeds = [x[m]["tok_per_s"] for x in runs if x[m]["tok_per_s"] is not None]
         ratios = [x["plain"]["latency_s"] / x[m]["latency_s"] for x in runs if x[m]["latency_s"] > 0]
-        sums = {k.name: [sum(x[m]["by_kind"][k.name][i] for x in runs) for i in (0, 1)] for k in OFFERED}
+        sums = {k.name: [sum(x[m]["by_kind"][k.name][i] for x in runs) for i in (0, 1)] for k in offered()}
         out[m] = {
             "latency_s": round(statistics.median(x[m]["latency_s"] for x in runs), 4),
             "total_s": round(sum(x[m]["latency_s"] for x in runs), 3),

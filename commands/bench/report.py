@@ -8,6 +8,7 @@ from typing import Any
 from commands.bench.frontier import frontier_lines, plot_frontier
 from commands.bench.memory import format_memory
 from commands.bench.stats import ratio_text
+from runtime.decode.drafts import KINDS
 
 
 def num_text(x: float | None, width: int, digits: int) -> str:
@@ -20,7 +21,9 @@ def _pct(x: float | None) -> str:
 
 
 def _cap_source(cap: dict[str, Any]) -> str:
-    return "n-gram" if cap.get("source") == "ngram" else "draft tier"
+    """The source a cap is for: a lookup kind in its own word, else the draft tier."""
+    kind = KINDS.get(str(cap.get("source")))
+    return kind.summary_word if kind is not None and not kind.decodes else "draft tier"
 
 
 def _end_to_end_cap(cap: dict[str, Any]) -> str:

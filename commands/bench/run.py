@@ -21,11 +21,13 @@ from commands.bench.memory import measure as measure_memory
 from commands.bench.multiturn import MULTITURN, bench_multiturn, format_multiturn
 from commands.bench.report import format_table, write_plots, write_report
 from commands.bench.runners import StockRunner, agreement, batch_costs, run_engine
-from commands.bench.stats import bootstrap, cost_cap, end_to_end_cap, ngram_cap
+from commands.bench.stats import bootstrap, busiest_lookup, cost_cap, end_to_end_cap, ngram_cap
 from commands.bench.sweep import format_sweep, predicted_speedup, sweep
 from commands.bench.workloads import JSON, TOOLS, load_prompts, score
 from converters.convert import ensure_demo
 from runtime.decode.controller import NGRAM
+from runtime.decode.drafts import offered
+from runtime.decode.drafts.tier import KIND as TIER
 from runtime.decode.grammar import Grammar
 from runtime.engine.engine import Engine
 from runtime.errors import UserError
@@ -51,7 +53,7 @@ def _sources(runs: list[dict[str, Any]]) -> dict[str, float] | None:
     total = sum(x["tokens"] for x in runs)
     if not total or not any("forced" in x for x in runs):  # llama.cpp's runners do not say
         return None
-    names = {"forced": "forced", "ngram_accepted": "ngram", "tier_accepted": "tier"}
+    names = {"forced": "forced", **{k.accepted_counter: k.name for k in offered()}}
     return {name: round(sum(x.get(key, 0) for x in runs) / total, 4) for key, name in names.items()}
 
 
@@ -111,9 +113,9 @@ def summarize(
             latency = [b["latency_s"] / a["latency_s"] for a, b in pairs if b and a["latency_s"] and b["latency_s"]]
             ttft = [a["ttft_s"] / b["ttft_s"] for a, b in pairs if b and a["ttft_s"] and b["ttft_s"]]
             compared = [x for x in mine if x["matches_baseline"] is not None]
-            # The draft tier's own acceptance (n-gram proposals are counted apart), for the cost model's cap.
-            tier_drafted = sum(x.get("tier_drafted", 0) for x in mine)
-            tier_accepted = sum(x.get("tier_accepted", 0) for x in mine)
+            # The draft tier's own acceptance (lookups are counted apart), for the cost model's cap.
+            tier_drafted = sum(x.get(TIER.drafted_counter, 0) for x in mine)
+            tier_accepted = sum(x.get(TIER.accepted_counter, 0) for x in mine)
             draft_tier = next((x.get("draft") for x in mine if x.get("draft")), cfg.draft)
             parent_tier = next((x.get("parent") for x in mine if x.get("parent")), cfg.parent)
             drafted = sum(x["drafted"] for x in mine)
@@ -155,14 +157,15 @@ def summarize(
                 **_parts(mine),
             }
             # The cost model's cap for the source that drafted: the tier at its acceptance, else (nothing drafted
-            # by the tier) n-gram lookup at its own; and the same cap end to end, where the prompt's reading stays.
+            # by the tier) the lookup that drafted most at its own; and the same cap end to end, where the
+            # prompt's reading stays.
             tier_a = tier_accepted / tier_drafted if tier_drafted else None
             capped = cost_cap(tier_a, parent_tier or "f16", draft_tier if draft_tier != NGRAM else None, costs)
-            source, cap_a = "tier", tier_a
-            ngram_drafted = sum(x.get("ngram_drafted", 0) for x in mine)
-            if (capped is None or not tier_drafted) and ngram_drafted:
-                cap_a = sum(x.get("ngram_accepted", 0) for x in mine) / ngram_drafted
-                source, capped = NGRAM, ngram_cap(cap_a, parent_tier or "f16", costs)
+            source, cap_a = TIER.name, tier_a
+            lookup = busiest_lookup(mine)
+            if (capped is None or not tier_drafted) and lookup is not None:
+                source, cap_a = lookup
+                capped = ngram_cap(cap_a, parent_tier or "f16", costs, source)
             if capped is not None and cfg.name != baseline:
                 plain = [b for _, b in pairs if b]
                 e2e = end_to_end_cap(plain, capped[0])

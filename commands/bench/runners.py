@@ -14,7 +14,7 @@ from runtime.decode.sampling import SamplingParams
 from runtime.decode.speculative import Step, take
 from runtime.engine.answer import collect
 from runtime.engine.engine import Engine
-from runtime.engine.tools import ToolRequest, assemble, call_text
+from runtime.engine.tools import ToolRequest, assemble_calls, call_text
 
 
 class StockRunner:
@@ -90,7 +90,7 @@ def run_engine(
     chunks = list(engine.stream_chat([{"role": "user", "content": prompt}], options))
     wall = time.perf_counter() - t0
     answer = collect(chunks)
-    calls = assemble([d for c in chunks for d in c.calls])
+    calls = assemble_calls([d for c in chunks for d in c.calls])
     last, s = answer.last, answer.last.stats
     return {
         "tokens": s.tokens,
@@ -101,10 +101,7 @@ def run_engine(
         "drafted": s.drafted,
         "accepted": s.accepted,
         "acceptance": s.acceptance,
-        "ngram_accepted": s.ngram_accepted,
-        "tier_accepted": s.tier_accepted,
-        "ngram_drafted": s.ngram_drafted,
-        "tier_drafted": s.tier_drafted,
+        **s.counters(),  # every kind of draft source's drafted and accepted tokens (`tier_accepted`, ...)
         "forced": s.forced,
         "grammar_s": s.grammar_s,
         "cycles": s.cycles,

@@ -9,7 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from runtime.decode.controller import K_MAX, NGRAM, cap
+from runtime.decode.controller import cap
+from runtime.decode.drafts import KINDS, lookups
+from runtime.decode.drafts.ngram import KIND as NGRAM
+from runtime.decode.drafts.tier import KIND as TIER
 
 RESAMPLES = 2000
 LEVEL = 0.90
@@ -40,19 +43,29 @@ def cost_cap(
         return None
     step = costs[parent][1]
     v = {n: t / step for n, t in costs[parent].items()}
-    return cap(acceptance, costs[draft][1] / step, v, min(K_MAX["tier"], max(v) - 1))
+    return cap(acceptance, costs[draft][1] / step, v, min(TIER.k_max, max(v) - 1))
 
 
 def ngram_cap(
-    acceptance: float | None, parent: str, costs: Mapping[str, Mapping[int, float]]
+    acceptance: float | None, parent: str, costs: Mapping[str, Mapping[int, float]], kind: str = NGRAM.name
 ) -> tuple[float, int] | None:
-    """The cost model's cap for n-gram lookup at its measured acceptance: a draft that costs nothing (a lookup
-    in the context), so only the parent's verify curve limits it; None when not measurable."""
+    """The cost model's cap for a lookup kind (n-gram lookup by default) at its measured acceptance: a draft
+    that costs nothing, so only the parent's verify curve limits it; None when not measurable."""
     if acceptance is None or parent not in costs:
         return None
     step = costs[parent][1]
     v = {n: t / step for n, t in costs[parent].items()}
-    return cap(acceptance, 0.0, v, min(K_MAX[NGRAM], max(v) - 1))
+    return cap(acceptance, 0.0, v, min(KINDS[kind].k_max, max(v) - 1))
+
+
+def busiest_lookup(runs: Sequence[Mapping[str, Any]]) -> tuple[str, float] | None:
+    """The lookup kind that drafted most in `runs` (by the counters each run records), and its acceptance;
+    None when no lookup drafted."""
+    drafted = {k.name: sum(x.get(k.drafted_counter, 0) for x in runs) for k in lookups()}
+    kind = max(drafted, key=drafted.__getitem__, default=None)
+    if kind is None or not drafted[kind]:
+        return None
+    return kind, sum(x.get(KINDS[kind].accepted_counter, 0) for x in runs) / drafted[kind]
 
 
 def end_to_end_cap(baseline: Sequence[Mapping[str, Any]], decode_cap: float) -> float | None:

@@ -17,7 +17,7 @@ from typing import Literal, TypeVar
 
 from runtime.api.dialects import Event
 from runtime.engine.answer import Chunk
-from runtime.engine.tools import CallDelta, assemble
+from runtime.engine.tools import CallDelta, assemble_calls
 
 Kind = Literal["thought", "text", "call"]
 Block = TypeVar("Block")
@@ -25,7 +25,7 @@ Block = TypeVar("Block")
 
 def whole_calls(chunks: Sequence[Chunk]) -> list[CallDelta]:
     """The answer's calls, each whole (a streamed call's pieces joined), in order."""
-    calls = assemble([d for c in chunks for d in c.calls])
+    calls = assemble_calls([d for c in chunks for d in c.calls])
     return [CallDelta(i, c["id"], c["function"]["name"], c["function"]["arguments"]) for i, c in enumerate(calls)]
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from runtime.engine.answer import Chunk, TokenChoice
 from runtime.engine.summary import answer_facts
-from runtime.engine.tools import CallDelta, assemble
+from runtime.engine.tools import CallDelta, assemble_calls
 
 FINISH_REASON = {"eos": "stop", "stop": "stop", "max_tokens": "length", "length": "length"}
 # What one client must not learn of another's: how much of its prompt the shared KV cache already held.
@@ -103,7 +103,7 @@ def completion(
     if thinking:  # a thinking model's thought, as llama-server and DeepSeek's API return it
         message["reasoning_content"] = thinking
     if calls:
-        message["tool_calls"] = assemble(calls)
+        message["tool_calls"] = assemble_calls(calls)
     return {
         "id": call_id,
         "object": "chat.completion",

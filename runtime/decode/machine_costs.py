@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from runtime.decode.controller import K_MAX, NGRAM, NGRAM_PRIOR_BY_MATCH, CostShape, cap, interpolate, isotonic
+from runtime.decode.controller import CostShape, cap, interpolate, isotonic
+from runtime.decode.drafts import KINDS, lookups, offered
 from runtime.decode.llama_backend import LlamaBackend
 from runtime.models.cache import atomic_write_text
 
@@ -75,16 +76,18 @@ class MachineCosts:
 
     def caps(self) -> dict[str, dict[str, float]]:
         """Per draft source: its acceptance, cost, best predicted speed-up (the cap) and the k reaching it.
-        N-gram lookup costs nothing, but its acceptance depends on how much the answer repeats the prompt:
-        its caps are given at the controller's priors per match length."""
+        A lookup costs nothing, but its acceptance depends on how much the answer repeats what came before:
+        each lookup kind's caps are given at the controller's priors (per match length, where it has them)."""
         out = {}
+        k_decoded = max((k.k_max for k in offered() if k.decodes), default=0)
         for tier, c in self.c.items():
             a = self.acceptance.get(tier, 0.0)
-            best, k = cap(a, c, self.v, K_MAX["tier"])
+            best, k = cap(a, c, self.v, k_decoded)
             out[tier] = {"acceptance": a, "c": c, "cap": round(best, 3), "k": k}
-        for match, a in NGRAM_PRIOR_BY_MATCH.items():
-            best, k = cap(a, 0.0, self.v, K_MAX[NGRAM])
-            out[f"{NGRAM}:{match}"] = {"acceptance": a, "c": 0.0, "cap": round(best, 3), "k": k}
+        for kind in lookups():
+            for key, a in (kind.key_priors or {kind.name: kind.prior}).items():
+                best, k = cap(a, 0.0, self.v, kind.k_max)
+                out[key] = {"acceptance": a, "c": 0.0, "cap": round(best, 3), "k": k}
         return out
 
     def as_dict(self) -> dict[str, Any]:
@@ -245,8 +248,13 @@ def load_or_measure(
 
 
 def _label(source: str) -> str:
-    """A draft tier as "Q4_K_M", a draft model as "model qwen-coder-0.5b"."""
-    return source.replace(":", " ", 1) if source.startswith("model:") else source.upper()
+    """A draft tier as "Q4_K_M", a draft model as "model qwen-coder-0.5b", a lookup's estimates by their
+    kind's word and match ("n-gram (3-token match)")."""
+    name, _, match = source.partition(":")
+    kind = KINDS.get(name)
+    if kind is not None and not kind.decodes and kind.verified:
+        return f"{kind.summary_word} ({match}-token match)" if match else kind.summary_word
+    return source.replace(":", " ", 1) if match else source.upper()
 
 
 def format_costs(costs: MachineCosts, cached: bool) -> str:
@@ -264,7 +272,7 @@ def format_costs(costs: MachineCosts, cached: bool) -> str:
             f"agreement {costs.acceptance[tier]:.0%}"
         )
     for source, cap_ in costs.caps().items():
-        name = _label(source) if not source.startswith(NGRAM) else f"n-gram ({source.split(':')[1]}-token match)"
+        name = _label(source)
         if cap_["k"]:
             lines.append(f"  cap   {name}: {cap_['cap']:.2f}x at k = {cap_['k']} (acceptance {cap_['acceptance']:.0%})")
         else:

@@ -30,11 +30,12 @@ from typing import Any
 
 import numpy as np
 
+from runtime.decode.constraint import Constraint
 from runtime.decode.controller import NGRAM as NGRAM  # read from here by tests/test_controller.py
 from runtime.decode.controller import Controller, CycleOutcome, Offer
 from runtime.decode.draft_source import Context, DraftSource, Proposal
 from runtime.decode.drafts import SpecConfig, build
-from runtime.decode.grammar import Constraint
+from runtime.decode.drafts.budget_close import ThoughtBudget
 from runtime.decode.llama_backend import LlamaBackend
 from runtime.decode.sampling import SamplingParams, pick, sample, verify_sampled, warp
 from runtime.decode.suffix_index import SuffixIndex
@@ -51,7 +52,7 @@ class Step:
     k: int  # the draft length the controller chose this cycle (0: a plain step)
     draft_s: float
     verify_s: float
-    source: str | None = None  # "ngram", the draft tier's name, or None for a plain step
+    source: str | None = None  # the source's name ("ngram", a draft tier's), or None for a plain step
     forced: int = 0  # leading tokens the grammar forced (counted in neither drafted nor accepted)
     logprobs: tuple[TokenLogprob, ...] = ()  # per token, when asked for (Decoding.logprobs)
     kind: str | None = None  # the source's kind (runtime/decode/drafts): whose counters drafted/accepted go to
@@ -131,14 +132,16 @@ class Decoding:
         said: SuffixIndex | None = None,
         party: str = "",
         sibling: tuple[str, LlamaBackend] | None = None,
+        thought: ThoughtBudget | None = None,
         **fields: Any,
     ) -> Decoding:
         """The sources `spec` switches on (`draft` as the tier draft, named `draft_name`; `said`, the model's
         pool of earlier sequences, read and written for `party`; `sibling`, a draft model's source name and
-        backend), a controller with its fixed k unless one is given, and `fields` as they are."""
+        backend; `thought`, a thinking model's budget), a controller with its fixed k unless one is given, and
+        `fields` as they are."""
         spec = spec or SpecConfig()
         controller = controller or Controller(fixed_k=spec.k)
-        sources = build(spec, draft, draft_name, said, party, sibling)
+        sources = build(spec, draft, draft_name, said, party, sibling, thought)
         return cls(sources=sources, controller=controller, **fields)
 
 

@@ -14,7 +14,7 @@ yet is found by its words alone.
 Vectors of another model (an index embedded by the F16 model before the Q8_0 one became the default) are
 never compared with this model's query: those chunks count as without a vector and are embedded again.
 A Library keeps the chunks' collections and the vectors (one float32 matrix) in memory between searches, read
-again when the index's generation shows a change.
+again when the index's generation shows a change (runtime.documents.nearest).
 """
 
 from __future__ import annotations
@@ -23,15 +23,13 @@ import hashlib
 import os
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-import numpy as np
 
 from runtime.documents.budget import MAX_FILE_SECONDS, Deadline
 from runtime.documents.extract import ExtractError, detect_format, extract
 from runtime.documents.index import Index
+from runtime.documents.nearest import Snapshot, nearest
 from runtime.documents.query import fuse, query_terms
 from runtime.documents.reading import UNKNOWN, read_found, within_roots
 from runtime.documents.records import VECTORS, WORDS, AddResult, FileRecord, Hit, Progress  # noqa: F401 (theirs too)
@@ -48,53 +46,7 @@ DEFAULT_COLLECTION = "default"
 # list ranks first, the paraphrase hybrid search is for (measured on this repository's docs: a paraphrased
 # question's answer came 3rd-5th at depth 10, 5th-7th at 20, past 10th at 50).
 CANDIDATES = 10
-# The most vector bytes a Library holds in memory (one float32 matrix of its model, loaded at the first search and
-# again after the index changes): 512 MiB, 349,525 chunks of all-MiniLM-L6-v2's 384 dimensions (1.5 KB a
-# chunk). An index of more chunks is searched by reading its vectors from SQLite in blocks at every search:
-# bounded memory, about 1.3 ms per 1,000 chunks instead of 0.03 (measured at 100,000).
-MAX_VECTOR_BYTES = 512 * 2**20
-VECTOR_BLOCK = 4096  # vectors read at a time, to load the matrix or to search without it
 MAX_TOP = 1000  # the most hits one search returns: each is a passage of up to 400 tokens
-
-
-@dataclass
-class _Snapshot:
-    """What a search keeps of one generation of the index (Index.generation): every chunk id with its
-    collection, each collection's chunk ids, and the vectors of one model as a matrix. Made again when the
-    generation changes, whoever wrote (this Library, another one, another process)."""
-
-    generation: int
-    ids: np.ndarray  # every chunk id, ascending
-    collections: np.ndarray  # the collection of each
-    scopes: dict[int, np.ndarray] = field(default_factory=dict)  # collection id -> its chunk ids, ascending
-    model: str | None = None  # whose vectors are loaded
-    vector_ids: np.ndarray | None = None  # chunk ids with a vector of `model`, ascending
-    matrix: np.ndarray | None = None  # their vectors, a row each; None: over MAX_VECTOR_BYTES, read per search
-    vector_scopes: dict[int, np.ndarray] = field(default_factory=dict)  # collection id -> its rows in `matrix`
-
-    def among(self, cid: int | None) -> np.ndarray | None:
-        """The chunk ids of collection `cid`, ascending; None for every chunk (no collection, or the only one)."""
-        if cid is None:
-            return None
-        if cid not in self.scopes:
-            self.scopes[cid] = self.ids[self.collections == cid]
-        return None if len(self.scopes[cid]) == len(self.ids) else self.scopes[cid]
-
-
-def _best(scores: np.ndarray, depth: int) -> np.ndarray:
-    """The positions of the `depth` highest scores, highest first (ties: the lower position first)."""
-    if len(scores) > depth:
-        part = np.argpartition(-scores, depth - 1)[:depth]
-        return part[np.lexsort((part, -scores[part]))]
-    return np.argsort(-scores, kind="stable")
-
-
-def _check_dimensions(dim: int, query_vector: np.ndarray, model: str) -> None:
-    if dim != query_vector.shape[0]:
-        raise UserError(
-            f"the index holds {dim}-dimensional vectors named {model!r}, the model gives {query_vector.shape[0]}: "
-            "remove the collection and add it again"
-        )
 
 
 def check_collection(name: str) -> str:
@@ -120,7 +72,7 @@ class Library:
         self.max_file_bytes = max_file_bytes
         self.max_file_seconds = max_file_seconds
         self.embedder = embedder
-        self._snapshot: _Snapshot | None = None
+        self._snapshot: Snapshot | None = None
         # path -> (st_dev, st_ino) as this run's walk saw it: a file is read only if it is still that file.
         self._walked: dict[bytes, tuple[int, int]] = {}
 
@@ -228,7 +180,7 @@ class Library:
         depth = max(top, CANDIDATES)
         match = " OR ".join(self._informative(terms, len(snapshot.ids)))
         lexical = self.index.search(match, depth, among)
-        dense = self._nearest(query, snapshot, cid, depth)
+        dense = nearest(self.index, self.embedder, query, snapshot, cid, depth)
         if dense is None:
             ranked = [(chunk_id, -bm25) for chunk_id, bm25 in lexical[:top]]
         else:
@@ -254,12 +206,12 @@ class Library:
         texts = [(shown(path), text) for path, text in self.index.texts(cid)]
         return texts if sum(len(text) for _, text in texts) <= max_chars else None  # grown since it was counted
 
-    def _current(self) -> _Snapshot:
+    def _current(self) -> Snapshot:
         """The snapshot of the index as it is now: kept while the index's generation stays the same."""
         generation = self.index.generation()  # before reading: a change while it is read shows next time
         if self._snapshot is None or self._snapshot.generation != generation:
             self._snapshot = None  # the old matrix goes before the new one is read
-            self._snapshot = _Snapshot(generation, *self.index.chunk_collections())
+            self._snapshot = Snapshot(generation, *self.index.chunk_collections())
         return self._snapshot
 
     def _informative(self, terms: list[str], chunks: int) -> list[str]:
@@ -270,62 +222,6 @@ class Library:
         counts = [self.index.documents_with(term) for term in terms]
         present = [(term, n) for term, n in zip(terms, counts, strict=True) if n]
         return [term for term, n in present if 2 * n < chunks] or [term for term, _ in present] or terms
-
-    def _nearest(self, query: str, snapshot: _Snapshot, cid: int | None, depth: int) -> list[int] | None:
-        """Chunk ids by cosine to the query, best first; None without an embedder or vectors of its model."""
-        if self.embedder is None:
-            return None
-        model = self.embedder.name
-        if snapshot.model != model:
-            self._load_vectors(snapshot, model)
-        if snapshot.vector_ids is None or not len(snapshot.vector_ids):
-            return None
-        query_vector = self.embedder.embed([query])[0]
-        if snapshot.matrix is None:
-            return self._nearest_read(model, query_vector, snapshot.among(cid), depth)
-        _check_dimensions(snapshot.matrix.shape[1], query_vector, model)
-        cosines = snapshot.matrix @ query_vector  # both sides have length 1
-        if snapshot.among(cid) is None:
-            return snapshot.vector_ids[_best(cosines, depth)].tolist()
-        if cid not in snapshot.vector_scopes:
-            scope = snapshot.among(cid)
-            snapshot.vector_scopes[cid] = np.flatnonzero(np.isin(snapshot.vector_ids, scope, assume_unique=True))
-        rows = snapshot.vector_scopes[cid]
-        return snapshot.vector_ids[rows[_best(cosines[rows], depth)]].tolist()
-
-    def _load_vectors(self, snapshot: _Snapshot, model: str) -> None:
-        """The vectors of `model` as one float32 matrix (at most MAX_VECTOR_BYTES; beyond that only their ids)."""
-        snapshot.model, snapshot.matrix, snapshot.vector_scopes = model, None, {}
-        ids: list[np.ndarray] = []
-        matrix: np.ndarray | None = None
-        filled = 0
-        for batch_ids, blob in self.index.vectors(model, VECTOR_BLOCK):
-            ids.append(batch_ids)
-            block = np.frombuffer(blob, dtype="<f4").reshape(len(batch_ids), -1)
-            if not filled and len(snapshot.ids) * block.shape[1] * 4 <= MAX_VECTOR_BYTES:
-                matrix = np.empty((len(snapshot.ids), block.shape[1]), np.float32)  # room for every chunk's
-            if matrix is not None and filled + len(block) <= len(matrix) and block.shape[1] == matrix.shape[1]:
-                matrix[filled : filled + len(block)] = block
-            else:  # vectors of two sizes, or more than the chunks counted (written since): read them per search
-                matrix = None
-            filled += len(block)
-        snapshot.vector_ids = np.concatenate(ids) if ids else np.zeros(0, np.int64)
-        snapshot.matrix = matrix[:filled] if matrix is not None else None
-
-    def _nearest_read(self, model: str, query_vector: np.ndarray, among: np.ndarray | None, depth: int) -> list[int]:
-        """`_nearest` without the matrix: the vectors read from the index block by block, the best kept."""
-        best_ids, best_scores = np.zeros(0, np.int64), np.zeros(0, np.float32)
-        for ids, blob in self.index.vectors(model, VECTOR_BLOCK):
-            block = np.frombuffer(blob, dtype="<f4").reshape(len(ids), -1)
-            _check_dimensions(block.shape[1], query_vector, model)
-            scores = block @ query_vector
-            if among is not None:
-                keep = np.isin(ids, among, assume_unique=True)
-                ids, scores = ids[keep], scores[keep]
-            ids, scores = np.concatenate([best_ids, ids]), np.concatenate([best_scores, scores])
-            top = _best(scores, depth)
-            best_ids, best_scores = ids[top], scores[top]
-        return best_ids.tolist()
 
     # The work
 

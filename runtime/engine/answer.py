@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from runtime.decode.drafts import OFFERED
+from runtime.decode.drafts import offered
 from runtime.plan.placement import Plan
 from runtime.plan.policy import Choice
 from runtime.plan.router import Route
@@ -47,7 +47,7 @@ class Stats:
     drafted: int = 0
     accepted: int = 0
     # Per kind of draft source that proposed (runtime/decode/drafts), its drafted and accepted tokens; read
-    # by kind (`drafted_by`, `accepted_by`) or by the counters' names (`tier_accepted`, `ngram_drafted`).
+    # by kind (`drafted_by`, `accepted_by`), or all under the counters' names (`counters`).
     by_kind: tuple[DraftCount, ...] = ()
     draft_s: float = 0.0
     verify_s: float = 0.0
@@ -79,19 +79,11 @@ class Stats:
     def accepted_by(self, kind: str) -> int:
         return sum(c.accepted for c in self.by_kind if c.kind == kind)
 
-    def __getattr__(self, name: str) -> int:
-        """Each offered kind's counters by the names it declares (`tier_accepted`, `ngram_drafted`)."""
-        for kind in OFFERED:
-            if name == kind.drafted_counter:
-                return self.drafted_by(kind.name)
-            if name == kind.accepted_counter:
-                return self.accepted_by(kind.name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
     def counters(self) -> dict[str, int]:
-        """Every offered kind's counters by name, zero where it proposed nothing: accepted, then drafted."""
-        accepted = {k.accepted_counter: self.accepted_by(k.name) for k in OFFERED}
-        return accepted | {k.drafted_counter: self.drafted_by(k.name) for k in OFFERED}
+        """Every registered offered kind's counters by the names it declares (`tier_accepted`, `ngram_drafted`),
+        zero where it proposed nothing: accepted, then drafted."""
+        accepted = {k.accepted_counter: self.accepted_by(k.name) for k in offered()}
+        return accepted | {k.drafted_counter: self.drafted_by(k.name) for k in offered()}
 
     @property
     def tok_per_s(self) -> float:

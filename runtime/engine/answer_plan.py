@@ -148,7 +148,7 @@ def prepare(
     # The live or a saved prefix (in RAM; on disk for a long stable one: the documents, a long system prompt)
     reused = model.reuse_prompt(choice.parent, parent, prompt, options.cache_key, stable)
     spec = model.settings.spec
-    spec = replace(spec, ngram=spec.ngram and choice.ngram, suffix=spec.suffix and choice.ngram)
+    spec = replace(spec, lookups=spec.lookups and choice.ngram)  # the pair's lookups: on, or pinned off
     if choice.k is not None:  # a fixed draft length (pinned by the user or calibrated)
         spec = replace(spec, k=choice.k)
     if options.draft_window is not None:
@@ -159,17 +159,17 @@ def prepare(
     measured = model.measurements
     # The draft model drafts wherever the answer speculates: the placement keeps it only then (and if it fits).
     sibling = model.draft_model(decision.placement)
-    if draft is not None or spec.ngram or sibling is not None:  # the machine's costs decide from the first cycle on
+    if draft is not None or spec.lookups or sibling is not None:  # the machine's costs decide from the first cycle on
         drafts = [choice.draft] if draft is not None and choice.draft else []
         measured.costs(choice.parent, drafts + ([sibling[0]] if sibling is not None else []))
     controller = Controller(measured.estimates(choice.parent, params.greedy), fixed_k=spec.k)
     plain = PlainEstimate.start(controller.estimates, measured.known_costs(choice.parent), choice.draft)
     tiers = model.manifest["tiers"]
     ratio = tiers[choice.draft]["bytes"] / max(1, tiers[choice.parent]["bytes"]) if choice.draft in tiers else 0.0
+    said = model.said if spec.lookups and spec.suffix else None
     return AnswerPlan(
         model, options, decision, parent, draft, prompt, dropped, reused, grammar, calls, spec, params, controller,
-        plain, ratio, citations, model.said if spec.suffix else None, thought=thought_plan(parent, prompt, options),
-        sibling=sibling,
+        plain, ratio, citations, said, thought=thought_plan(parent, prompt, options), sibling=sibling,
     )
 
 

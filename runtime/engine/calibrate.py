@@ -25,7 +25,7 @@ from runtime.models.cache import ModelDir, atomic_write_text
 from runtime.plan.policy import FRONTIER, frontier_pick
 
 
-class Engine(Protocol):
+class CalibrationTarget(Protocol):
     """What calibrating needs of runtime.engine.engine.Engine (which calls this module, so it is not imported)."""
 
     model: ModelDir
@@ -75,7 +75,7 @@ def ratios_vs_q4(rates: dict[str, list[float]]) -> dict[str, float | None]:
 
 
 def calibrate(
-    engine: Engine, rounds: int = 2, max_tokens: int = 32, stop: Callable[[], bool] | None = None
+    engine: CalibrationTarget, rounds: int = 2, max_tokens: int = 32, stop: Callable[[], bool] | None = None
 ) -> dict[str, Any] | None:
     """Measure, and return the calibration; None when `stop()` said to stop (checked before every run)."""
     started = time.perf_counter()
@@ -118,13 +118,13 @@ def calibrate(
     return result
 
 
-def _run(engine: Engine, config: str, prompt: str, max_tokens: int) -> Stats:
+def _run(engine: CalibrationTarget, config: str, prompt: str, max_tokens: int) -> Stats:
     """One greedy answer of `config` from empty caches; its stats."""
     engine.reset_caches()
     return engine.chat([{"role": "user", "content": prompt}], options_for(config, max_tokens)).last.stats
 
 
-def stored(engine: Engine) -> dict[str, Any] | None:
+def stored(engine: CalibrationTarget) -> dict[str, Any] | None:
     """The calibration measured on this machine for these tiers, if one is saved (nothing is measured)."""
     try:
         cached = json.loads((engine.model.path / FILE).read_text(encoding="utf-8"))
@@ -135,7 +135,7 @@ def stored(engine: Engine) -> dict[str, Any] | None:
     return cached
 
 
-def load_or_calibrate(engine: Engine, stop: Callable[[], bool] | None = None) -> dict[str, Any] | None:
+def load_or_calibrate(engine: CalibrationTarget, stop: Callable[[], bool] | None = None) -> dict[str, Any] | None:
     """The saved calibration, else one measured now and saved (None: `stop()` stopped it; nothing saved)."""
     cached = stored(engine)
     if cached is not None:

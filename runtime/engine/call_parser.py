@@ -385,7 +385,7 @@ def _partial_suffix(text: str, word: str) -> int:
     return 0
 
 
-def assemble(deltas: Sequence[CallDelta]) -> list[dict[str, Any]]:
+def assemble_calls(deltas: Sequence[CallDelta]) -> list[dict[str, Any]]:
     """Whole calls in OpenAI's `message.tool_calls` shape from their streamed pieces."""
     calls: dict[int, dict[str, Any]] = {}
     failed = {d.index for d in deltas if d.problem is not None}  # streamed pieces of no call

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 from runtime.decode.controller import Controller, Estimates, Offer
-from runtime.decode.drafts.budget_close import BudgetClose
+from runtime.decode.drafts.budget_close import ThoughtBudget
 from runtime.decode.drafts.tier import KIND as TIER
 from runtime.decode.grammar import tokenizer_for
 from runtime.decode.llama_backend import LlamaBackend
@@ -36,6 +36,13 @@ def run(plan: AnswerPlan, cancel: threading.Event | None = None) -> Iterator[Chu
     t_start = time.perf_counter()
     t_first: float | None = None
     constraint = plan.grammar.constraint(tokenizer_for(parent)) if plan.grammar is not None else None
+    # A thinking model's thought is split from the answer on the text; its budget closes it through the tokens
+    # (not under a grammar, which the close would break: a tool grammar reads the thought as free text).
+    thought = plan.thought
+    splitter = ThoughtSplitter(thought.syntax, thought.opened) if thought is not None else None
+    budget = None
+    if thought is not None and splitter is not None and constraint is None:
+        budget = ThoughtBudget(thought.close, thought.budget, lambda: splitter.thinking)
     decoding = Decoding.drafting(
         plan.spec,
         plan.draft,
@@ -44,19 +51,13 @@ def run(plan: AnswerPlan, cancel: threading.Event | None = None) -> Iterator[Chu
         said=plan.said,
         party=options.cache_key,
         sibling=plan.sibling,
+        thought=budget,
         params=plan.sampling,
         answer_tokens=expected_answer_tokens(route),
         max_tokens=options.max_tokens,
         constraint=constraint,
         logprobs=options.logprobs,
     )
-    # A thinking model's thought is split from the answer on the text; its budget closes it through the tokens
-    # (not under a grammar, which the close would break: a tool grammar reads the thought as free text).
-    thought = plan.thought
-    splitter = ThoughtSplitter(thought.syntax, thought.opened) if thought is not None else None
-    if thought is not None and splitter is not None and constraint is None:
-        close = BudgetClose(thought.close, thought.budget, lambda: splitter.thinking)
-        decoding = replace(decoding, sources=(close, *decoding.sources))
     steps = generate_steps(parent, plan.prompt, decoding, cancel)
     reason: str | None = "length"
     try:

@@ -15,7 +15,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field, replace
 
-from runtime.decode.controller import K_MAX, NGRAM, Estimates, interpolate
+from runtime.decode.controller import Estimates, interpolate, v_max
+from runtime.decode.drafts import KINDS
 from runtime.decode.machine_costs import MachineCosts
 from runtime.decode.speculative import Step
 from runtime.engine.answer import Stats
@@ -40,7 +41,8 @@ class PlainEstimate:
     measured_s: float = 0.0  # the same batches' seconds, and what the measurement predicted for them
     predicted_s: float = 0.0
     work_s: float = 0.0  # draft and verify seconds after the first cycle
-    sources: set[str] = field(default_factory=set)
+    sources: set[str] = field(default_factory=set)  # the sources that drafted, by name
+    kinds: dict[str, str] = field(default_factory=dict)  # ... and each one's kind
 
     @classmethod
     def start(cls, estimates: Estimates, costs: MachineCosts | None, draft: str | None) -> PlainEstimate:
@@ -73,12 +75,12 @@ class PlainEstimate:
 
     def bound(self) -> float:
         """The most this answer's sources could gain per cycle at full acceptance (the cost model's bound)."""
-        v = {n: interpolate(self.curve, n) / self.curve[0][1] for n in range(1, K_MAX[NGRAM] + 2)}
+        v = {n: interpolate(self.curve, n) / self.curve[0][1] for n in range(1, v_max() + 1)}
         best = 1.0
         for source in self.sources:
-            c = 0.0 if source == NGRAM else self.c.get(source, 0.0)
-            k_max = K_MAX.get(source, K_MAX["tier"])  # a lookup kind by its name, a tier draft by its tier's
-            best = max(best, *((k + 1) / (k * c + v[k + 1]) for k in range(1, k_max + 1)))
+            kind = KINDS[self.kinds[source]]
+            c = self.c.get(source, 0.0) if kind.decodes else 0.0  # a lookup costs no model step
+            best = max(best, *((k + 1) / (k * c + v[k + 1]) for k in range(1, kind.k_max + 1)))
         return best
 
     def judge(self, stats: Stats, step: Step) -> Stats:
@@ -95,8 +97,9 @@ class PlainEstimate:
             self.measured_s += step.verify_s
             self.predicted_s += predicted
         self.work_s += step.draft_s + step.verify_s
-        if step.source is not None:
-            self.sources.add(NGRAM if step.source == NGRAM else step.source)
+        if step.source is not None and step.kind is not None:
+            self.sources.add(step.source)
+            self.kinds[step.source] = step.kind
         load = self.load
         overhead = max(0.0, stats.decode_s - self.work_s) / (stats.cycles - 1)
         plain = replace(stats, plain_step_s=self.curve[0][1] * load + overhead, speedup_note=None, load=None)

@@ -66,7 +66,7 @@ class StateBackend(Protocol):
 
 
 @dataclass
-class Entry:
+class CachedPrompt:
     identity: Identity
     tokens: tuple[int, ...]
     state: bytes
@@ -86,7 +86,7 @@ class PromptCache:
 
     def __init__(self, max_bytes: int | None = None) -> None:
         self.max_bytes = default_budget() if max_bytes is None else max(0, max_bytes)
-        self._entries: OrderedDict[int, Entry] = OrderedDict()
+        self._entries: OrderedDict[int, CachedPrompt] = OrderedDict()
         self._next = 0
         self.hits = 0
         self.saved = 0
@@ -101,9 +101,9 @@ class PromptCache:
     def clear(self) -> None:
         self._entries.clear()
 
-    def best(self, identity: Identity, prompt: Sequence[int]) -> tuple[Entry, int] | None:
+    def best(self, identity: Identity, prompt: Sequence[int]) -> tuple[CachedPrompt, int] | None:
         """The entry for `identity` sharing the longest prefix with `prompt`, and that length."""
-        found: tuple[Entry, int] | None = None
+        found: tuple[CachedPrompt, int] | None = None
         for entry in self._entries.values():
             if entry.identity != identity:
                 continue
@@ -124,7 +124,7 @@ class PromptCache:
                 return
             if tokens[: len(entry.tokens)] == entry.tokens:  # the new one holds all of it
                 del self._entries[key]
-        self._entries[self._next] = Entry(identity, tokens, state)
+        self._entries[self._next] = CachedPrompt(identity, tokens, state)
         self._next += 1
         self.saved += 1
         while self.bytes > self.max_bytes:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from runtime.decode.drafts import KINDS, lookups, offered
+from runtime.decode.drafts.model import KIND as DRAFT_MODEL
 from runtime.engine.answer import Chunk, _speedup_facts
 from runtime.plan.policy import preset_words
 
@@ -13,13 +15,12 @@ def answer_facts(last: Chunk) -> dict[str, Any]:
     """What an answer did, JSON-ready: the API's `specquant` object, what the window stores with an answer,
     and what every stats line is made of (`stats_line`)."""
     s = last.stats
-    sources = {"ngram": s.ngram_accepted, "suffix": s.suffix_accepted}
-    if last.choice.draft:
-        sources[last.choice.draft] = s.tier_accepted
+    # Accepted tokens per kind of source: every lookup (free, so always offered), and each other kind that drafted.
+    shown = set(lookups())
+    sources = {k.name: s.accepted_by(k.name) for k in offered() if k in shown or s.drafted_by(k.name)}
     # A draft model (`--draft-model`) planned in: what the controller let it draft (0: declined, it did not pay)
-    sibling = {"drafted": s.drafted_by("model"), "accepted": s.accepted_by("model")} if last.placement.sibling else None
-    if sibling is not None:
-        sources["draft model"] = sibling["accepted"]
+    name = DRAFT_MODEL.name
+    sibling = {"drafted": s.drafted_by(name), "accepted": s.accepted_by(name)} if last.placement.sibling else None
     return {
         "level": last.route.level,
         "reason": last.route.reason,
@@ -99,9 +100,12 @@ def cap_text(facts: dict[str, Any]) -> str:
 
 def sources_text(facts: dict[str, Any]) -> str:
     """Where the tokens not sampled one by one came from: "3 forced by the grammar, 12 from n-gram, 9 from
-    earlier text, 40 from Q4_K_M" ("" when none were)."""
-    words = {"ngram": "n-gram", "suffix": "earlier text", "draft model": "the draft model"}
-    parts = [f"{n} from {words.get(k, k.upper())}" for k, n in facts.get("draft_sources", {}).items() if n]
+    earlier text, 40 from the draft tier" ("" when none were): each kind in its own word."""
+
+    def word(kind: str) -> str:  # facts stored before the kinds named them: a tier by its name, in capitals
+        return KINDS[kind].summary_word if kind in KINDS else kind if " " in kind else kind.upper()
+
+    parts = [f"{n} from {word(k)}" for k, n in facts.get("draft_sources", {}).items() if n]
     if facts.get("forced"):
         parts.insert(0, f"{facts['forced']} forced by the grammar")
     return ", ".join(parts)

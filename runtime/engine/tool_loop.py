@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from runtime.engine.answer import Chunk
 from runtime.engine.call_check import call_problem
 from runtime.engine.options import ChatOptions, Message
-from runtime.engine.tools import Tool, ToolRequest, assemble
+from runtime.engine.tools import Tool, ToolRequest, assemble_calls
 from runtime.errors import Cancelled, UserError
 from runtime.mcp.approval import DENIED  # what the model reads for a refused call, whoever refused it
 from runtime.mcp.results import ToolResult  # one result type, built-in tools' and MCP servers' alike
@@ -156,7 +156,7 @@ def run_tool_loop(
         if last is None or cancel.is_set() or last.stats.stop_reason == "cancelled":
             raise Cancelled("stopped during the answer")
         rounds.append(last)
-        calls = [ToolCall(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in assemble(deltas)]
+        calls = [ToolCall(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in assemble_calls(deltas)]
         said = "".join(text)
         # A thinking model's thought goes with its turn; its template keeps or drops it (runtime.engine.thinking).
         thinking = {"reasoning_content": "".join(thought)} if any(thought) else {}

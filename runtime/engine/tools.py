@@ -48,9 +48,9 @@ from runtime.engine.call_formats import (
     detect,
     short_id,
 )
-from runtime.engine.call_parser import CallDelta, CallParser, assemble
+from runtime.engine.call_parser import CallDelta, CallParser, assemble_calls
 
-__all__ = ["CLOSER", "GENERIC", "HERMES", "LLAMA3", "OPENER", "CallDelta", "CallParser", "CallSyntax", "assemble",
+__all__ = ["CLOSER", "GENERIC", "HERMES", "LLAMA3", "OPENER", "CallDelta", "CallParser", "CallSyntax", "assemble_calls",
            "call_text", "syntax_for"]
 
 NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for function names

@@ -6,10 +6,25 @@ controller; the loop asks it each cycle, like the grammar's forced tokens (docs/
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
-from runtime.decode.draft_source import Context, DraftSource, Kind, Proposal
+from runtime.decode.draft_source import Context, DraftSource, Kind, Proposal, Setup
 
 KIND = Kind("budget_close", "the thinking budget", verified=False)
+
+
+class ThoughtBudget(NamedTuple):
+    """A thinking model's budget in one answer: the close's tokens, the budget, and whether it still thinks."""
+
+    close: Sequence[int]
+    budget: int
+    thinking: Callable[[], bool]
+
+
+def build(setup: Setup) -> DraftSource | None:
+    """The answer's budget close, where a thinking model's thought is bounded (`Setup.thought`)."""
+    t: ThoughtBudget | None = setup.thought
+    return None if t is None else BudgetClose(t.close, t.budget, t.thinking)
 
 
 class BudgetClose(DraftSource):

@@ -8,10 +8,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from runtime.decode.draft_source import Context, DraftSource, Kind, Proposal
+from runtime.decode.draft_source import Context, DraftSource, Kind, Proposal, Setup
 
 FORCED_MAX = 64  # forced tokens joined to one batch at most (a long enum value, a tool call's wrapper)
 KIND = Kind("forced", "the grammar", verified=False)
+
+
+def build(setup: Setup) -> DraftSource | None:
+    """Forced tokens join the batch unless the settings ask for one token per step (the baseline)."""
+    return ForcedTokens() if setup.spec.forced else None
 
 
 class ForcedTokens(DraftSource):

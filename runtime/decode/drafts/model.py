@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from runtime.decode.draft_source import Context, Kind, Offer, Proposal
+from runtime.decode.draft_source import DRAFT_K_MAX, Context, DraftSource, Kind, Offer, Proposal, Setup
 from runtime.decode.drafts.tier import TierDraft
 
 if TYPE_CHECKING:
@@ -18,8 +18,18 @@ if TYPE_CHECKING:
 
 # Another model agrees with the parent less than the parent's own quantized tier does (the 0.5B Qwen coder
 # with its 1.5B: 0.84 measured, code 0.9, prose 0.7); the probe's measured agreement replaces this prior.
-KIND = Kind("model", "a smaller model of the same family", k_max=8, prior=0.7, decodes=True)
+KIND = Kind(
+    "model", "a smaller model of the same family", k_max=DRAFT_K_MAX, prior=0.7, decodes=True, word="the draft model"
+)
 PREFIX = "model:"  # a draft model's source name is "model:<its name in the cache>"
+
+
+def build(setup: Setup) -> DraftSource | None:
+    """The answer's draft model (`--draft-model`), where the placement kept one."""
+    if setup.sibling is None:
+        return None
+    spec, (name, backend) = setup.spec, setup.sibling
+    return ModelDraft(backend, name, spec.k_max, spec.p_min, spec.draft_window)
 
 
 def source_name(model: str) -> str:

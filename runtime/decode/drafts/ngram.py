@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from runtime.decode.draft_source import Context, DraftSource, Kind, Offer, Proposal
+from runtime.decode.draft_source import Context, DraftSource, Kind, Offer, Proposal, Setup
 from runtime.decode.ngram import NgramIndex
 from runtime.decode.sampling import one_hot
 
@@ -21,8 +21,13 @@ def ngram_key(match: int) -> str:
 
 
 KIND = Kind(
-    NAME, "n-gram lookup", k_max=12, prior=0.6, key_priors={ngram_key(n): a for n, a in PRIOR_BY_MATCH.items()}
+    NAME, "n-gram lookup", k_max=12, prior=0.6, key_priors={ngram_key(n): a for n, a in PRIOR_BY_MATCH.items()},
+    word="n-gram",
 )
+
+
+def build(setup: Setup) -> DraftSource | None:
+    return NgramDraft() if setup.spec.lookups and setup.spec.ngram else None
 
 
 class NgramDraft(DraftSource):

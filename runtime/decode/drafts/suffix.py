@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from runtime.decode.draft_source import Context, DraftSource, Kind, Offer, Proposal
+from runtime.decode.draft_source import Context, DraftSource, Kind, Offer, Proposal, Setup
 from runtime.decode.sampling import one_hot
 from runtime.decode.suffix_index import KEY, SuffixIndex
 
@@ -30,6 +30,12 @@ KIND = Kind(
     prior=0.6,
     key_priors={suffix_key(n): a for n, a in PRIOR_BY_MATCH.items()},
 )
+
+
+def build(setup: Setup) -> DraftSource | None:
+    """Lookup in the model's pool, where the engine keeps one and the settings allow it."""
+    on = setup.spec.lookups and setup.spec.suffix and setup.said is not None
+    return SuffixDraft(setup.said, setup.party) if on and setup.said is not None else None
 
 
 class SuffixDraft(DraftSource):

@@ -10,13 +10,21 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from runtime.decode.draft_source import Context, DraftSource, Kind, Offer, Proposal
+from runtime.decode.draft_source import DRAFT_K_MAX, Context, DraftSource, Kind, Offer, Proposal, Setup
 from runtime.decode.sampling import pick, sample, warp
 
 if TYPE_CHECKING:
     from runtime.decode.llama_backend import LlamaBackend
 
-KIND = Kind("tier", "the quantized tier", k_max=8, prior=0.8, decodes=True)
+KIND = Kind("tier", "the quantized tier", k_max=DRAFT_K_MAX, prior=0.8, decodes=True, word="the draft tier")
+
+
+def build(setup: Setup) -> DraftSource | None:
+    """The answer's draft tier, where its pair has one."""
+    if setup.draft is None:
+        return None
+    spec = setup.spec
+    return TierDraft(setup.draft, setup.draft_name, spec.k_max, spec.p_min, spec.draft_window)
 
 
 def _size_ratio(draft: LlamaBackend, parent: LlamaBackend) -> float:
