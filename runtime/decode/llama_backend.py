@@ -158,10 +158,11 @@ class LlamaBackend:
             n += 1
         return n
 
-    def decode(self, tokens: Sequence[int], logit_rows: Sequence[int] = ()) -> np.ndarray:
+    def decode(self, tokens: Sequence[int], logit_rows: Sequence[int] = (), max_rows: int | None = None) -> np.ndarray:
         """Append `tokens` to the KV cache; return logits (len(logit_rows), n_vocab) for those row indices.
 
-        Only the requested rows get logits from llama.cpp. Long inputs are split into n_batch chunks.
+        Only the requested rows get logits from llama.cpp. Long inputs are split into n_batch chunks, or into
+        pieces of `max_rows` (a verify within `exact_rows`).
         """
         if self.n_past + len(tokens) > self.n_ctx:
             raise SpecQuantError(f"context full: {self.n_past} + {len(tokens)} tokens > n_ctx {self.n_ctx}")
@@ -171,8 +172,9 @@ class LlamaBackend:
         out = np.empty((len(wanted), self.n_vocab), dtype=np.float32)
         row_of = {r: i for i, r in enumerate(wanted)}
         b = self._batch.batch
-        for start in range(0, len(tokens), self.n_batch):
-            chunk = tokens[start : start + self.n_batch]
+        piece = min(self.n_batch, max_rows) if max_rows else self.n_batch
+        for start in range(0, len(tokens), piece):
+            chunk = tokens[start : start + piece]
             for i, tok in enumerate(chunk):
                 b.token[i] = tok
                 b.pos[i] = self.n_past + i

@@ -190,8 +190,6 @@ def _steps(parent: LlamaBackend, seq: list[int], decoding: Decoding, cancel: thr
         room = parent.n_ctx - parent.n_past - len(pending)  # the verify batch is 1 + len(drafts) tokens
         if room < 1:
             return
-        if not first and parent.exact_rows:  # rows as one-token decoding computes them (llama_backend)
-            room = min(room, parent.exact_rows)
         t0 = time.perf_counter()
         if constraint is not None and constraint.done:  # only an end token may follow: no model needs asking
             end = min(constraint.eos_tokens)
@@ -208,7 +206,10 @@ def _steps(parent: LlamaBackend, seq: list[int], decoding: Decoding, cancel: thr
                     constraint.consume(got)
                 room -= len(got)
                 forced += got
-        offers = [source.offer(seq, room) for source in offering]
+        # After the prefill every batch is decoded in pieces of at most `exact_rows`, so that each row is what
+        # one-token decoding computes (llama_backend); drafts fit one piece, forced tokens may take several.
+        rows_max = None if first else parent.exact_rows
+        offers = [source.offer(seq, room if rows_max is None else min(room, rows_max)) for source in offering]
         if first:  # nothing may come before the first token: the first cycle is the parent's alone
             chosen, k = None, 0
         else:
@@ -221,7 +222,8 @@ def _steps(parent: LlamaBackend, seq: list[int], decoding: Decoding, cancel: thr
         proposal = chosen[0].propose(seq, k) if chosen else Proposal([])
         drafts, qs = proposal.tokens, proposal.qs
         t1 = time.perf_counter()
-        rows = parent.decode([*pending, seq[-1], *drafts], range(len(pending), len(pending) + len(drafts) + 1))
+        batch = [*pending, seq[-1], *drafts]
+        rows = parent.decode(batch, range(len(pending), len(pending) + len(drafts) + 1), max_rows=rows_max)
         if constraint is not None:  # row i as constrained decoding sees it: after seq and drafts[:i]
             constraint.mask_rows(rows, drafts)
         t2 = time.perf_counter()
