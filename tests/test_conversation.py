@@ -61,7 +61,7 @@ def test_search_documents_is_offered_by_one_policy(tmp_path: Path) -> None:
     assert grounding is not None and grounding.collection == "manuals" and grounding.index == str(index)
     # The search it opens reads the chosen collection.
     with chat(ARITHMETIC, "manuals").turn() as spec:
-        assert spec.toolbox is not None
+        assert spec.toolbox is not None and [t.name for t in spec.toolbox.tools()] == [SEARCH]  # as a turn lists them
         result = spec.toolbox.call(SEARCH, {"query": "install frobnicator"}, threading.Event())
     assert not result.is_error and "install.md" in result.text
     # No collection at all: never offered, and no index file is made by asking.
