@@ -19,6 +19,7 @@ from runtime.api.server import BackgroundServer, Defaults, ServeConfig, Service
 from runtime.chat.conversation import Conversation
 from runtime.chat.documents import DocumentChoice, about_documents
 from runtime.chat.toolbox import ToolSetup
+from runtime.documents.index import default_path
 from runtime.engine.document_tool import NAME as SEARCH
 from runtime.engine.options import ChatOptions
 from runtime.engine.reader import Job
@@ -91,7 +92,8 @@ def what_the_engine_was_asked(job: Job) -> tuple[Any, ...]:
     """A turn as the engine reads it: the messages, the documents (their index file resolved), the tools offered
     and how, the speed preset, the thinking switch, and the temperature the persona set."""
     o = job.options
-    documents = o.documents and replace(o.documents, index=str(Path(o.documents.index or "").resolve()))
+    index = lambda d: str(Path(d.index or default_path()).resolve())  # noqa: E731  # None: the user's index
+    documents = o.documents and replace(o.documents, index=index(o.documents))
     tools = None if o.tools is None else ([t.name for t in o.tools.tools], o.tools.choice)
     return (job.messages, documents, tools, o.preset, o.thinking, dict(o.sampling_overrides).get("temperature"))
 

@@ -60,7 +60,8 @@ class DocumentChoice:
         """What the engine answers from (runtime.documents.grounding), None when no documents were chosen."""
         if self.collection is None:
             return None
-        return Grounding(self.collection or None, self.top, str(self.index_path()), self.whole)
+        index = str(self.index) if self.index is not None else None  # None: the user's, as the engine reads it
+        return Grounding(self.collection or None, self.top, index, self.whole)
 
     def search(self, question: str) -> SearchOffer | None:
         """The policy: whether a turn with tools offers `search_documents` for `question`, and over what. Reads
