@@ -3,9 +3,10 @@ first message), a new turn (the conversation and the user's message), regenerate
 precision, the answer in flight, its turn on the engine thread, and what is stored when it ends. app.chat_pane
 shows what this reports (as gpt4all-chat keeps its `Chat` apart from the view).
 
-One answer at a time, and one path for all: `answer` makes a `runtime.chat.turn.TurnSpec` (the conversation,
-options and preset; the turn layer applies the preset and hides earlier calls' tools) and an
-app.turn_runner.TurnRunner runs it, with tools or without (the MCP host of app.tool_host_control). A message
+One answer at a time, and one path for all: `answer` makes the chat's `runtime.chat.conversation.Conversation`
+from its stored records and choices, which makes the turn as it does for the CLI and the API (its documents,
+the documents search's policy, persona, speed preset, thinking, toolbox), and an app.turn_runner.TurnRunner
+runs it, with tools or without (the MCP host of app.tool_host_control). A message
 is stored before anything can fail; the answer when it completes (a regenerated one replaces the old only
 then); a stopped answer keeps the part written so far. A turn's rounds of calls are stored with its answer
 (app.store's `tool_turn`), stopped or not, as soon as a call has run: what a tool did is never forgotten.
@@ -28,8 +29,8 @@ from app.store import CALL_FIELDS, THINKING, TOOL_TURN, TOOLS_UNUSED, Store, Sto
 from app.tool_host_control import ToolHostControl
 from app.transcript_text import draft_mask
 from app.turn_runner import TurnRequest, TurnRunner
-from runtime.chat.turn import TurnSpec
-from runtime.documents.grounding import Grounding
+from runtime.chat.conversation import Conversation
+from runtime.chat.documents import DocumentChoice
 from runtime.engine.answer import Chunk
 from runtime.engine.summary import answer_facts
 from runtime.engine.thread import EngineThread
@@ -187,25 +188,28 @@ class ChatController(QObject):
             return False, False
         return True, more_precise(last.meta.get("parent", "f16")) is not None
 
-    def answer(self, turn: Turn, model: str, settings: AppSettings, search: bool = False) -> str:
-        """Start answering `turn` with the chat's choices and the current settings: its documents, its preset
-        (the name of one since deleted is returned: this answer has none), its tools (the documents search among
-        them when `search`). UserError when the history or mcp.json refuses."""
-        c, choices, index = turn.conversation, self.choices(turn.conversation), self.documents_index
-        options = settings.chat_options(parent=turn.parent)
-        if choices.thinking is not None:  # this chat's switch over the Settings' default
-            options = replace(options, thinking=None if choices.thinking else False)
-        if choices.speed is not None:  # this chat's speed preset over the Settings' (the Exact words switch)
-            options = replace(options, preset=choices.speed)
-        if choices.documents is not None:
-            options = replace(options, documents=Grounding(choices.documents or None, index=str(index)))
-        preset, missing = self.presets.for_answer(choices.preset, settings)
-        self.store.set_model(c, model)
-        setup = self.tools.setup(settings, index if search else None) if choices.tools else None
-        spec = TurnSpec(chat_history(turn.messages), options, preset)
-        request = TurnRequest(next(self._ids), model, settings.engine_settings(), spec, setup)
-        self.start(c, request, turn.replaces)
-        return missing
+    def conversation(self, turn: Turn, settings: AppSettings) -> Conversation:
+        """`turn` as a conversation (runtime.chat.conversation), which makes the turn: the stored messages up to
+        the question, the Settings' options, and the chat's choices: its documents, instructions (persona),
+        speed preset, thinking switch and tools. UserError when mcp.json cannot be read."""
+        choices = self.choices(turn.conversation)
+        return Conversation(
+            chat_history(turn.messages), settings.chat_options(parent=turn.parent),
+            DocumentChoice(choices.documents, index=self.documents_index),
+            speed=choices.speed, persona=choices.preset, presets=self.presets.presets,
+            own_sampling=settings.own_sampling(), thinking=choices.thinking,
+            tools=self.tools.setup(settings) if choices.tools else None,
+        )
+
+    def answer(self, turn: Turn, model: str, settings: AppSettings) -> str:
+        """Start answering `turn` with the chat's choices and the current settings; the name of its chosen
+        instructions when they have since been deleted (this answer has none), else "". UserError when the
+        history or mcp.json refuses."""
+        self.store.set_model(turn.conversation, model)
+        conversation = self.conversation(turn, settings)
+        request = TurnRequest(next(self._ids), model, settings.engine_settings(), conversation)
+        self.start(turn.conversation, request, turn.replaces)
+        return conversation.missing_persona()
 
     # --- the answer in flight ------------------------------------------------------------------------
     def start(self, conversation: int, request: TurnRequest, replaces: int | None = None) -> Live:

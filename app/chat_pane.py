@@ -189,15 +189,14 @@ class ChatPane(QWidget):
         """Show the turn's messages and answer them with the current settings."""
         self.transcript.show_messages(turn.messages)
         self.chats.refresh(turn.conversation)
-        search = self.tools_panel.has_documents and self.chat.documents_index.exists()
         try:
-            missing = self.chat.answer(turn, self.model, self.settings(), search)
+            missing = self.chat.answer(turn, self.model, self.settings())
         except UserError as e:
             self.banner.show_error(str(e))
             self.show_busy()
             return
         self.banner.hide()
-        self._say_documents_unused(turn.conversation, search)
+        self._say_documents_unused(turn.conversation)
         if missing:
             self.banner.show_error(f"The instructions {missing} are gone: this answer has none. Pick others under "
                                    "Instructions.")
@@ -205,11 +204,13 @@ class ChatPane(QWidget):
         self._render_live()
         self.show_busy()
 
-    def _say_documents_unused(self, conversation: int, search: bool) -> None:
+    def _say_documents_unused(self, conversation: int) -> None:
         """An answer without the documents there are: said once a chat, in one line (#63: nothing said so)."""
         choices = self.chat.choices(conversation)
-        unused = choices.documents is None and self.tools_panel.has_documents and not (choices.tools and search)
-        if unused and conversation not in self.told_unused:
+        if choices.documents is not None or not self.tools_panel.has_documents or conversation in self.told_unused:
+            return
+        live = self.chat.live
+        if live is not None and live.request.conversation.search() is None:  # nor offered to search them
             self.told_unused.add(conversation)
             self.notes.show_note("This chat answers without your documents: pick them under Answer from "
                                  "to have them used.")

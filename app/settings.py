@@ -17,7 +17,6 @@ from PySide6.QtCore import QSettings
 from runtime.api import DEFAULT_PORT
 from runtime.decode.sampling import LLAMA_DEFAULTS, SamplingParams
 from runtime.engine.engine import ChatOptions, EngineSettings
-from runtime.engine.system_presets import SystemPreset
 from runtime.engine.tool_loop import DEFAULT_ROUNDS
 from runtime.errors import UserError
 from runtime.machine.rpc import parse_endpoints
@@ -106,13 +105,10 @@ class AppSettings:
             else SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k),
         )
 
-    def under_own_sampling(self, preset: SystemPreset) -> SystemPreset:
-        """`preset` less the sampling values the user set here: with the model's sampling off, theirs win over
-        a preset's, as the CLI's --temp does."""
-        if self.model_sampling:
-            return preset
-        own = ("temperature", "top_p", "top_k")
-        return replace(preset, sampling=tuple(p for p in preset.sampling if p[0] not in own))
+    def own_sampling(self) -> tuple[str, ...]:
+        """The sampling values the user set here, which win over a chat's instructions' (runtime.chat.conversation),
+        as the CLI's --temp does; none while the model's own sampling is used."""
+        return () if self.model_sampling else ("temperature", "top_p", "top_k")
 
     def engine_settings(self) -> EngineSettings:
         if not math.isfinite(self.max_memory_gb) or self.max_memory_gb < 0:

@@ -1,20 +1,19 @@
 """The window's MCP host and its lifetime (#43): created when a chat with tools first answers (or a server is
 started in the Tools panel), replaced when mcp.json changes (the old one closes once the turn that uses it
 ends), and closed with the window. It also holds the one switch store (runtime.mcp.switches) the Tools panel
-writes and every turn reads, and makes each turn's `ToolSetup`.
+writes and every turn reads, and makes a chat's `ToolSetup` (runtime.chat.toolbox) for its conversation.
 """
 
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.turn_runner import ToolSetup
 from runtime.mcp.switches import ToolSwitches
 
 if TYPE_CHECKING:
     from app.settings import AppSettings
+    from runtime.chat.toolbox import ToolSetup
     from runtime.mcp import McpHost
 
 CLOSE_JOIN_S = 5.0  # at close: how long a host closing off the GUI thread may take to end
@@ -54,10 +53,14 @@ class ToolHostControl:
             self._close_later(self._retiring)
             self._retiring = None
 
-    def setup(self, settings: AppSettings, documents: Path | None) -> ToolSetup:
-        """What a turn with tools runs with (`documents`: the index whose search is offered, if any)."""
-        return ToolSetup(self.ensure(), settings.tool_approval, self.switches, documents,
-                         settings.tool_first_choice, settings.tool_rounds)
+    def setup(self, settings: AppSettings) -> ToolSetup:
+        """A chat's tools: the window's host (it outlives the chat), the Settings' approvals, the switches. The
+        approval question is the turn's to put (app.turn_runner); whether the documents search is offered is
+        the conversation's policy (runtime.chat.documents)."""
+        from runtime.chat.toolbox import ToolSetup
+
+        return ToolSetup(self.ensure(), settings.tool_approval, None, self.switches, settings.tool_first_choice,
+                         settings.tool_rounds)
 
     def close(self) -> None:
         """At the window's close: every host ends (bounded: the SDK ends even a server that ignores it

@@ -17,19 +17,17 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.pace import Pace
-from runtime.chat.turn import TurnSpec, run_turn
+from runtime.chat.turn import run_turn
 from runtime.engine.answer import Chunk
 from runtime.engine.options import ChatOptions, EngineSettings, Message
 from runtime.engine.reader import JobReader, failure_of
 from runtime.engine.tool_loop import (
-    DEFAULT_ROUNDS,
     DENIED,
     CallDecided,
     CallFinished,
@@ -39,12 +37,12 @@ from runtime.engine.tool_loop import (
     Stream,
 )
 from runtime.errors import Cancelled
-from runtime.mcp.switches import ToolSwitches
 
 if TYPE_CHECKING:
-    from runtime.chat.toolbox import McpToolbox
+    from runtime.chat.conversation import Conversation
+    from runtime.chat.toolbox import McpToolbox, ToolSetup
     from runtime.engine.thread import EngineThread
-    from runtime.mcp import ApprovalAnswer, CallRequest, McpHost
+    from runtime.mcp import ApprovalAnswer, CallRequest
 
 log = logging.getLogger("specquant.app")
 
@@ -53,30 +51,21 @@ _POLL_S = 0.05  # how often a thread waiting for the user's answer looks at Stop
 _LATER, _NOW, _FIRST = 0, 1, 2  # how soon the GUI takes what waits: paced, at once, at once as a round's first
 
 
-@dataclass(frozen=True)
-class ToolSetup:
-    """What a turn with tools runs with: the window's host (None: no server configured), the approval mode,
-    the one switch store, the documents index when a collection exists (search_documents is offered)."""
-
-    host: McpHost | None
-    mode: str = "ask"
-    switches: ToolSwitches = field(default_factory=ToolSwitches)
-    documents: Path | None = None
-    first_choice: str = "auto"
-    max_rounds: int = DEFAULT_ROUNDS
-
-
 @dataclass
 class TurnRequest:
-    """One turn for the engine thread: its model and settings, the `spec` (the conversation, options and
-    preset; its toolbox is opened on the turn's own thread from `tools`) and its Stop."""
+    """One turn for the engine thread: its model and settings, the `conversation` it answers (which makes the
+    turn, its toolbox opened on the turn's own thread) and its Stop."""
 
     id: int
     model: str
     settings: EngineSettings
-    spec: TurnSpec
-    tools: ToolSetup | None = None
+    conversation: Conversation
     cancel: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def tools(self) -> ToolSetup | None:
+        """The conversation's tools (None: a turn without)."""
+        return self.conversation.tools
 
 
 class Sent(NamedTuple):
@@ -214,25 +203,21 @@ class TurnRunner(QObject):
         yield from reader.chunks(on_status=self._post)
 
     def _run(self) -> None:
+        conversation = self.request.conversation
         try:
-            spec, tools = self.request.spec, self.request.tools
-            if tools is not None:
-                from runtime.chat.toolbox import open_toolbox
-
-                # Opened here: the documents index is used by one thread at a time. The host is the window's.
-                self._box = open_toolbox(tools.host, tools.mode, self._ask, tools.documents,
-                                         switches=tools.switches, owns_host=False)
-                if tools.host is not None:
-                    self._post("Starting the tools…")
-                spec = replace(spec, toolbox=self._box, max_rounds=tools.max_rounds,
-                               first_choice=tools.first_choice)
+            if conversation.tools is not None and conversation.tools.host is not None:
+                self._post("Starting the tools…")
 
             def stream(chat: list[Message], options: ChatOptions) -> Iterator[Chunk]:
                 self.sent.append(Sent(list(chat), options))
                 return self.stream(chat, options)
 
-            for event in run_turn(stream, spec, self.cancel):
-                self._take(event)
+            # The conversation makes the turn; its toolbox opens here, on the turn's thread (the documents index
+            # is used by one thread at a time), and closes when the turn ends.
+            with conversation.turn(self._ask) as spec:
+                self._box = spec.toolbox
+                for event in run_turn(stream, spec, self.cancel):
+                    self._take(event)
         except Cancelled:
             self._stop_calls()
             self._post(_End(None, "", "cancelled"))
@@ -242,9 +227,6 @@ class TurnRunner(QObject):
                 log.warning("a turn failed", exc_info=True)
             self._stop_calls()
             self._post(_End(None, failure.reason, failure.kind))
-        finally:
-            if self._box is not None:
-                self._box.close()
 
     def _take(self, event: Any) -> None:
         """One event of the turn (runtime.chat.turn), handed on towards the GUI."""

@@ -9,20 +9,20 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
-from commands.chat_tools import add_tool_flags, calls_json, check_tool_flags, event_line, toolbox_from_flags
+from commands.chat_tools import add_tool_flags, calls_json, check_tool_flags, event_line, tool_setup
 from commands.common import add_answer_flags, add_engine_flags, chat_options, engine_settings, model_name, read_prompt
 from runtime.errors import UserError
 from runtime.plan.policy import preset_words
 from runtime.terminal_text import terminal_json, visible_lines
 
 if TYPE_CHECKING:
+    from runtime.chat.conversation import Conversation
     from runtime.chat.toolbox import McpToolbox
     from runtime.engine.answer import Chunk
     from runtime.engine.options import ChatOptions, EngineSettings
-    from runtime.engine.system_presets import SystemPreset
     from runtime.engine.thread import EngineThread
 
 NAME = "chat"
@@ -64,31 +64,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from runtime.documents.grounding import DEFAULT_TOP, Grounding, cited_numbers
-    from runtime.engine.system_presets import find_preset
+    from runtime.documents.grounding import cited_numbers
     from runtime.engine.thread import EngineThread
 
-    options = chat_options(args)  # bad values fail before any model loads
-    if args.docs is not None:
-        top = DEFAULT_TOP if args.docs_top is None else args.docs_top
-        # Asking for a number of passages means passages; otherwise documents that fit go in whole.
-        options = replace(options, documents=Grounding(args.docs or None, top, whole=args.docs_top is None))
-    elif args.docs_top is not None:
-        raise UserError("--docs-top needs --docs")
-    check_tool_flags(args)
+    conversation = conversation_of(args)  # bad values fail before any model loads
     prompt = read_prompt(args)
-    preset = find_preset(args.system_preset) if args.system_preset else None
-    session = Session(EngineThread(), model_name(args.model), engine_settings(args), options, preset)
+    session = Session(EngineThread(), model_name(args.model), engine_settings(args), conversation)
     session.show_thinking = not args.hide_thinking
     try:
-        session.toolbox = toolbox_from_flags(args)
-        session.max_rounds = args.max_rounds or session.max_rounds
-        session.first_choice = args.tool_choice or "auto"
+        conversation.tools = tool_setup(args)
         if prompt is None:
             return _repl(session)
-        messages = [{"role": "user", "content": prompt}]
+        conversation.messages.append({"role": "user", "content": prompt})
         if args.json:
-            outcome = session.answer(messages, stream=None)
+            outcome = session.answer(stream=None)
             text, last = outcome.text, outcome.last
             out = {
                 "text": text,
@@ -103,30 +92,56 @@ def main(args: argparse.Namespace) -> int:
                 "placement": last.placement.as_dict(),
                 "stats": last.stats.as_dict(),
             }
-            if options.documents is not None:  # each source, and whether the answer cites it
+            if conversation.documents.chosen:  # each source, and whether the answer cites it
                 cited = cited_numbers(text)
                 out["citations"] = [c.as_dict() | {"cited": c.n in cited} for c in last.citations]
-            if session.toolbox is not None:
+            if outcome.toolbox is not None:
                 out["rounds"] = outcome.rounds
-                out["calls"] = calls_json(outcome.calls, session.toolbox)
+                out["calls"] = calls_json(outcome.calls, outcome.toolbox)
             print(terminal_json(out))  # a tool result's control characters escaped, as JSON
         else:
-            last = session.answer(messages, stream=sys.stdout).last
+            last = session.answer(stream=sys.stdout).last
             print(file=sys.stdout)
-            _print_sources(last, options)
+            _print_sources(last, conversation.documents.chosen)
             print(_stats_line(last), file=sys.stderr)
             _after_the_demo(session)
     finally:
         session.runner.close()
-        if session.toolbox is not None:
-            session.toolbox.close()
+        conversation.close()
     return 0
+
+
+def conversation_of(args: argparse.Namespace) -> Conversation:
+    """The chat's conversation from the flags (runtime.chat.conversation): its documents, speed preset, persona
+    and thinking; its tools are set up once it is checked (`tool_setup`)."""
+    from runtime.chat.conversation import Conversation
+    from runtime.chat.documents import DocumentChoice
+    from runtime.documents.grounding import DEFAULT_TOP
+
+    options = chat_options(args)
+    if args.docs is not None:
+        top = DEFAULT_TOP if args.docs_top is None else args.docs_top
+        # Asking for a number of passages means passages; otherwise documents that fit go in whole.
+        documents = DocumentChoice(args.docs, top, whole=args.docs_top is None)
+        documents.grounding()  # a bad --docs-top fails here
+    elif args.docs_top is not None:
+        raise UserError("--docs-top needs --docs")
+    else:
+        documents = DocumentChoice()
+    check_tool_flags(args)
+    conversation = Conversation(
+        options=options, documents=documents, speed=args.preset, persona=args.system_preset,
+        thinking=False if getattr(args, "no_thinking", False) else None,
+        thinking_budget=getattr(args, "thinking_budget", None),
+    )
+    conversation.check()
+    return conversation
 
 
 @dataclass
 class Outcome:
     """One turn: the last answer's text and Chunk, the chat after it (with tools: every call and result in it),
-    and the calls made (call, allowed, result)."""
+    the calls made (call, allowed, result) and the toolbox that offered them (None: no tools)."""
 
     text: str
     last: Chunk
@@ -134,55 +149,48 @@ class Outcome:
     rounds: int = 1
     calls: list[Any] = field(default_factory=list)
     thinking: str = ""  # a thinking model's thought in the last answer
+    toolbox: McpToolbox | None = None
 
 
 class Session:
-    """One model's answers for this command, through the engine thread and a JobReader per answer."""
+    """One model's answers to this command's conversation, through the engine thread and a JobReader per answer."""
 
     def __init__(
-        self,
-        runner: EngineThread,
-        model: str,
-        settings: EngineSettings,
-        options: ChatOptions,
-        preset: SystemPreset | None = None,
+        self, runner: EngineThread, model: str, settings: EngineSettings, conversation: Conversation
     ) -> None:
-        self.runner, self.model, self.settings, self.options, self.preset = runner, model, settings, options, preset
-        from runtime.engine.tool_loop import DEFAULT_ROUNDS
-
-        self.toolbox: McpToolbox | None = None
-        self.max_rounds = DEFAULT_ROUNDS
-        self.first_choice = "auto"  # the first answer's tool_choice (--tool-choice)
+        self.runner, self.model, self.settings, self.conversation = runner, model, settings, conversation
         self.show_thinking = True  # a thinking model's thoughts above its answer (--hide-thinking: off)
 
-    def answer(self, messages: list[dict[str, Any]], stream: TextIO | None) -> Outcome:
-        """The turn's outcome; its text is written to `stream` as it comes, when one is given (with tools, each
-        call on stderr). Leaving early (Ctrl-C) closes the reader, which cancels the job."""
-        from runtime.chat.turn import TurnSpec, run_turn
+    def answer(self, stream: TextIO | None) -> Outcome:
+        """The next turn of the conversation, asked of it (runtime.chat.conversation), and its outcome, which
+        the conversation records; its text is written to `stream` as it comes, when one is given (with tools,
+        each call on stderr). Leaving early (Ctrl-C) closes the reader, which cancels the job."""
+        from runtime.chat.turn import run_turn
         from runtime.engine.answer import Chunk
         from runtime.engine.tool_loop import LoopFinished
 
         def one(chat: list[dict[str, Any]], options: ChatOptions) -> Iterator[Chunk]:
             return self.runner.stream_chat(chat, options, model=self.model, settings=self.settings)
 
-        spec = TurnSpec(messages, self.options, self.preset, self.toolbox, self.max_rounds, self.first_choice)
         thoughts = ThoughtPrinter(stream) if stream is not None and self.show_thinking else None
-        for event in run_turn(one, spec):
-            if isinstance(event, LoopFinished):
-                said = event.messages[len(messages):]
-                return Outcome(said[-1]["content"], event.last, [*messages, *said], event.rounds, event.calls,
-                               said[-1].get("reasoning_content", ""))
-            line = event_line(event)
-            if line is not None:
-                print(line, file=sys.stderr)
-            elif isinstance(event, Chunk) and stream is not None:
-                if thoughts is not None:
-                    thoughts.add(event.thinking, answer_begins=bool(event.text or event.calls or event.done))
-                if event.text:
-                    # On a terminal, escape sequences the model copied from a tool result or a document are
-                    # shown, not obeyed; piped, the text is as the model wrote it.
-                    stream.write(visible_lines(event.text) if stream.isatty() else event.text)
-                    stream.flush()
+        with self.conversation.turn() as spec:
+            for event in run_turn(one, spec):
+                if isinstance(event, LoopFinished):
+                    said = event.messages[len(spec.messages):]
+                    self.conversation.record(event.messages)
+                    return Outcome(said[-1]["content"], event.last, list(event.messages), event.rounds,
+                                   event.calls, said[-1].get("reasoning_content", ""), spec.toolbox)
+                line = event_line(event)
+                if line is not None:
+                    print(line, file=sys.stderr)
+                elif isinstance(event, Chunk) and stream is not None:
+                    if thoughts is not None:
+                        thoughts.add(event.thinking, answer_begins=bool(event.text or event.calls or event.done))
+                    if event.text:
+                        # On a terminal, escape sequences the model copied from a tool result or a document are
+                        # shown, not obeyed; piped, the text is as the model wrote it.
+                        stream.write(visible_lines(event.text) if stream.isatty() else event.text)
+                        stream.flush()
         raise AssertionError("a turn ends with LoopFinished")  # pragma: no cover
 
     def take_notice(self) -> str | None:
@@ -213,9 +221,9 @@ class ThoughtPrinter:
         self.stream.flush()
 
 
-def _print_sources(last: Chunk, options: ChatOptions) -> None:
+def _print_sources(last: Chunk, grounded: bool) -> None:
     """A grounded answer's numbered sources, after its text."""
-    if options.documents is None:
+    if not grounded:
         return
     if not last.citations:
         print("Sources: no passage of your documents matched.")
@@ -246,7 +254,7 @@ def _repl(session: Session) -> int:
     """Interactive chat with streaming; /reset clears the conversation, /quit or Ctrl-D leaves."""
     from runtime.machine.rpc import WorkerError
 
-    messages: list[dict[str, str]] = []
+    messages = session.conversation.messages
     told_demo = False
     print(f"SpecQuant chat with {session.model}. /reset clears the conversation; /quit or Ctrl-D leaves.")
     while True:
@@ -264,7 +272,7 @@ def _repl(session: Session) -> int:
             continue
         messages.append({"role": "user", "content": line})
         try:
-            outcome = session.answer(messages, stream=sys.stdout)
+            outcome = session.answer(stream=sys.stdout)  # the conversation keeps the calls and their results
         except KeyboardInterrupt:
             print("\n[stopped]")
             messages.pop()
@@ -273,10 +281,9 @@ def _repl(session: Session) -> int:
             print(f"\nspecquant: error: {e}", file=sys.stderr)
             messages.pop()
             continue
-        messages[:] = outcome.messages  # with tools: the calls and their results stay in the conversation
         last = outcome.last
         print()
-        _print_sources(last, session.options)
+        _print_sources(last, session.conversation.documents.chosen)
         notice = session.take_notice()
         if notice:
             print(f"specquant: {notice}", file=sys.stderr)

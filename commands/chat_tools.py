@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from runtime.errors import UserError
 
 if TYPE_CHECKING:
-    from runtime.chat.toolbox import McpToolbox
+    from runtime.chat.toolbox import McpToolbox, ToolSetup
     from runtime.mcp import ApprovalAnswer, CallRequest, SkippedTool
 
 APPROVE_MODES = ("ask", "all", "none")
@@ -51,31 +51,31 @@ def check_tool_flags(args: argparse.Namespace) -> None:
         raise UserError(f"--tool-timeout {args.tool_timeout:g} is out of range: more than 0, at most 3600 s")
 
 
-def toolbox_from_flags(args: argparse.Namespace) -> McpToolbox | None:
-    """The MCP servers of the config (a bad file is one line; bad entries are warnings and the rest start),
-    plus the documents search when a collection exists, less the tools turned off in the Tools panel (the
-    one switch store); None without --mcp."""
+def tool_setup(args: argparse.Namespace) -> ToolSetup | None:
+    """The conversation's tools (None without --mcp): the MCP servers of the config (a bad file is one line; bad
+    entries are warnings and the rest start, now, so a tool that cannot be offered is a warning before the
+    chat), approvals asked on the terminal. Which tools a turn offers, the documents search among them, is the
+    conversation's to say (runtime.chat.conversation)."""
     if args.mcp is None:
         return None
-    from runtime.chat.toolbox import CALL_TIMEOUT_S, open_toolbox
-    from runtime.documents.library import Library
+    from runtime.chat.toolbox import CALL_TIMEOUT_S, ToolSetup
+    from runtime.engine.tool_loop import DEFAULT_ROUNDS
     from runtime.mcp import McpHost, load_config
+    from runtime.mcp.switches import ToolSwitches
 
     config = load_config(Path(args.mcp).expanduser() if args.mcp else None)
     for problem in config.problems:
         print(f"specquant: warning: {problem}", file=sys.stderr)
     terminal = sys.stdin.isatty()
-    mode = args.approve or ("ask" if terminal else "none")
-    library = Library()
-    documents = library if library.index.collections() else None
-    if documents is None:
-        library.close()
     host = McpHost(config) if config.enabled else None
-    if host is not None:  # started now, so a tool that cannot be offered is a warning before the chat
+    if host is not None:
         host.start()
         print_skipped(host.skipped())
-    ask = ask_on_terminal if terminal else None
-    return open_toolbox(host, mode, ask, documents, args.tool_timeout or CALL_TIMEOUT_S)
+    return ToolSetup(
+        host, args.approve or ("ask" if terminal else "none"), ask_on_terminal if terminal else None,
+        ToolSwitches(), args.tool_choice or "auto", args.max_rounds or DEFAULT_ROUNDS,
+        args.tool_timeout or CALL_TIMEOUT_S, owns_host=True,
+    )
 
 
 def ask_on_terminal(request: CallRequest) -> ApprovalAnswer:

@@ -16,6 +16,7 @@ from app.conversation_io import ExportedMessage
 from app.settings import AppSettings
 from app.store import Store
 from app.window import MainWindow
+from runtime.chat.conversation import Conversation
 from runtime.engine.system_presets import find_preset
 from runtime.errors import UserError
 from runtime.models.cache import DEMO_NAME
@@ -112,8 +113,10 @@ def test_a_chats_preset_reaches_the_engine_not_the_history_and_survives_reopenin
 
 def test_the_users_own_sampling_settings_win_over_a_presets() -> None:
     concise = find_preset("Concise")
-    assert AppSettings().under_own_sampling(concise) == concise  # the model's sampling: the preset's applies
-    assert AppSettings(model_sampling=False).under_own_sampling(concise).sampling == ()
+    for settings, sampling in ((AppSettings(), concise.sampling), (AppSettings(model_sampling=False), ())):
+        chat = Conversation(persona="Concise", own_sampling=settings.own_sampling())
+        preset = chat.preset()  # the model's sampling: the preset's applies; the user's own: theirs wins
+        assert preset is not None and preset.system == concise.system and preset.sampling == sampling
 
 
 def test_an_unreadable_presets_file_is_one_status_line_and_the_shipped_presets_stay(

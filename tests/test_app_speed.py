@@ -17,7 +17,7 @@ from app.plain_words import BUSY, plain_line
 from app.settings import load_settings
 from app.speed_chart import MAX_POINTS, REPAINT_MS, SpeedChart
 from app.turn_runner import TurnRequest, TurnRunner
-from runtime.chat.turn import TurnSpec
+from runtime.chat.conversation import Conversation
 from runtime.engine.answer import Chunk, Stats
 from runtime.engine.engine import ChatOptions, Engine
 from runtime.engine.measurements import ESTIMATES_FILE
@@ -214,8 +214,8 @@ def test_chunks_reach_the_gui_in_ordered_batches_the_first_at_once_the_last_afte
         go_on.wait(30)
         yield from chunks[1:]
 
-    spec = TurnSpec([{"role": "user", "content": PROMPT}], ChatOptions())
-    request = TurnRequest(7, "", None, spec)  # type: ignore[arg-type]  # no engine: the stream is the replay
+    chat = Conversation([{"role": "user", "content": PROMPT}], ChatOptions())
+    request = TurnRequest(7, "", None, chat)  # type: ignore[arg-type]  # no engine: the stream is the replay
     runner = TurnRunner(None, request, stream=replay)  # only the delivery side of the engine is replaced
     batches: list[list[Chunk]] = []
     ends: list[Chunk] = []

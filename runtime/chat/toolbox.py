@@ -1,26 +1,25 @@
 """The tools a turn offers: MCP servers' tools (runtime.mcp) and the built-in ones, less those turned off in
 the one switch store (runtime.mcp.switches), with the approval policy as their approver.
 
-Every front end builds its toolbox here (`open_toolbox`), so a tool turned off in the window is off for the
-CLI and the API too: it is not offered to the model, and a call to it (a switch turned off while the turn
-ran) is refused without running.
+Every front end's conversation (runtime.chat.conversation) builds its turn's toolbox here (`open_toolbox`),
+so a tool turned off in the window is off for the CLI and the API too: it is not offered to the model, and a
+call to it (a switch turned off while the turn ran) is refused without running.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from runtime.engine.tool_loop import Toolbox, ToolCall, ToolResult
+from runtime.engine.tool_loop import DEFAULT_ROUNDS, Toolbox, ToolCall, ToolResult
 from runtime.engine.tools import Tool
 from runtime.mcp.approval import ApprovalAnswer, ApprovalPolicy, CallRequest
 from runtime.mcp.switches import SWITCHED_OFF, ToolSwitches
 
 if TYPE_CHECKING:
-    from runtime.documents.library import Library
+    from runtime.chat.documents import SearchOffer
     from runtime.mcp.host import McpHost
 
 CALL_TIMEOUT_S = 60.0
@@ -119,25 +118,40 @@ class McpToolbox:
             self.host.close()
 
 
-def open_toolbox(
-    host: McpHost | None,
-    mode: str,
-    ask: Callable[[CallRequest], ApprovalAnswer] | None = None,
-    documents: Library | Path | None = None,
-    timeout: float = CALL_TIMEOUT_S,
-    switches: ToolSwitches | None = None,
-    owns_host: bool = True,
-) -> McpToolbox:
-    """The toolbox of a turn: `host`'s servers (None: none configured), the documents search when `documents`
-    (a Library, or the index file to open) is given, approvals by `mode` (ask, all, none) asking `ask`, and
-    the switch store's tools left out. The documents' Library (given or opened here) is closed with the
-    toolbox, and so is `host` when the toolbox `owns_host`."""
-    from runtime.documents.library import Library
-    from runtime.engine.document_tool import DocumentSearch
+@dataclass(frozen=True)
+class ToolSetup:
+    """A conversation's tools (runtime.chat.conversation): its front end's MCP host (None: no server
+    configured), the approval `mode` (ask, all, none) and who is asked (`ask`; None: nobody, so "ask" denies),
+    the one switch store, the first answer's tool_choice, answers per turn, seconds per call, and whether the
+    conversation owns the host (closes it with itself: the CLI's) or the front end does (the window's)."""
 
-    library = Library(documents) if isinstance(documents, Path) else documents
-    builtin: list[Toolbox] = [DocumentSearch(library)] if library is not None else []
-    box = McpToolbox(host, ApprovalPolicy(mode, ask), builtin, timeout, switches, owns_host)
+    host: McpHost | None
+    mode: str = "ask"
+    ask: Callable[[CallRequest], ApprovalAnswer] | None = None
+    switches: ToolSwitches = field(default_factory=ToolSwitches)
+    first_choice: str = "auto"
+    max_rounds: int = DEFAULT_ROUNDS
+    timeout: float = CALL_TIMEOUT_S
+    owns_host: bool = False
+
+
+def open_toolbox(
+    setup: ToolSetup, search: SearchOffer | None = None, ask: Callable[[CallRequest], ApprovalAnswer] | None = None
+) -> McpToolbox:
+    """The toolbox of one turn: `setup`'s servers and switches, approvals by its mode asking `ask` (None:
+    `setup.ask`), and `search_documents` when the documents policy offers it (`search`). The documents'
+    Library is opened here, on the caller's thread (one thread at a time uses it), and closed with the
+    toolbox; the host is not: it outlives the turn (runtime.chat.conversation.Conversation.close)."""
+    builtin: list[Toolbox] = []
+    library = None
+    if search is not None:
+        from runtime.documents.library import Library
+        from runtime.engine.document_tool import DocumentSearch
+
+        library = Library(search.index)
+        builtin.append(DocumentSearch(library, search.collection, search.top))
+    policy = ApprovalPolicy(setup.mode, ask or setup.ask)
+    box = McpToolbox(setup.host, policy, builtin, setup.timeout, setup.switches, owns_host=False)
     if library is not None:
         box.closers.append(library.close)
     return box
