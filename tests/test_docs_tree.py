@@ -12,14 +12,8 @@ from tests.conftest import REPO
 
 DOCS = REPO / "docs"
 MAX_LINES = 400
-# Modules other branches are splitting now; to be emptied once they are merged.
-STILL_SPLITTING = {
-    "runtime/api/server.py",
-    "app/documents_panel.py",
-    "app/transcript.py",
-    "app/store.py",
-    "app/tools_panel.py",
-}
+# Over the limit and not yet split (#62): the window's SQLite store of conversations, 459 lines.
+STILL_SPLITTING = {"app/store.py"}
 FOLDER = re.compile(r"(?:^|\s)((?:[a-z_]+/)+):\s")
 
 
