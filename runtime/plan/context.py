@@ -1,6 +1,6 @@
 """The context `specquant serve` answers with when `--ctx` does not say, planned from memory as the tiers are.
 
-Coding agents send long prompts (Claude Code's first is about 19,400 tokens, issue #60) and ask for long
+Coding agents send long prompts (Claude Code 2.1.197's first is 22,861 tokens, issue #60) and ask for long
 answers, so the server aims at AGENT_CTX tokens. The model's training length caps that, and so does memory:
 the context is the largest (in steps of STEP tokens, never below FLOOR_CTX, the engine's default) at which
 placement (runtime.plan.placement) still keeps the tiers it keeps at FLOOR_CTX (the parent, its draft, the
@@ -21,7 +21,7 @@ from runtime.machine.hardware import Inventory
 from runtime.plan.placement import GB, PRECISION_ORDER, PlacementSettings, Plan, TierSize, plan_precision
 from runtime.plan.residency import manifest_tiers
 
-AGENT_PROMPT = 19_400  # Claude Code's first prompt in tokens (issue #60); Codex's and OpenCode's are smaller
+AGENT_PROMPT = 22_900  # Claude Code 2.1.197's first prompt: 22,861 tokens (tests/data/agents/captured)
 AGENT_CTX = 32_768  # room for that prompt, the tools' results that follow, and an answer
 FLOOR_CTX = 4_096  # EngineSettings' default: the planned context is never smaller
 STEP = 4_096
