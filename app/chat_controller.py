@@ -25,7 +25,8 @@ from PySide6.QtCore import QObject, Signal
 from app.pace import Pace
 from app.preset_control import PresetControl
 from app.settings import AppSettings
-from app.store import CALL_FIELDS, THINKING, TOOL_TURN, TOOLS_UNUSED, Store, StoredMessage, chat_history
+from app.store import Store
+from app.stored_messages import CALL_FIELDS, THINKING, TOOL_TURN, TOOLS_UNUSED, StoredMessage, chat_history
 from app.tool_host_control import ToolHostControl
 from app.transcript_text import draft_mask
 from app.turn_runner import TurnRequest, TurnRunner

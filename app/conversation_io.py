@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from app.plain_words import ENDINGS
-from app.store import tool_rounds
+from app.stored_messages import tool_rounds
 from runtime.errors import UserError
 
 FORMAT = "specquant-conversation"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from app.store import TOOLS_UNUSED
+from app.stored_messages import TOOLS_UNUSED
 from runtime.engine.plain_estimate import LOAD_BAND
 from runtime.engine.summary import SAME_TIME, acceptance_text, speed_text, speedup_text, stats_line
 from runtime.plan.policy import preset_words

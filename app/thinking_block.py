@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from PySide6.QtGui import QFont, QPalette, QTextCharFormat, QTextCursor
 
-from app.store import THINKING
+from app.stored_messages import THINKING
 
 
 class TranscriptView(Protocol):

@@ -48,7 +48,7 @@ from app import thinking_block
 from app.code_highlight import highlight, language_label, mix
 from app.open_source import open_source
 from app.plain_words import meta_line, meta_tooltip
-from app.store import StoredMessage, tool_rounds
+from app.stored_messages import StoredMessage, tool_rounds
 from app.transcript_blocks import AnswerBlocks
 from app.transcript_text import (
     Segment,

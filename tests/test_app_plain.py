@@ -26,7 +26,8 @@ from app.plain_words import (
     words_text,
 )
 from app.source_viewer import SourceViewer, passages_of
-from app.store import TOOLS_UNUSED, Store
+from app.store import Store
+from app.stored_messages import TOOLS_UNUSED
 from runtime.engine.answer import Chunk
 from runtime.engine.plain_estimate import LOAD_BAND
 from runtime.engine.summary import answer_facts

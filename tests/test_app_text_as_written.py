@@ -3,7 +3,7 @@ is rendered, plain lines are not run together."""
 
 from __future__ import annotations
 
-from app.store import StoredMessage
+from app.stored_messages import StoredMessage
 from app.transcript import TranscriptView
 from app.transcript_text import LINE_BREAK, keep_line_breaks
 from tests.test_app_transcript import tinted_runs

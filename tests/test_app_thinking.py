@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QUrl
 
-from app.store import THINKING, StoredMessage, chat_history
+from app.stored_messages import THINKING, StoredMessage, chat_history
 from app.thinking_block import LIVE_KEY, SCHEME, block_key
 from app.transcript import TranscriptView
 

@@ -6,7 +6,7 @@ from PySide6.QtCore import QUrl
 from PySide6.QtGui import QColor, QFont, QGuiApplication, QTextDocument
 from PySide6.QtWidgets import QApplication
 
-from app.store import StoredMessage
+from app.stored_messages import StoredMessage
 from app.theme import dark_palette
 from app.transcript import DRAFT_TINT, TranscriptView
 from app.transcript_text import align, split_code
