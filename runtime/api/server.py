@@ -52,7 +52,7 @@ from runtime.api.openai_responses import RESPONSES
 from runtime.api.request_log import RequestLog
 from runtime.api.responses import ApiError
 from runtime.api.token_count import count_prompt
-from runtime.chat.turn import TurnSpec, assemble
+from runtime.chat.conversation import request_turn
 from runtime.engine.options import ChatOptions, EngineSettings
 from runtime.engine.reader import JobReader
 from runtime.engine.thread import EngineThread, QueueFull
@@ -196,7 +196,7 @@ class Service:
         model = call.model or d.model
         if not is_cached(model):
             raise unknown_model(model)
-        messages, options = assemble(TurnSpec(call.messages, call.options))
+        messages, options = request_turn(call.messages, call.options)
         counted = await asyncio.to_thread(count_prompt, model, messages, options)
         if counted > d.settings.n_ctx - 1:  # as a message's: a prompt the context cannot hold is refused
             words = (f"the prompt is {counted} tokens; the context holds {d.settings.n_ctx} with 1 kept for the "
@@ -227,8 +227,9 @@ class Service:
         if self.room is not None:
             self.room.check(model)
 
-        # One round, assembled as every front end's turn is (runtime.chat); the client runs its own tools.
-        messages, options = assemble(TurnSpec(call.messages, call.options))
+        # One round, the request's conversation's turn as every front end's (runtime.chat); the client runs
+        # its own tools.
+        messages, options = request_turn(call.messages, call.options)
         reader = JobReader(self.runner, loop=asyncio.get_running_loop(), backlog=BACKLOG, on_close=self.readers.discard)
         try:
             reader.post(model, d.settings, messages, options)
