@@ -296,9 +296,9 @@ def test_accepting_every_ngram_proposal_fails_the_same_test(lookup_prompt, monke
 def record_calls(backend: LlamaBackend, name: str, log: list[str]) -> None:
     real = backend.decode
 
-    def decode(tokens, logit_rows=()):
+    def decode(tokens, logit_rows=(), max_rows=None):
         log.append(name)
-        return real(tokens, logit_rows)
+        return real(tokens, logit_rows, max_rows)
 
     backend.decode = decode  # type: ignore[method-assign]
 
@@ -339,10 +339,10 @@ def test_stop_reaches_the_drafts_catch_up(engine: Engine) -> None:
     cancel = threading.Event()
     real = draft.decode
 
-    def decode(tokens, logit_rows=()):
+    def decode(tokens, logit_rows=(), max_rows=None):
         if len(tokens) > 100:  # the draft's catch-up on the long prompt: the user presses Stop now
             cancel.set()
-        return real(tokens, logit_rows)
+        return real(tokens, logit_rows, max_rows)
 
     draft.decode = decode  # type: ignore[method-assign]
     try:
@@ -375,9 +375,9 @@ class DecodeClock:
         """Each decode of `backend` moves the clock by `seconds(batch size)`; returns the undo."""
         real = backend.decode
 
-        def decode(tokens, logit_rows=()):
+        def decode(tokens, logit_rows=(), max_rows=None):
             self.now += seconds(len(tokens))
-            return real(tokens, logit_rows)
+            return real(tokens, logit_rows, max_rows)
 
         backend.decode = decode  # type: ignore[method-assign]
         return lambda: setattr(backend, "decode", real)

@@ -23,8 +23,8 @@ def record_verifies(parent: LlamaBackend) -> list[tuple[list[int], np.ndarray]]:
     calls: list[tuple[list[int], np.ndarray]] = []
     real = parent.decode
 
-    def decode(tokens, logit_rows=()):
-        rows = real(tokens, logit_rows)
+    def decode(tokens, logit_rows=(), max_rows=None):
+        rows = real(tokens, logit_rows, max_rows)
         if len(rows):
             calls.append((list(tokens), rows))
         return rows
