@@ -60,3 +60,19 @@ def test_costs_are_measured_only_for_batches_a_verify_may_use(demo_model: ModelD
     assert max(costs.v) == backend.exact_rows and sorted(costs.v) == list(range(1, backend.exact_rows + 1))
     assert MachineCosts.from_dict(costs.as_dict()).v == pytest.approx(costs.v, abs=1e-3)  # read back from costs.json
     assert all(entry["k"] < backend.exact_rows for entry in costs.caps().values())
+
+
+@pytest.mark.skipif(not X86, reason="the tiled and repacked K-quant kernels are x86 paths")
+def test_the_bench_times_a_bounded_parent_only_within_its_bound(demo_model: ModelDir) -> None:
+    """The bench's cap column reads v(n) from its own batch costs: beyond the bound it would promise batches
+    the loop never verifies."""
+    from commands.bench.runners import batch_costs
+
+    bounded, f16 = load(demo_model, "q4_k_m"), load(demo_model, "f16")
+    try:
+        costs = batch_costs({"q4_k_m": bounded, "f16": f16}, 6, rounds=1)
+    finally:
+        bounded.close()
+        f16.close()
+    assert sorted(costs["q4_k_m"]) == list(range(1, bounded.exact_rows + 1))
+    assert sorted(costs["f16"]) == list(range(1, 7))  # F16 has no bound: llamafile's sgemm keeps its rows

@@ -75,7 +75,12 @@ def format_table(result: dict[str, Any]) -> str:
     costs = result["batch_cost_ms"]
     f16 = costs.get("f16", {})
     if f16:
-        lines.append("\nbatch cost v(n) of f16: " + ", ".join(f"v({n})={t / f16[1]:.2f}" for n, t in f16.items()))
+        lines.append("")
+        # Each tier's own verify curve, up to the batch it may verify exactly (a bounded tier stops earlier).
+        for tier, row in costs.items():
+            if len(row) > 1:
+                curve = ", ".join(f"v({n})={t / row[1]:.2f}" for n, t in row.items())
+                lines.append(f"batch cost v(n) of {tier}: {curve}")
         for tier, row in costs.items():
             if tier != "f16":
                 lines.append(f"draft cost c of {tier}: {row[1] / f16[1]:.2f}")

@@ -124,7 +124,9 @@ def batch_costs(backends: dict[str, LlamaBackend], n_max: int, rounds: int = 5) 
     """Milliseconds per decode of n tokens (logits for all n rows), per tier, for v(n) and c.
 
     Interleaved: each round times every tier at every n once, so drifts in memory speed (page-cache
-    huge pages settle over minutes here) hit all sizes alike; medians over rounds.
+    huge pages settle over minutes here) hit all sizes alike; medians over rounds. A tier is timed only up to
+    its exact-rows bound (llama_backend.exact_rows): a verify never decodes more rows at once, so a cap from
+    larger batches would promise what the loop cannot use.
     """
     bases = {}
     tiers = list(backends)
@@ -134,11 +136,12 @@ def batch_costs(backends: dict[str, LlamaBackend], n_max: int, rounds: int = 5) 
             "def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n" * 3
         )
         b.decode(bases[tier])
-    samples: dict[str, dict[int, list[float]]] = {t: {n: [] for n in range(1, n_max + 1)} for t in tiers}
+    top = {t: min(n_max, b.exact_rows or n_max) for t, b in backends.items()}
+    samples: dict[str, dict[int, list[float]]] = {t: {n: [] for n in range(1, top[t] + 1)} for t in tiers}
     for _ in range(rounds):
         for tier in tiers:
             b, base = backends[tier], bases[tier]
-            for n in range(1, n_max + 1):
+            for n in range(1, top[tier] + 1):
                 t = time.perf_counter()
                 b.decode(base[:n], range(n))
                 samples[tier][n].append(time.perf_counter() - t)
