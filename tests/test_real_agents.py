@@ -20,8 +20,10 @@ from tests.conftest import copy_of_demo
 from tests.test_server import DEMO, Served
 
 TURN_S = 1800  # one turn on 2 cores: Claude Code's first prompt is 22,861 tokens, its answer up to the context's end
-# The recipe's setting for a slow computer (docs/api.md): Claude Code would give a request 300 s, then resend it.
-SLOW_COMPUTER = {"API_TIMEOUT_MS": str(TURN_S * 1000)}
+# The recipe's settings for a slow computer (docs/api.md): Claude Code gives a request 300 s (API_TIMEOUT_MS) and a
+# stream 300 s without an event it counts (its stream watchdog does not count `ping`s: CLAUDE_STREAM_IDLE_TIMEOUT_MS),
+# then sends the request again from the start.
+SLOW_COMPUTER = {"API_TIMEOUT_MS": str(TURN_S * 1000), "CLAUDE_STREAM_IDLE_TIMEOUT_MS": str(TURN_S * 1000)}
 # Not part of the recipes: these keep the clients from reaching beyond this computer while tested.
 OFFLINE = {"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1",
            "OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_MODELS_FETCH": "1"}
