@@ -171,9 +171,9 @@ class SettingsDialog(QDialog):
         layout.addWidget(buttons)
 
     def _show_prompts(self) -> None:
-        from runtime.engine.prompt_store import default_folder, usage
+        from runtime.engine.prompt_store import default_folder, store_usage
 
-        files, size = usage()
+        files, size = store_usage()
         self.saved_prompts.setText(f"{files} ({size / 1e6:.0f} MB) in {default_folder()}")
         self.clear_prompts.setEnabled(files > 0)
 

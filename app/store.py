@@ -26,7 +26,7 @@ from typing import Any
 
 import filelock
 
-from app.stored_messages import Conversation, StoredMessage
+from app.stored_messages import StoredConversation, StoredMessage
 from runtime.errors import UserError
 from runtime.paths import create_private, data_dir, private_dir
 
@@ -227,12 +227,12 @@ class Store:
             self._lock.release()
 
     # --- conversations -----------------------------------------------------------------------------
-    def conversations(self, search: str = "") -> list[Conversation]:
+    def conversations(self, search: str = "") -> list[StoredConversation]:
         """Newest first; `search` matches the title or any message, case-insensitively."""
         with self._guard():
             return self._conversations(search)
 
-    def _conversations(self, search: str) -> list[Conversation]:
+    def _conversations(self, search: str) -> list[StoredConversation]:
         if search.strip():
             pattern = "%" + search.strip().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
             rows = self.db.execute(
@@ -243,7 +243,7 @@ class Store:
             )
         else:
             rows = self.db.execute("SELECT id, title, updated FROM conversations ORDER BY updated DESC, id DESC")
-        return [Conversation(*r) for r in rows]
+        return [StoredConversation(*r) for r in rows]
 
     def create(
         self, title: str = "New chat", documents: str | None = None, preset: str | None = None, model: str | None = None

@@ -31,7 +31,7 @@ from app.theme import apply_look
 from app.tool_host_control import ToolHostControl
 from app.tools_panel import ToolsPanel
 from app.widgets import ErrorBanner, fit_titles
-from app.window_panels import ChatList, Menus, ModelBar, Welcome, complete_models
+from app.window_panels import ChatList, Menus, ModelBar, Welcome, complete_model_names
 from app.window_state import WindowState, load_state, on_a_screen, save_state
 from runtime.engine.thread import EngineThread
 from runtime.models.cache import DEMO_NAME, cache_root, list_models, size_text
@@ -172,7 +172,7 @@ class MainWindow(QMainWindow):
             signal.connect(slot)
 
     # --- models ------------------------------------------------------------------------------------
-    complete_models = staticmethod(complete_models)
+    complete_model_names = staticmethod(complete_model_names)
 
     def refresh_models(self) -> None:
         current = self.model_bar.refresh(self.model)
@@ -195,7 +195,7 @@ class MainWindow(QMainWindow):
 
     def _use_chat_model(self, wanted: str) -> None:
         """A chat opened anew answered with `wanted`: answer with it again, while it is among the models."""
-        if wanted in self.complete_models():
+        if wanted in self.complete_model_names():
             self._save(replace(self.settings, model=wanted))
             self.refresh_models()
         else:

@@ -31,12 +31,12 @@ from app.help_menu import add_help_menu
 from app.store import Store
 from app.widgets import InputBox
 from runtime.errors import UserError
-from runtime.models.cache import DEMO_NAME, cache_root, list_models
+from runtime.models.cache import DEMO_NAME, complete_models
 
 
-def complete_models() -> list[str]:
-    """The cached models with every tier in place: those a chat can answer with."""
-    return [m.name for m in list_models(cache_root()) if m.complete]
+def complete_model_names() -> list[str]:
+    """The names of the cached models with every tier in place (runtime.models.cache.complete_models)."""
+    return [m.name for m in complete_models()]
 
 
 class ChatList(QWidget):
@@ -136,7 +136,7 @@ class ModelBar(QWidget):
     def refresh(self, wanted: str) -> str:
         """List the complete models and show the one to answer with: `wanted` while it is there, else the
         demo, else the first ("" when there is none)."""
-        names = complete_models()
+        names = complete_model_names()
         current = wanted if wanted in names else (DEMO_NAME if DEMO_NAME in names else next(iter(names), ""))
         self.model_box.clear()
         for name in names:
