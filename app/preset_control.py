@@ -5,7 +5,7 @@ the one it chose. A presets.json that cannot be read leaves the shipped presets 
 
 from __future__ import annotations
 
-from runtime.engine.system_presets import SHIPPED, SystemPreset, load_presets
+from runtime.engine.personas import SHIPPED, Persona, load_personas
 from runtime.errors import UserError
 
 
@@ -13,12 +13,12 @@ class PresetControl:
     """`presets`: what the Preset box offers, as last read."""
 
     def __init__(self) -> None:
-        self.presets: list[SystemPreset] = list(SHIPPED)
+        self.presets: list[Persona] = list(SHIPPED)
 
     def reload(self) -> str:
         """Read the presets again; "" or why presets.json could not be read (one line)."""
         try:
-            self.presets = load_presets()
+            self.presets = load_personas()
         except UserError as e:
             self.presets = list(SHIPPED)
             return str(e)

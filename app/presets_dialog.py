@@ -1,4 +1,4 @@
-"""Manage presets…: the system-prompt presets (runtime.engine.system_presets) in a list, the user's own added,
+"""Manage presets…: the system-prompt presets (runtime.engine.personas) in a list, the user's own added,
 edited and deleted; the shipped ones shown read-only. A bad value or an unreadable presets.json is one line
 in the dialog."""
 
@@ -21,13 +21,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from runtime.engine.system_presets import (
+from runtime.engine.personas import (
     SAMPLING_RANGES,
     SHIPPED,
-    SystemPreset,
-    delete_preset,
-    load_presets,
-    save_preset,
+    Persona,
+    delete_persona,
+    load_personas,
+    save_persona,
 )
 from runtime.errors import UserError
 
@@ -54,7 +54,7 @@ class PresetsDialog(QDialog):
         self.setWindowTitle("Instructions")
         self.resize(640, 420)
         self.path = path  # None: presets.json in the config folder
-        self.editing: SystemPreset | None = None  # the user's preset the fields show (None: a new one)
+        self.editing: Persona | None = None  # the user's preset the fields show (None: a new one)
 
         self.list = QListWidget()
         self.list.setAccessibleName("Instructions")
@@ -102,7 +102,7 @@ class PresetsDialog(QDialog):
     def refresh(self, select: str | None = None) -> None:
         """Reload the list (the shipped presets alone, and the reason, when presets.json is unreadable)."""
         try:
-            presets = load_presets(self.path)
+            presets = load_personas(self.path)
             self.error.clear()
         except UserError as e:
             presets = list(SHIPPED)
@@ -119,10 +119,10 @@ class PresetsDialog(QDialog):
         self._on_selected(self.list.currentItem())
 
     def _on_selected(self, item: QListWidgetItem | None) -> None:
-        preset: SystemPreset | None = item.data(Qt.ItemDataRole.UserRole) if item is not None else None
+        preset: Persona | None = item.data(Qt.ItemDataRole.UserRole) if item is not None else None
         self._show(preset)
 
-    def _show(self, preset: SystemPreset | None) -> None:
+    def _show(self, preset: Persona | None) -> None:
         """The fields for `preset` (None: empty, for a new one); a shipped preset's are read-only."""
         self.editing = preset if preset is not None and not preset.shipped else None
         temperature = dict(preset.sampling).get("temperature") if preset is not None else None
@@ -153,10 +153,10 @@ class PresetsDialog(QDialog):
             temperature = parse_temperature(self.temperature.text())
             if temperature is not None:
                 sampling["temperature"] = temperature
-            preset = SystemPreset(name, self.system.toPlainText().strip(), tuple(sampling.items()))
-            save_preset(preset, self.path)
+            preset = Persona(name, self.system.toPlainText().strip(), tuple(sampling.items()))
+            save_persona(preset, self.path)
             if old is not None and old.name.casefold() != name.casefold():
-                delete_preset(old.name, self.path)  # renamed: saved under the new name first, so never lost
+                delete_persona(old.name, self.path)  # renamed: saved under the new name first, so never lost
         except UserError as e:
             self.error.setText(str(e))
             return
@@ -167,7 +167,7 @@ class PresetsDialog(QDialog):
         if self.editing is None:
             return
         try:
-            delete_preset(self.editing.name, self.path)
+            delete_persona(self.editing.name, self.path)
         except UserError as e:
             self.error.setText(str(e))
             return

@@ -54,7 +54,7 @@ CREATE TABLE IF NOT EXISTS conversations (
     created REAL NOT NULL,
     updated REAL NOT NULL,
     documents TEXT,  -- what answers come from: NULL no documents, '' every collection, else a collection's name
-    preset TEXT,  -- the system-prompt preset's name (runtime.engine.system_presets); NULL none
+    preset TEXT,  -- the system-prompt preset's name (runtime.engine.personas); NULL none
     model TEXT,  -- the model the chat answers with; NULL the window's current one
     tools TEXT,  -- '1': its answers may call the Tools panel's tools; NULL they may not
     thinking TEXT,  -- '1' a thinking model thinks in this chat, '0' it does not; NULL as Settings say

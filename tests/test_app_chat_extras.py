@@ -17,7 +17,7 @@ from app.settings import AppSettings
 from app.store import Store
 from app.window import MainWindow
 from runtime.chat.conversation import Conversation
-from runtime.engine.system_presets import find_preset
+from runtime.engine.personas import find_persona
 from runtime.errors import UserError
 from runtime.models.cache import DEMO_NAME
 from tests.test_app import ask, open_window
@@ -87,7 +87,7 @@ def test_a_chats_preset_reaches_the_engine_not_the_history_and_survives_reopenin
 
     w.new_conversation()
     pick(w.composer.preset_box, "Concise")  # before the first message: kept with it
-    concise = find_preset("Concise")
+    concise = find_persona("Concise")
     live = answered(qtbot, w, QUESTION)
     chat = w.conversation
     # The request carried the preset's system prompt and its temperature, under the window's own seed …
@@ -112,11 +112,11 @@ def test_a_chats_preset_reaches_the_engine_not_the_history_and_survives_reopenin
 
 
 def test_the_users_own_sampling_settings_win_over_a_presets() -> None:
-    concise = find_preset("Concise")
+    concise = find_persona("Concise")
     for settings, sampling in ((AppSettings(), concise.sampling), (AppSettings(model_sampling=False), ())):
         chat = Conversation(persona="Concise", own_sampling=settings.own_sampling())
-        preset = chat.preset()  # the model's sampling: the preset's applies; the user's own: theirs wins
-        assert preset is not None and preset.system == concise.system and preset.sampling == sampling
+        persona = chat.applied_persona()  # the model's sampling: the persona's applies; the user's own: theirs wins
+        assert persona is not None and persona.system == concise.system and persona.sampling == sampling
 
 
 def test_an_unreadable_presets_file_is_one_status_line_and_the_shipped_presets_stay(
@@ -154,7 +154,7 @@ def test_the_presets_manager_adds_edits_and_deletes_the_users_presets(qtbot, dat
     assert dialog.error.text() == ""
     box = w.composer.preset_box
     assert "Pirate" in [box.itemText(i) for i in range(box.count())]  # the window reloaded
-    assert find_preset("Pirate").sampling == (("temperature", 0.7),)
+    assert find_persona("Pirate").sampling == (("temperature", 0.7),)
 
     pick(w.composer.preset_box, "Pirate")  # a new chat's choice, then the preset renamed and deleted under it
     dialog.name.setText("Corsair")
