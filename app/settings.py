@@ -106,7 +106,7 @@ class AppSettings:
         )
 
     def own_sampling(self) -> tuple[str, ...]:
-        """The sampling values the user set here, which win over a chat's instructions' (runtime.chat.conversation),
+        """The sampling values the user set here, which win over a chat's persona's (runtime.chat.conversation),
         as the CLI's --temp does; none while the model's own sampling is used."""
         return () if self.model_sampling else ("temperature", "top_p", "top_k")
 

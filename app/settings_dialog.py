@@ -1,7 +1,7 @@
 """The settings dialog: every AppSettings field with a plain-language label, in two tabs (#51): Basic (the
 speed mode, the longest answer, the look, the local API server) and Advanced (the router, drafting,
-sampling, memory and placement). "Speed mode" is the runtime's preset; the window's system-prompt presets
-are "Instructions", so no word means two things."""
+sampling, memory and placement). "Speed mode" is the runtime's speed preset; a chat's system prompt
+and sampling are its "Persona", so no word means two things."""
 
 from __future__ import annotations
 

@@ -131,7 +131,7 @@ def test_the_cli_the_window_and_the_api_build_the_same_turn(qtbot, demo_cache: P
     window = []
     for question, docs in ((ABOUT_THEM, "manuals"), (ARITHMETIC, None)):
         w.new_conversation()
-        w.chat.unsent = Choices(documents=docs, preset="Concise", tools=True, thinking=False, speed="exact")
+        w.chat.unsent = Choices(documents=docs, persona="Concise", tools=True, thinking=False, speed="exact")
         assert ask(qtbot, w, question, timeout=ANSWER_MS)
         window.append(what_the_engine_was_asked(asked[-1]))
 
