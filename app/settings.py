@@ -17,6 +17,7 @@ from PySide6.QtCore import QSettings
 from runtime.api import DEFAULT_PORT
 from runtime.decode.sampling import LLAMA_DEFAULTS, SamplingParams
 from runtime.engine.engine import ChatOptions, EngineSettings
+from runtime.engine.options import thinking_option
 from runtime.engine.tool_loop import DEFAULT_ROUNDS
 from runtime.errors import UserError
 from runtime.machine.rpc import parse_endpoints
@@ -97,7 +98,7 @@ class AppSettings:
             no_spec=not self.speculation,
             k=self.draft_length or None,
             max_tokens=self.max_tokens,
-            thinking=None if self.thinking else False,
+            thinking=thinking_option(self.thinking),
             thinking_budget=self.thinking_budget or None,
             sampling_overrides=(("seed", self.seed),) if self.seed >= 0 else (),
             sampling=None

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runtime.decode.sampling import LLAMA_DEFAULTS
-from runtime.engine.options import ChatOptions
+from runtime.engine.options import ChatOptions, thinking_option
 from runtime.errors import UserError
 from runtime.models.cache import TIERS, check_name
 from runtime.plan.placement import PLACEMENT_MODES, PlacementSettings
@@ -131,7 +131,7 @@ def chat_options(args: argparse.Namespace) -> ChatOptions:
         max_tokens=args.max_tokens,
         sampling_overrides=overrides,
         grammar=_grammar(args),
-        thinking=False if getattr(args, "no_thinking", False) else None,
+        thinking=thinking_option(not getattr(args, "no_thinking", False)),
         thinking_budget=getattr(args, "thinking_budget", None),
     )
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from runtime.chat.documents import DocumentChoice, SearchOffer, last_question
 from runtime.chat.turn import TurnSpec, assemble
-from runtime.engine.options import ChatOptions, Message
+from runtime.engine.options import ChatOptions, Message, thinking_option
 from runtime.engine.personas import Persona
 from runtime.engine.tool_loop import DEFAULT_ROUNDS
 from runtime.errors import UserError
@@ -90,7 +90,7 @@ class Conversation:
         if self.speed is not None:
             changes["preset"] = self.speed
         if self.thinking is not None:
-            changes["thinking"] = None if self.thinking else False  # None: the template's default, which thinks
+            changes["thinking"] = thinking_option(self.thinking)
         if self.thinking_budget is not None:
             changes["thinking_budget"] = self.thinking_budget
         return replace(self.options, **changes)
