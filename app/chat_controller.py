@@ -1,4 +1,4 @@
-"""The chat flow without widgets: what a chat answers with (documents, preset, tools; a new chat's until its
+"""The chat flow without widgets: what a chat answers with (documents, persona, tools; a new chat's until its
 first message), a new turn (the conversation and the user's message), regenerate and answer at higher
 precision, the answer in flight, its turn on the engine thread, and what is stored when it ends. app.chat_pane
 shows what this reports (as gpt4all-chat keeps its `Chat` apart from the view).
@@ -23,7 +23,7 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 
 from app.pace import Pace
-from app.preset_control import PresetControl
+from app.persona_control import PersonaControl
 from app.settings import AppSettings
 from app.store import Store
 from app.stored_messages import CALL_FIELDS, THINKING, TOOL_TURN, TOOLS_UNUSED, StoredMessage, chat_history
@@ -46,12 +46,12 @@ class AtHighestPrecision(Exception):
 
 @dataclass
 class Choices:
-    """What a chat answers with: its documents (None: none, "": every collection, else one), its system-prompt
-    preset (None: none), whether it may call tools, whether a thinking model thinks (None: as Settings say), and
+    """What a chat answers with: its documents (None: none, "": every collection, else one), its persona
+    (None: none), whether it may call tools, whether a thinking model thinks (None: as Settings say), and
     its speed preset (runtime.plan.policy; None: as Settings say, "exact": the composer's Exact words switch)."""
 
     documents: str | None = None
-    preset: str | None = None
+    persona: str | None = None
     tools: bool = False
     thinking: bool | None = None
     speed: str | None = None
@@ -119,10 +119,15 @@ class ChatController(QObject):
     approval_needed = Signal(object)  # a runtime.mcp.CallRequest for the user; reply with `answer_approval`
 
     def __init__(
-        self, store: Store, engine: EngineThread, presets: PresetControl, tools: ToolHostControl, documents_index: Path
+        self,
+        store: Store,
+        engine: EngineThread,
+        personas: PersonaControl,
+        tools: ToolHostControl,
+        documents_index: Path,
     ) -> None:
         super().__init__()
-        self.store, self.engine, self.presets, self.tools = store, engine, presets, tools
+        self.store, self.engine, self.personas, self.tools = store, engine, personas, tools
         self.documents_index = documents_index  # the documents' index, beside the history
         self.pace = Pace()  # one for every turn: what drawing costs this window is learned once
         self.live: Live | None = None
@@ -140,11 +145,11 @@ class ChatController(QObject):
         if conversation is None:
             return self.unsent
         s = self.store
-        return Choices(s.documents(conversation), s.preset(conversation), s.tools(conversation),
+        return Choices(s.documents(conversation), s.persona(conversation), s.tools(conversation),
                        s.thinking(conversation), s.speed(conversation))
 
     def choose(self, conversation: int | None, what: str, value: Any) -> None:
-        """Keep a chat's `what` ("documents", "preset", "tools", "thinking" or "speed") with the conversation (a new
+        """Keep a chat's `what` ("documents", "persona", "tools", "thinking" or "speed") with the conversation (a new
         chat's until its first message); UserError when the history refuses it (locked, full, read-only)."""
         if conversation is None:
             setattr(self.unsent, what, value)
@@ -159,7 +164,7 @@ class ChatController(QObject):
             title = " ".join(text.split())
             ellipsis = "…" if len(title) > TITLE_CHARS else ""
             u = self.unsent
-            conversation = self.store.create(title[:TITLE_CHARS] + ellipsis, u.documents, u.preset, model)
+            conversation = self.store.create(title[:TITLE_CHARS] + ellipsis, u.documents, u.persona, model)
             if u.tools:
                 self.store.set_tools(conversation, True)
             if u.thinking is not None:
@@ -191,20 +196,20 @@ class ChatController(QObject):
 
     def conversation(self, turn: Turn, settings: AppSettings) -> Conversation:
         """`turn` as a conversation (runtime.chat.conversation), which makes the turn: the stored messages up to
-        the question, the Settings' options, and the chat's choices: its documents, instructions (persona),
+        the question, the Settings' options, and the chat's choices: its documents, persona,
         speed preset, thinking switch and tools. UserError when mcp.json cannot be read."""
         choices = self.choices(turn.conversation)
         return Conversation(
             chat_history(turn.messages), settings.chat_options(parent=turn.parent),
             DocumentChoice(choices.documents, index=self.documents_index),
-            speed=choices.speed, persona=choices.preset, presets=self.presets.presets,
+            speed=choices.speed, persona=choices.persona, personas=self.personas.personas,
             own_sampling=settings.own_sampling(), thinking=choices.thinking,
             tools=self.tools.setup(settings) if choices.tools else None,
         )
 
     def answer(self, turn: Turn, model: str, settings: AppSettings) -> str:
         """Start answering `turn` with the chat's choices and the current settings; the name of its chosen
-        instructions when they have since been deleted (this answer has none), else "". UserError when the
+        persona when it has since been deleted (this answer has none), else "". UserError when the
         history or mcp.json refuses."""
         self.store.set_model(turn.conversation, model)
         conversation = self.conversation(turn, settings)

@@ -68,7 +68,7 @@ class ChatPane(QWidget):
             (self.transcript.copied, lambda _: status.showMessage("Code copied", 2000)),
             (self.transcript.open_failed, self.show_source),
             (p.documents_chosen, self.choose_documents),
-            (p.preset_chosen, lambda name: self.store_call(chat.choose, self.conversation, "preset", name)),
+            (p.persona_chosen, lambda name: self.store_call(chat.choose, self.conversation, "persona", name)),
             (p.exact_chosen, self.choose_exact),
             (tools_panel.chat_tools_changed, lambda on: self.store_call(chat.choose, self.conversation, "tools", on)),
             (p.input.submitted, self.send), (p.send_button.clicked, self.send),
@@ -101,7 +101,7 @@ class ChatPane(QWidget):
         self.conversation, choices = c, self.chat.choices(c)
         self.transcript.show_messages(self.store.messages(c) if c is not None else [])
         self.composer.show_documents(choices.documents)
-        self.composer.show_preset(choices.preset)
+        self.composer.show_persona(choices.persona)
         self.composer.exact_box.setChecked(choices.speed == "exact")
         self.tools_panel.show_chat_tools(choices.tools)
         self.show_thinking()
@@ -113,7 +113,7 @@ class ChatPane(QWidget):
         self.show_busy()
 
     def new_conversation(self) -> None:
-        # A new chat answers from the documents last chosen (#63: added documents are used), without preset or tools.
+        # A new chat answers from the documents last chosen (#63: added documents are used), without persona or tools.
         self.chat.unsent = Choices(documents=self.chat.last_documents)
         self.open_conversation(None)
         self.composer.input.setFocus()
@@ -135,7 +135,7 @@ class ChatPane(QWidget):
             self.think_switch.setChecked(thinks and (self.settings().thinking if chosen is None else chosen))
 
     def choose_exact(self, on: bool) -> None:
-        """This chat with the full model's own words (the `exact` preset), or as Settings say."""
+        """This chat with the full model's own words (the `exact` speed preset), or as Settings say."""
         self.store_call(self.chat.choose, self.conversation, "speed", "exact" if on else None)
 
     def choose_thinking(self, on: bool) -> None:
@@ -198,8 +198,8 @@ class ChatPane(QWidget):
         self.banner.hide()
         self._say_documents_unused(turn.conversation)
         if missing:
-            self.banner.show_error(f"The instructions {missing} are gone: this answer has none. Pick others under "
-                                   "Instructions.")
+            self.banner.show_error(f"The persona {missing} is gone: this answer has none. Pick another under "
+                                   "Persona.")
         self.transcript.begin_live()
         self._render_live()
         self.show_busy()

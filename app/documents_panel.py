@@ -2,9 +2,9 @@
 and the folders watched so that a change on disk is indexed a moment later (#42).
 
 The index (runtime.documents.Library) is used on one thread only, the documents worker's (app.documents_worker):
-it opens the Library there and runs one job at a time, in order. The GUI thread sends it jobs and receives Progress, a
-one-line result and a Snapshot of the index through signals. watchdog's observer thread only reports that a
-watched folder changed; the panel waits DEBOUNCE_MS after the last change, then asks the worker to sync.
+it opens the Library there and runs one job at a time, in order. The GUI thread sends it jobs and receives
+IndexProgress, a one-line result and an IndexListing of the index through signals. watchdog's observer thread only
+reports that a watched folder changed; the panel waits DEBOUNCE_MS after the last change, then asks the worker to sync.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from PySide6.QtWidgets import (
 )
 
 from app.documents_words import count_of, progress_line, relative_name, result_line, state_words, unreadable_line
-from app.documents_worker import DocumentsJob, DocumentsWorker, FolderWatch, Snapshot
+from app.documents_worker import DocumentsJob, DocumentsWorker, FolderWatch, IndexListing
 from app.widgets import title_width
 from app.worker import start_thread
-from runtime.documents.library import DEFAULT_COLLECTION, AddResult, Progress
+from runtime.documents.library import DEFAULT_COLLECTION, AddResult, IndexProgress
 
 DEBOUNCE_MS = 2000  # a folder is synced this long after its last change: a copy of many files is one sync
 ERROR_COLOUR = "#b3261e"  # the banner's red: 4.5:1 on white
@@ -86,14 +86,14 @@ class DocumentsPanel(QWidget):
     job_requested = Signal(object)  # DocumentsJob, queued to the worker's thread
     collections_changed = Signal(list)  # the collections' names, after every change to the index
     # On the GUI thread, once the panel has shown them (tests wait on these):
-    progressed = Signal(object)  # runtime.documents.Progress
+    progressed = Signal(object)  # runtime.documents.IndexProgress
     job_ended = Signal(object, str)  # the DocumentsJob, "" or the one-line reason it failed (None: listing)
     refreshed = Signal()  # the tree shows the index as it is now
 
     def __init__(self, index: Path, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.index = index
-        self.snapshot = Snapshot()
+        self.snapshot = IndexListing()
         self.jobs = 0  # sent to the worker and not yet ended
         self.watch_problem = ""
 
@@ -248,7 +248,7 @@ class DocumentsPanel(QWidget):
             self.add(paths, collection)
 
     # --- what the worker and the watcher report -------------------------------------------------------
-    def _on_progress(self, p: Progress) -> None:
+    def _on_progress(self, p: IndexProgress) -> None:
         if p.files_total:
             if not self.worker.stop.is_set():
                 self._say(progress_line(p))
@@ -282,7 +282,7 @@ class DocumentsPanel(QWidget):
         self._say(message, error=True)
         self.job_ended.emit(job, message)
 
-    def _on_snapshot(self, snapshot: Snapshot) -> None:
+    def _on_snapshot(self, snapshot: IndexListing) -> None:
         if self.worker_thread is None:  # queued before the window closed: the folders stay unwatched
             return
         changed = list(snapshot.roots) != list(self.snapshot.roots)

@@ -7,7 +7,7 @@ import os
 from pathlib import PurePath
 
 from app.documents_worker import DocumentsJob
-from runtime.documents.library import VECTORS, AddResult, FileRecord, Progress
+from runtime.documents.library import VECTORS, AddResult, FileRecord, IndexProgress
 from runtime.documents.outcome import changed, count_of, outcome_line
 
 UNREADABLE = "could not be read"  # a file the index could not read: said so, not "error" (#63)
@@ -25,7 +25,7 @@ def result_line(job: DocumentsJob, result: AddResult | int) -> str:
     return f"{head}: {outcome_line(result)}."
 
 
-def progress_line(p: Progress) -> str:
+def progress_line(p: IndexProgress) -> str:
     if p.stage == VECTORS:  # after the words: search works already, by meaning once this is done
         name = f" · {PurePath(p.path).name}" if p.path else ""
         return (f"Searchable by words. Computing vectors for search by meaning: {p.chunks_done} of "

@@ -35,7 +35,7 @@ class DocumentsJob:
 
 
 @dataclass(frozen=True)
-class Snapshot:
+class IndexListing:
     """What the index holds: every file, and each collection's added folders and files (what is watched)."""
 
     files: tuple[FileRecord, ...] = ()
@@ -66,7 +66,7 @@ class DocumentsWorker(QObject):
     """Runs documents jobs one at a time on its thread. The Library is opened here, on first use (a missing
     index is not created just to list it), and only ever used here."""
 
-    progress = Signal(object)  # runtime.documents.Progress, before each file and at the end
+    progress = Signal(object)  # runtime.documents.IndexProgress, before each file and at the end
     done = Signal(object, object)  # the DocumentsJob, its AddResult (add, sync) or files removed (remove)
     failed = Signal(object, str)  # the DocumentsJob (None: listing the index failed), one line saying why
     snapshot = Signal(object)  # Snapshot, after every job
@@ -133,13 +133,13 @@ class DocumentsWorker(QObject):
         """What the Library checks between two files: set by Stop or by closing the window, whichever comes."""
         return _Either(self.cancel, self.stop)
 
-    def _snapshot(self) -> Snapshot:
+    def _snapshot(self) -> IndexListing:
         lib = self._open(create=False)
         if lib is None:
-            return Snapshot()
+            return IndexListing()
         roots = {name: tuple(sorted(os.fsdecode(p) for p in lib.index.roots(cid)[0]))
                  for cid, name in lib.index.collections()}
-        return Snapshot(tuple(lib.list_files()), roots)
+        return IndexListing(tuple(lib.list_files()), roots)
 
     def close(self) -> None:
         """Once its thread has ended (nothing else uses the Library then)."""

@@ -1,4 +1,4 @@
-"""The window's messages that stay until read (#51): an export's path, an import, a preset file's fault, a
+"""The window's messages that stay until read (#51): an export's path, an import, a presets.json fault, a
 model a chat used that is gone. Each is a word-wrapped, selectable line with a close button, above the chat;
 unlike a status-bar flash it is neither cut off behind the figures nor gone after a few seconds."""
 

@@ -44,7 +44,7 @@ from runtime.plan import quality
 from runtime.plan.catalog import eta_text
 
 if TYPE_CHECKING:
-    from converters.convert import Progress
+    from converters.convert import ConvertProgress
 
 
 def demo_available() -> bool:
@@ -99,7 +99,7 @@ class ModelsDialog(QDialog):
     use_model = Signal(str)
     convert_requested = Signal(object)  # ConvertJob, queued to the worker thread
     # On the GUI thread, once the dialog has shown them (the worker's own signals fire on its thread):
-    progressed = Signal(object)  # converters.convert.Progress
+    progressed = Signal(object)  # converters.convert.ConvertProgress
     conversion_ended = Signal(str, str)  # model name ("" if none), error ("" on success or cancel)
 
     def __init__(self, release_engine: Callable[[], None], parent: QWidget | None = None) -> None:
@@ -322,7 +322,7 @@ class ModelsDialog(QDialog):
             self.cancel_button.setEnabled(False)
             self._say("Cancelling…")
 
-    def _on_progress(self, p: Progress) -> None:
+    def _on_progress(self, p: ConvertProgress) -> None:
         stage = p.stage
         if stage in STAGE_NAMES:
             done, total = p.done, max(p.total, 1)

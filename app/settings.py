@@ -17,6 +17,7 @@ from PySide6.QtCore import QSettings
 from runtime.api import DEFAULT_PORT
 from runtime.decode.sampling import LLAMA_DEFAULTS, SamplingParams
 from runtime.engine.engine import ChatOptions, EngineSettings
+from runtime.engine.options import thinking_option
 from runtime.engine.tool_loop import DEFAULT_ROUNDS
 from runtime.errors import UserError
 from runtime.machine.rpc import parse_endpoints
@@ -97,7 +98,7 @@ class AppSettings:
             no_spec=not self.speculation,
             k=self.draft_length or None,
             max_tokens=self.max_tokens,
-            thinking=None if self.thinking else False,
+            thinking=thinking_option(self.thinking),
             thinking_budget=self.thinking_budget or None,
             sampling_overrides=(("seed", self.seed),) if self.seed >= 0 else (),
             sampling=None
@@ -106,7 +107,7 @@ class AppSettings:
         )
 
     def own_sampling(self) -> tuple[str, ...]:
-        """The sampling values the user set here, which win over a chat's instructions' (runtime.chat.conversation),
+        """The sampling values the user set here, which win over a chat's persona's (runtime.chat.conversation),
         as the CLI's --temp does; none while the model's own sampling is used."""
         return () if self.model_sampling else ("temperature", "top_p", "top_k")
 

@@ -1,7 +1,7 @@
 """The settings dialog: every AppSettings field with a plain-language label, in two tabs (#51): Basic (the
 speed mode, the longest answer, the look, the local API server) and Advanced (the router, drafting,
-sampling, memory and placement). "Speed mode" is the runtime's preset; the window's system-prompt presets
-are "Instructions", so no word means two things."""
+sampling, memory and placement). "Speed mode" is the runtime's speed preset; a chat's system prompt
+and sampling are its "Persona", so no word means two things."""
 
 from __future__ import annotations
 
@@ -171,9 +171,9 @@ class SettingsDialog(QDialog):
         layout.addWidget(buttons)
 
     def _show_prompts(self) -> None:
-        from runtime.engine.prompt_store import default_folder, usage
+        from runtime.engine.prompt_store import default_folder, store_usage
 
-        files, size = usage()
+        files, size = store_usage()
         self.saved_prompts.setText(f"{files} ({size / 1e6:.0f} MB) in {default_folder()}")
         self.clear_prompts.setEnabled(files > 0)
 

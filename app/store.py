@@ -26,15 +26,15 @@ from typing import Any
 
 import filelock
 
-from app.stored_messages import Conversation, StoredMessage
+from app.stored_messages import StoredConversation, StoredMessage
 from runtime.errors import UserError
 from runtime.paths import create_private, data_dir, private_dir
 
 log = logging.getLogger("specquant.app")
 
-# 2: conversations.documents (what a chat answers from). 3: conversations.preset (its system-prompt preset)
+# 2: conversations.documents (what a chat answers from). 3: conversations.preset (its persona, by its first name)
 # and conversations.model (the model it answers with). An older file is upgraded in place when opened: its
-# chats load with no documents, no preset and the window's current model. conversations.tools (whether the
+# chats load with no documents, no persona and the window's current model. conversations.tools (whether the
 # chat may call tools) and conversations.thinking (its thinking switch) came later without a new number: a
 # reader of schema 3 selects the columns it knows, so an older SpecQuant still opens a file that has them, and
 # a file without them gains them when opened; so did conversations.speed (its speed preset, #61).
@@ -54,7 +54,7 @@ CREATE TABLE IF NOT EXISTS conversations (
     created REAL NOT NULL,
     updated REAL NOT NULL,
     documents TEXT,  -- what answers come from: NULL no documents, '' every collection, else a collection's name
-    preset TEXT,  -- the system-prompt preset's name (runtime.engine.system_presets); NULL none
+    preset TEXT,  -- the persona's name (runtime.engine.personas; the column's first name kept); NULL none
     model TEXT,  -- the model the chat answers with; NULL the window's current one
     tools TEXT,  -- '1': its answers may call the Tools panel's tools; NULL they may not
     thinking TEXT,  -- '1' a thinking model thinks in this chat, '0' it does not; NULL as Settings say
@@ -227,12 +227,12 @@ class Store:
             self._lock.release()
 
     # --- conversations -----------------------------------------------------------------------------
-    def conversations(self, search: str = "") -> list[Conversation]:
+    def conversations(self, search: str = "") -> list[StoredConversation]:
         """Newest first; `search` matches the title or any message, case-insensitively."""
         with self._guard():
             return self._conversations(search)
 
-    def _conversations(self, search: str) -> list[Conversation]:
+    def _conversations(self, search: str) -> list[StoredConversation]:
         if search.strip():
             pattern = "%" + search.strip().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
             rows = self.db.execute(
@@ -243,19 +243,23 @@ class Store:
             )
         else:
             rows = self.db.execute("SELECT id, title, updated FROM conversations ORDER BY updated DESC, id DESC")
-        return [Conversation(*r) for r in rows]
+        return [StoredConversation(*r) for r in rows]
 
     def create(
-        self, title: str = "New chat", documents: str | None = None, preset: str | None = None, model: str | None = None
+        self,
+        title: str = "New chat",
+        documents: str | None = None,
+        persona: str | None = None,
+        model: str | None = None,
     ) -> int:
-        """A new conversation; `documents` is what it answers from (see `documents`), `preset` its system-prompt
-        preset and `model` the model it answers with (None: none chosen)."""
+        """A new conversation; `documents` is what it answers from (see `documents`), `persona` its persona
+        and `model` the model it answers with (None: none chosen)."""
         now = time.time()
         with self._guard():
             cur = self.db.execute(
                 "INSERT INTO conversations (title, created, updated, documents, preset, model) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
-                (title, now, now, documents, preset, model),
+                (title, now, now, documents, persona, model),
             )
         return int(cur.lastrowid)
 
@@ -290,13 +294,13 @@ class Store:
         with self._guard():
             self.db.execute("UPDATE conversations SET documents = ? WHERE id = ?", (documents, conversation_id))
 
-    def preset(self, conversation_id: int) -> str | None:
-        """The name of the conversation's system-prompt preset; None for none."""
+    def persona(self, conversation_id: int) -> str | None:
+        """The name of the conversation's persona; None for none."""
         return self._text_column("preset", conversation_id)
 
-    def set_preset(self, conversation_id: int, preset: str | None) -> None:
+    def set_persona(self, conversation_id: int, persona: str | None) -> None:
         with self._guard():
-            self.db.execute("UPDATE conversations SET preset = ? WHERE id = ?", (preset, conversation_id))
+            self.db.execute("UPDATE conversations SET preset = ? WHERE id = ?", (persona, conversation_id))
 
     def tools(self, conversation_id: int) -> bool:
         """Whether the conversation's answers may call tools (the Tools panel's "Tools in this chat")."""
@@ -320,9 +324,9 @@ class Store:
         """The speed preset this chat answers with (the composer's "Exact words" switch); None as Settings say."""
         return self._text_column("speed", conversation_id)
 
-    def set_speed(self, conversation_id: int, preset: str | None) -> None:
+    def set_speed(self, conversation_id: int, speed: str | None) -> None:
         with self._guard():
-            self.db.execute("UPDATE conversations SET speed = ? WHERE id = ?", (preset, conversation_id))
+            self.db.execute("UPDATE conversations SET speed = ? WHERE id = ?", (speed, conversation_id))
 
     def model(self, conversation_id: int) -> str | None:
         """The model the conversation last answered with (or was switched to); None if never recorded."""

@@ -15,7 +15,7 @@ CALL_FIELDS = ("id", "name", "arguments", "server", "tool", "outcome", "result",
 
 
 @dataclass(frozen=True)
-class Conversation:
+class StoredConversation:
     id: int
     title: str
     updated: float

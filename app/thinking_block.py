@@ -15,7 +15,7 @@ from PySide6.QtGui import QFont, QPalette, QTextCharFormat, QTextCursor
 from app.stored_messages import THINKING
 
 
-class TranscriptView(Protocol):
+class ThinkingHost(Protocol):
     """What the block needs of app.transcript.TranscriptView (which imports this module)."""
 
     expanded: set[str]
@@ -57,7 +57,7 @@ def heading(meta: dict[str, Any], thinking_now: bool) -> str:
     return " · ".join(parts)
 
 
-def draw(view: TranscriptView, meta: dict[str, Any], content: str, live: bool) -> None:
+def draw(view: ThinkingHost, meta: dict[str, Any], content: str, live: bool) -> None:
     """The block of an answer that thought, at the transcript's end (nothing for one that did not)."""
     thought = thought_of(meta)
     if not thought:

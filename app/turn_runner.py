@@ -69,7 +69,7 @@ class TurnRequest:
 
 
 class Sent(NamedTuple):
-    """One answer of a turn as the engine was asked for it (the preset applied, earlier calls shown)."""
+    """One answer of a turn as the engine was asked for it (the persona applied, earlier calls shown)."""
 
     messages: list[Message]
     options: ChatOptions

@@ -1,7 +1,7 @@
 """The main window: it lays out the panels (the conversation list, Documents and Tools tabs, the model bar,
 the open chat of app.chat_pane, the status bar) and hands the user's choices on. The deciding lives
 elsewhere: the chat flow in app.chat_controller, the MCP host in app.tool_host_control, the API server in
-app.api_server_control, the presets in app.preset_control, export and import in app.chat_files."""
+app.api_server_control, the personas in app.persona_control, export and import in app.chat_files."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from app.documents_worker import DocumentsJob
 from app.help_menu import guide_action
 from app.message_area import MessageArea
 from app.models_dialog import ModelsDialog
-from app.preset_control import PresetControl
-from app.presets_dialog import PresetsDialog
+from app.persona_control import PersonaControl
+from app.personas_dialog import PersonasDialog
 from app.settings import AppSettings, load_settings, save_settings
 from app.settings_dialog import SettingsDialog
 from app.stats_bar import StatsBar
@@ -31,7 +31,7 @@ from app.theme import apply_look
 from app.tool_host_control import ToolHostControl
 from app.tools_panel import ToolsPanel
 from app.widgets import ErrorBanner, fit_titles
-from app.window_panels import ChatList, Menus, ModelBar, Welcome, complete_models
+from app.window_panels import ChatList, Menus, ModelBar, Welcome, complete_model_names
 from app.window_state import WindowState, load_state, on_a_screen, save_state
 from runtime.engine.thread import EngineThread
 from runtime.models.cache import DEMO_NAME, cache_root, list_models, size_text
@@ -59,16 +59,16 @@ class MainWindow(QMainWindow):
         self.resize(1100, 720)
         fit_titles(QApplication.instance())  # every dialog as wide as its title
         self.runner = EngineThread(max_queue=API_QUEUE, calibrate_when_idle=True)  # shared with the local API server
-        self.tools, self.presets = ToolHostControl(), PresetControl()
-        self.chat = ChatController(self.store, self.runner, self.presets, self.tools, self.documents_index)
+        self.tools, self.personas = ToolHostControl(), PersonaControl()
+        self.chat = ChatController(self.store, self.runner, self.personas, self.tools, self.documents_index)
         self.api = ApiServerControl(self.runner, lambda: self.settings)
-        self.models, self.presets_dialog = ModelsDialog(self.release_engine, self), PresetsDialog(self)
+        self.models, self.personas_dialog = ModelsDialog(self.release_engine, self), PersonasDialog(self)
         self._build()
         self.menus = Menus(self, self.settings.highlight_draft, self.settings.speed_chart)
         self.pane.think_switch = self.menus.thinking_toggle
         self._connect()
         self.refresh_models()
-        self.refresh_presets()
+        self.refresh_personas()
         self._show_settings()
         if self.store.recovered_from:
             self.banner.show_error(f"The conversation history could not be read; it was kept as "
@@ -124,7 +124,7 @@ class MainWindow(QMainWindow):
         for panel, name in ((self.chats, "C&hats"), (self.documents, "&Documents"), (self.tools_panel, "T&ools")):
             self.side_tabs.addTab(panel, name)
         self.model_bar, self.banner, self.welcome = ModelBar(), ErrorBanner(), Welcome(self.models.demo_shipped)
-        self.notes = MessageArea()  # an export's path, an import, a preset file's fault: they stay until closed
+        self.notes = MessageArea()  # an export's path, an import, a presets.json fault: they stay until closed
         self.stats = StatsBar(self.statusBar())
         self.pane = ChatPane(self.chat, self.stats, self.statusBar(), self.banner, self.chats, self.tools_panel,
                              lambda: self.settings, self.notes)
@@ -164,15 +164,15 @@ class MainWindow(QMainWindow):
             (m.settings_button.clicked, self.show_settings),
             (self.banner.action, lambda act: self.setup_demo() if act == "Set up demo model" else self.show_models()),
             (self.welcome.demo_button.clicked, self.setup_demo if self.welcome.demo_shipped else self.show_models),
-            (self.composer.presets_button.clicked, self.show_presets),
+            (self.composer.personas_button.clicked, self.show_personas),
             (self.models.models_changed, self.refresh_models), (self.models.use_model, self.select_model),
-            (self.presets_dialog.presets_changed, self.refresh_presets),
+            (self.personas_dialog.personas_changed, self.refresh_personas),
             (self.pane.answer_finished, self._after_answer),
         ):
             signal.connect(slot)
 
     # --- models ------------------------------------------------------------------------------------
-    complete_models = staticmethod(complete_models)
+    complete_model_names = staticmethod(complete_model_names)
 
     def refresh_models(self) -> None:
         current = self.model_bar.refresh(self.model)
@@ -195,7 +195,7 @@ class MainWindow(QMainWindow):
 
     def _use_chat_model(self, wanted: str) -> None:
         """A chat opened anew answered with `wanted`: answer with it again, while it is among the models."""
-        if wanted in self.complete_models():
+        if wanted in self.complete_model_names():
             self._save(replace(self.settings, model=wanted))
             self.refresh_models()
         else:
@@ -254,16 +254,16 @@ class MainWindow(QMainWindow):
         if job is not None and job.verb == "add" and not job.automatic and job.collection and not failure:
             self.choose_documents(job.collection)
 
-    # --- presets, export and import -------------------------------------------------------------------
-    def refresh_presets(self) -> None:
-        """Offer the presets again; an unreadable presets.json is one status line (the shipped ones stay)."""
-        if fault := self.presets.reload():
+    # --- personas, export and import -------------------------------------------------------------------
+    def refresh_personas(self) -> None:
+        """Offer the personas again; an unreadable presets.json is one status line (the shipped ones stay)."""
+        if fault := self.personas.reload():
             self.notes.show_note(fault)
-        self.composer.show_presets(self.presets.names)
+        self.composer.show_personas(self.personas.names)
 
-    def show_presets(self) -> None:
-        self.presets_dialog.refresh()
-        _raise(self.presets_dialog)
+    def show_personas(self) -> None:
+        self.personas_dialog.refresh()
+        _raise(self.personas_dialog)
 
     def export_conversation(self) -> None:
         c = self.conversation

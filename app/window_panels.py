@@ -31,12 +31,12 @@ from app.help_menu import add_help_menu
 from app.store import Store
 from app.widgets import InputBox
 from runtime.errors import UserError
-from runtime.models.cache import DEMO_NAME, cache_root, list_models
+from runtime.models.cache import DEMO_NAME, complete_models
 
 
-def complete_models() -> list[str]:
-    """The cached models with every tier in place: those a chat can answer with."""
-    return [m.name for m in list_models(cache_root()) if m.complete]
+def complete_model_names() -> list[str]:
+    """The names of the cached models with every tier in place (runtime.models.cache.complete_models)."""
+    return [m.name for m in complete_models()]
 
 
 class ChatList(QWidget):
@@ -136,7 +136,7 @@ class ModelBar(QWidget):
     def refresh(self, wanted: str) -> str:
         """List the complete models and show the one to answer with: `wanted` while it is there, else the
         demo, else the first ("" when there is none)."""
-        names = complete_models()
+        names = complete_model_names()
         current = wanted if wanted in names else (DEMO_NAME if DEMO_NAME in names else next(iter(names), ""))
         self.model_box.clear()
         for name in names:
@@ -230,11 +230,11 @@ class StartPanel(QWidget):
 
 
 class Composer(QWidget):
-    """What this chat answers from and its system-prompt preset, then the input box with Send, Stop and
+    """What this chat answers from and its persona, then the input box with Send, Stop and
     Regenerate (its menu: answer at higher precision)."""
 
     documents_chosen = Signal(object)  # None: no documents, "": all, else a collection's name
-    preset_chosen = Signal(object)  # a preset's name, or None
+    persona_chosen = Signal(object)  # a persona's name, or None
     exact_chosen = Signal(bool)  # this chat answers with the full model's own words (the `exact` speed preset)
     regenerate = Signal(bool)  # at higher precision
 
@@ -248,13 +248,13 @@ class Composer(QWidget):
         self.answer_from.addItem("No documents", None)
         self.answer_from.addItem("All documents", "")
         self.answer_from.activated.connect(lambda i: self.documents_chosen.emit(self.answer_from.itemData(i)))
-        self.preset_box = QComboBox()
-        # "Instructions", never "preset": Settings' speed modes are the runtime's presets (#51, one word each).
-        self.preset_box.setAccessibleName("Instructions")
-        self.preset_box.setToolTip("What the assistant is told before this chat, and how it samples "
-                                   "(Manage instructions…)")
-        self.preset_box.activated.connect(lambda i: self.preset_chosen.emit(self.preset_box.itemData(i)))
-        self.presets_button = QPushButton("Manage instructions…")
+        self.persona_box = QComboBox()
+        # "Persona", never "preset": Settings' speed modes are the runtime's speed presets (#51, #62: one word each).
+        self.persona_box.setAccessibleName("Persona")
+        self.persona_box.setToolTip("What the assistant is told before this chat, and how it samples "
+                                   "(Manage personas…)")
+        self.persona_box.activated.connect(lambda i: self.persona_chosen.emit(self.persona_box.itemData(i)))
+        self.personas_button = QPushButton("Manage personas…")
         # Precision one click away (#61): the default answers as fast as a plain Q4_K_M file would here.
         self.exact_box = QCheckBox("E&xact words")
         self.exact_box.setAccessibleName("Exact words in this chat")
@@ -268,9 +268,9 @@ class Composer(QWidget):
         choice.addWidget(QLabel("&Answer from:", buddy=self.answer_from))
         choice.addWidget(self.answer_from)
         choice.addSpacing(12)
-        choice.addWidget(QLabel("&Instructions:", buddy=self.preset_box))
-        choice.addWidget(self.preset_box)
-        choice.addWidget(self.presets_button)
+        choice.addWidget(QLabel("&Persona:", buddy=self.persona_box))
+        choice.addWidget(self.persona_box)
+        choice.addWidget(self.personas_button)
         choice.addSpacing(12)
         choice.addWidget(self.exact_box)
         choice.addStretch(1)
@@ -327,19 +327,19 @@ class Composer(QWidget):
             index = box.count() - 1
         box.setCurrentIndex(index)
 
-    def show_presets(self, names: list[str]) -> None:
-        """The presets offered; the chat's own choice stays."""
-        current = self.preset_box.currentData()
-        self.preset_box.clear()
-        self.preset_box.addItem("No instructions", None)
+    def show_personas(self, names: list[str]) -> None:
+        """The personas offered; the chat's own choice stays."""
+        current = self.persona_box.currentData()
+        self.persona_box.clear()
+        self.persona_box.addItem("No persona", None)
         for name in names:
-            self.preset_box.addItem(name, name)
-        self.show_preset(current)
+            self.persona_box.addItem(name, name)
+        self.show_persona(current)
 
-    def show_preset(self, name: str | None) -> None:
-        box = self.preset_box
+    def show_persona(self, name: str | None) -> None:
+        box = self.persona_box
         index = box.findData(name) if name is not None else 0
-        if index < 0:  # a preset since deleted: still shown as the chat's, and its next answer says so
+        if index < 0:  # a persona since deleted: still shown as the chat's, and its next answer says so
             box.addItem(f"{name} (gone)", name)
             index = box.count() - 1
         box.setCurrentIndex(index)
@@ -369,7 +369,7 @@ class Menus:
         self.thinking_toggle = _act(chat, "Let the model &think before answering", w.toggle_thinking)
         self.thinking_toggle.setCheckable(True)
         self.thinking_toggle.setToolTip("For models that think aloud (Qwen3, SmolLM3, DeepSeek-R1): in this chat only")
-        _act(chat, "Manage &instructions…", w.show_presets)
+        _act(chat, "Manage &personas…", w.show_personas)
         view = bar.addMenu("&View")
         _act(view, "Zoom &in", lambda: w.zoom(+1), [QKeySequence("Ctrl++"), QKeySequence("Ctrl+=")])
         _act(view, "Zoom &out", lambda: w.zoom(-1), QKeySequence("Ctrl+-"))

@@ -22,13 +22,13 @@ class ConvertJob:
     source: str
     name: str = ""
     allow_requant: bool = False
-    download: bool = False  # a Hugging Face repo id: download it first, reporting Progress("download", bytes)
+    download: bool = False  # a Hugging Face repo id: download it first, reporting ConvertProgress("download", bytes)
 
 
 class ConvertWorker(QObject):
     """Runs `converters.convert` (its quantizer in a child process) and reports progress."""
 
-    progress = Signal(object)  # converters.convert.Progress
+    progress = Signal(object)  # converters.convert.ConvertProgress
     done = Signal(str)  # model name
     failed = Signal(str)  # a readable one-line reason; "" when cancelled
 
@@ -38,7 +38,7 @@ class ConvertWorker(QObject):
 
     @Slot(object)
     def run(self, job: ConvertJob) -> None:
-        from converters.convert import Progress, convert
+        from converters.convert import ConvertProgress, convert
         from converters.sources import download
 
         self.cancel.clear()
@@ -46,7 +46,9 @@ class ConvertWorker(QObject):
             if job.download:
                 # Its own phase, so its bytes and ETA show; convert() then finds the files in the HF cache.
                 download(
-                    job.source, lambda done, total: self.progress.emit(Progress("download", done, total)), self.cancel
+                    job.source,
+                    lambda done, total: self.progress.emit(ConvertProgress("download", done, total)),
+                    self.cancel,
                 )
             manifest = convert(
                 job.source, name=job.name or None, allow_requant=job.allow_requant, on_progress=self.progress.emit,
@@ -65,14 +67,14 @@ class ConvertWorker(QObject):
         """What each tier keeps of F16's words (runtime.plan.quality), for the model list; kept figures when the
         tiers did not change. The model is ready either way: a cancel or a failure here only leaves the figures
         for later (`specquant info` measures them when missing)."""
-        from converters.convert import Progress
+        from converters.convert import ConvertProgress
         from runtime.models.cache import ModelDir, cache_root
         from runtime.plan import quality
 
         try:
             quality.load_or_measure(
                 ModelDir(cache_root(), name),
-                progress=lambda done, total: self.progress.emit(Progress("quality", done, total)),
+                progress=lambda done, total: self.progress.emit(ConvertProgress("quality", done, total)),
                 cancel=self.cancel,
             )
         except Exception as e:  # the conversion succeeded: the figures are an extra

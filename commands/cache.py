@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     import filelock
 
-    from runtime.engine.prompt_store import DEFAULT_MAX_BYTES, clear, default_budget, default_folder, usage
+    from runtime.engine.prompt_store import DEFAULT_MAX_BYTES, clear, default_disk_budget, default_folder, store_usage
     from runtime.errors import UserError
 
     folder = default_folder()
@@ -33,8 +33,8 @@ def main(args: argparse.Namespace) -> int:
         out = {"folder": str(folder), "removed_files": files, "removed_bytes": size}
         text = f"removed {files} prompt state{'s' * (files != 1)} ({gb(size)}) from {folder}"
     else:
-        files, size = usage(folder)
-        bound = default_budget(folder)
+        files, size = store_usage(folder)
+        bound = default_disk_budget(folder)
         out = {"folder": str(folder), "files": files, "bytes": size, "max_bytes": bound}
         text = (f"prompt states: {folder}\n  {files} file{'s' * (files != 1)}, {gb(size)} of at most {gb(bound)} "
                 f"(min({gb(DEFAULT_MAX_BYTES)}, 10% of the free disk); least recently used out)\n"

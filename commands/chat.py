@@ -54,11 +54,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="passages to answer from (1-20, default 4); without it, documents that fit the context go in whole",
     )
     p.add_argument(
-        "--system-preset",
+        "--persona",
         metavar="NAME",
-        help="a system-prompt preset: its system prompt and sampling (Assistant, Concise, Coder, Teacher, Writer, "
-        "or your own in presets.json)",
+        help="a persona: its system prompt and sampling (Assistant, Concise, Coder, Teacher, Writer, or your own "
+        "in presets.json); not the speed preset, --preset",
     )
+    # The flag's old name: scripts that use it keep working, and --help shows only --persona.
+    p.add_argument("--system-preset", dest="persona", metavar="NAME", help=argparse.SUPPRESS)
     add_tool_flags(p)
     add_answer_flags(p)
 
@@ -130,7 +132,7 @@ def conversation_of(args: argparse.Namespace) -> Conversation:
         documents = DocumentChoice()
     check_tool_flags(args)
     conversation = Conversation(
-        options=options, documents=documents, speed=args.preset, persona=args.system_preset,
+        options=options, documents=documents, speed=args.preset, persona=args.persona,
         thinking=False if getattr(args, "no_thinking", False) else None,
         thinking_budget=getattr(args, "thinking_budget", None),
     )

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runtime.decode.sampling import LLAMA_DEFAULTS
-from runtime.engine.options import ChatOptions
+from runtime.engine.options import ChatOptions, thinking_option
 from runtime.errors import UserError
 from runtime.models.cache import TIERS, check_name
 from runtime.plan.placement import PLACEMENT_MODES, PlacementSettings
@@ -56,13 +56,14 @@ def add_engine_flags(p: argparse.ArgumentParser, ctx_planned: str | None = None)
 
 
 def add_answer_flags(p: argparse.ArgumentParser, unsaid: str = "") -> None:
-    """The flags of an answer: level, preset, tiers, draft, length and sampling (ChatOptions).
+    """The flags of an answer: level, speed preset, tiers, draft, length and sampling (ChatOptions).
     `unsaid` qualifies the length's default (serve: " when a request does not say")."""
     p.add_argument("--level", default=CHAT.level, choices=("auto", *LEVELS))
     p.add_argument(
         "--preset", default=CHAT.preset, choices=PRESET_NAMES,
-        help="exact: the full model's words; balanced: Q8_0's; fast: Q4_K_M's; paper: the paper's table; auto "
-        "(default): the most precise of the three that this computer measured as fast as a plain Q4_K_M file",
+        help="the speed preset: exact: the full model's words; balanced: Q8_0's; fast: Q4_K_M's; paper: the paper's "
+        "table; auto (default): the most precise of the three that this computer measured as fast as a plain "
+        "Q4_K_M file",
     )
     p.add_argument(
         "--allow-lossy", action="store_true", help="no effect (the default weighs speed first); kept for scripts"
@@ -130,7 +131,7 @@ def chat_options(args: argparse.Namespace) -> ChatOptions:
         max_tokens=args.max_tokens,
         sampling_overrides=overrides,
         grammar=_grammar(args),
-        thinking=False if getattr(args, "no_thinking", False) else None,
+        thinking=thinking_option(not getattr(args, "no_thinking", False)),
         thinking_budget=getattr(args, "thinking_budget", None),
     )
 

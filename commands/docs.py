@@ -13,7 +13,7 @@ from runtime.errors import UserError
 from runtime.terminal_text import visible
 
 if TYPE_CHECKING:  # loaded inside `main`: `specquant --help` must not open SQLite or load pypdf
-    from runtime.documents.library import Library, Progress
+    from runtime.documents.library import IndexProgress, Library
 
 NAME = "docs"
 HELP = "index documents in collections and search them"
@@ -48,7 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 BAR_WIDTH = 20
 
 
-def progress_text(p: Progress) -> str:
+def progress_text(p: IndexProgress) -> str:
     """`[########------------]  40% 812/2000 files, 3,104 chunks  notes/a.md`: the bar is the share of bytes read
     (files when their sizes are unknown), since one large PDF takes longer than a hundred notes; in the vectors
     stage `vectors [####----]  20% 640/3,104 chunks  notes/a.md`, the share of chunks embedded."""
@@ -80,7 +80,7 @@ class ProgressLine:
         self.drawn = False
         self.vectors_told = False
 
-    def __call__(self, p: Progress) -> None:
+    def __call__(self, p: IndexProgress) -> None:
         from runtime.documents.library import VECTORS
 
         now = time.monotonic()

@@ -150,10 +150,10 @@ def _quality(engine: Any, args: argparse.Namespace) -> dict[str, Any] | None:
 def _can_draft_for(model: ModelDir) -> list[str]:
     """The cached models this one can draft for (runtime.models.vocab)."""
     from runtime.models.cache import list_models
-    from runtime.models.vocab import can_draft_for
+    from runtime.models.vocab import draft_targets
 
     others = [ModelDir(m.path.parent, m.name) for m in list_models(model.root)]
-    return can_draft_for(others).get(model.name, [])
+    return draft_targets(others).get(model.name, [])
 
 
 def _call_format(engine: Any) -> CallFormat:

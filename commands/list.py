@@ -17,11 +17,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from runtime.models.vocab import can_draft_for
+    from runtime.models.vocab import draft_targets
     from runtime.plan import quality
 
     models = list_models()
-    drafts_for = can_draft_for([ModelDir(m.path.parent, m.name) for m in models])
+    drafts_for = draft_targets([ModelDir(m.path.parent, m.name) for m in models])
     if args.json:
         out = []
         for m in models:

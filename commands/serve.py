@@ -50,9 +50,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from runtime.api import server
-    from runtime.api.models import ModelRoom, complete_models
+    from runtime.api.models import ModelRoom
     from runtime.engine.thread import EngineThread
     from runtime.machine.hardware import inventory
+    from runtime.models.cache import complete_models
 
     key = args.api_key or os.environ.get("SPECQUANT_API_KEY") or None
     keepalive = server.KEEPALIVE_S if args.keep_alive is None else args.keep_alive
@@ -107,7 +108,7 @@ def serve_settings(args: argparse.Namespace, model: str, inv: Inventory) -> tupl
     of `inv` (runtime.plan.context); every model served by name answers with the same context."""
     import dataclasses
 
-    from runtime.engine.prompt_cache import default_budget
+    from runtime.engine.prompt_cache import default_ram_budget
     from runtime.models.cache import ModelDir, cache_root
     from runtime.plan.context import FLOOR_CTX, ContextPlan, plan_context
 
@@ -120,7 +121,7 @@ def serve_settings(args: argparse.Namespace, model: str, inv: Inventory) -> tupl
     root = cache_root()
     manifest = ModelDir(root, model).read_manifest() or {}
     sibling = ModelDir(root, settings.draft_model).read_manifest() if settings.draft_model else None
-    cache = default_budget() if settings.prompt_cache_bytes is None else settings.prompt_cache_bytes
+    cache = default_ram_budget() if settings.prompt_cache_bytes is None else settings.prompt_cache_bytes
     plan = plan_context(model, manifest, inv, settings.placement, cache, sibling)
     return dataclasses.replace(settings, n_ctx=plan.n_ctx), plan
 
@@ -140,7 +141,7 @@ def context_line(plan: ContextPlan) -> str:
 def _default_model(name: str | None) -> str:
     """The model for requests that name none: `--model`, else the one the runtime would pick (the only one, or
     the demo), else the first converted by name: every other is still served by name."""
-    from runtime.api.models import complete_models
+    from runtime.models.cache import complete_models
 
     try:
         return model_name(name)

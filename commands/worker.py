@@ -52,7 +52,7 @@ def main(args: argparse.Namespace) -> int:
         )
     names = ", ".join(name for name, _ in devices)
     print(f"SpecQuant worker on {ep}: {names}, {threads} threads, tensor cache {cache or 'off'} (Ctrl-C stops)")
-    thread = rpc.serve(ep, threads, devices, cache, network_cache=cache is not None)
+    thread = rpc.serve_rpc(ep, threads, devices, cache, network_cache=cache is not None)
     try:
         while thread.is_alive():
             thread.join(0.5)

@@ -48,7 +48,7 @@ DISK_MARGIN = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
-class Progress:
+class ConvertProgress:
     """One progress report: `stage` is a tier name, "hash" or "done"; `done`/`total` are bytes."""
 
     stage: str
@@ -57,7 +57,7 @@ class Progress:
     message: str = ""
 
 
-ProgressFn = Callable[[Progress], None]
+ProgressFn = Callable[[ConvertProgress], None]
 SizesFn = Callable[[dict[str, int], "dict[str, int] | None"], None]  # tier -> expected bytes; shape facts
 
 
@@ -156,7 +156,7 @@ def _convert_locked(
 ) -> dict[str, Any]:
     model.remove_partials()
     old = model.read_manifest()
-    report(Progress("hash", 0, 1, f"checking {source.path}"))
+    report(ConvertProgress("hash", 0, 1, f"checking {source.path}"))
     src_info = sources.fingerprint(source, old.get("source") if old else None)
     if old and old.get("source", {}).get("sha256") != src_info["sha256"]:
         log.warning("the source of %s changed since its last conversion: rebuilding every tier", model.name)
@@ -170,8 +170,8 @@ def _convert_locked(
                 rec["hparams"] = summarize_tier(model.tier_path(tier), tier).hparams
             model.write_manifest(old)
         for tier in TIERS:
-            report(Progress(tier, intact[tier]["bytes"], intact[tier]["bytes"], "verified, kept"))
-        report(Progress("done", 1, 1))
+            report(ConvertProgress(tier, intact[tier]["bytes"], intact[tier]["bytes"], "verified, kept"))
+        report(ConvertProgress("done", 1, 1))
         return old  # nothing changed: the files are not touched
 
     plan, reconstructed = get_plan()
@@ -195,7 +195,7 @@ def _convert_locked(
     for tier in TIERS:
         if tier in intact:
             manifest["tiers"][tier] = intact[tier]
-            report(Progress(tier, sizes[tier], sizes[tier], "verified, kept"))
+            report(ConvertProgress(tier, sizes[tier], sizes[tier], "verified, kept"))
             continue
         if tier == "f16":
             manifest["tiers"][tier] = _build_f16(model, plan, report, cancelled)
@@ -205,7 +205,7 @@ def _convert_locked(
         model.write_manifest(manifest)
     manifest["complete"] = True
     model.write_manifest(manifest)
-    report(Progress("done", 1, 1))
+    report(ConvertProgress("done", 1, 1))
     return manifest
 
 
@@ -249,8 +249,8 @@ def _build_f16(
 ) -> dict[str, Any]:
     total = plan.nbytes
     with _partial(model, "f16") as partial:
-        report(Progress("f16", 0, total, "writing"))
-        plan.write(partial, lambda done: report(Progress("f16", done, total)), cancelled)
+        report(ConvertProgress("f16", 0, total, "writing"))
+        plan.write(partial, lambda done: report(ConvertProgress("f16", done, total)), cancelled)
         check_loads(partial, cancelled)
         return _finish_tier(model, "f16", cancelled)
 
@@ -259,12 +259,12 @@ def _build_quant(
     model: ModelDir, tier: str, expected: int, report: ProgressFn, cancelled: Callable[[], bool] | None
 ) -> dict[str, Any]:
     with _partial(model, tier) as partial:
-        report(Progress(tier, 0, expected, "quantizing"))
+        report(ConvertProgress(tier, 0, expected, "quantizing"))
         quantize(
             model.tier_path("f16"),
             partial,
             tier,
-            lambda done, total: report(Progress(tier, done, total)),
+            lambda done, total: report(ConvertProgress(tier, done, total)),
             cancelled,
         )
         return _finish_tier(model, tier, cancelled)

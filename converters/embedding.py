@@ -178,7 +178,7 @@ def phantom_space(token: str, control: bool) -> str:
     return token[2:] if token.startswith("##") else _PHANTOM_SPACE + token
 
 
-def write_gguf(source: BertSource, path: Path) -> None:
+def write_embedding_gguf(source: BertSource, path: Path) -> None:
     """The GGUF of `source` at `path` (written in place: the caller makes it atomic)."""
     config = source.config
     n_layer = int(config["num_hidden_layers"])
@@ -233,7 +233,7 @@ def convert_embedding_model(dest: Path, package: Path | None = None) -> Path:
     ensure_dir(dest.parent)
     try:
         with replacing(dest) as tmp:
-            write_gguf(source, tmp)
+            write_embedding_gguf(source, tmp)
     except OSError as e:
         raise disk_error(dest, e) from None
     return dest

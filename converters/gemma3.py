@@ -72,7 +72,7 @@ def sliding_layers(config: dict[str, Any]) -> list[bool]:
     return [(i + 1) % pattern != 0 for i in range(n)]
 
 
-def check(config: dict[str, Any], path: Path) -> None:
+def check_gemma3_config(config: dict[str, Any], path: Path) -> None:
     """Refuse a Gemma 3 config that llama.cpp's gemma3 would run differently from the original."""
     n, hidden, heads = config["num_hidden_layers"], config["hidden_size"], config["num_attention_heads"]
     want = [(i + 1) % SWA_PATTERN != 0 for i in range(n)]

@@ -198,7 +198,7 @@ def check_family(config: dict[str, Any], path: Path) -> None:
         if isinstance(window, int) and window < ctx:  # llama.cpp's llama attends to the whole context
             config["max_position_embeddings"] = window
     if gemma3.is_gemma3(config):
-        gemma3.check(config, path)
+        gemma3.check_gemma3_config(config, path)
 
 
 # generation_config.json field -> (GGUFWriter method, type): the model's recommended sampling, which the
@@ -237,7 +237,7 @@ _OPTIONAL_REALS = ("rms_norm_eps", "rope_theta")
 _MAX_SIZE = 2**31 - 1
 
 
-def check_config(config: dict[str, Any], path: Path) -> None:
+def check_hf_config(config: dict[str, Any], path: Path) -> None:
     """Refuse, naming the field and its value, any size a hostile or broken config.json could use to divide by
     zero, wrap around or ask for absurd memory; and rope settings that are not positive numbers."""
     for key in _SIZES + _OPTIONAL_SIZES:
@@ -399,7 +399,7 @@ def plan_hf(directory: Path, name: str) -> F16Plan:
     config_path = directory / "config.json"
     if gemma3.is_gemma3(config):
         config = gemma3.text_config(config, config_path)
-    check_config(config, config_path)
+    check_hf_config(config, config_path)
     check_family(config, config_path)
     n_head = config["num_attention_heads"]
     n_head_kv = config.get("num_key_value_heads") or n_head

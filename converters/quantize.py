@@ -110,7 +110,7 @@ def run_llama_child(
     try:
         # Not a daemon: a daemonic process may not start the CPU-variant probe if the verdict could not be
         # cached. The child dies with its parent all the same (_watch_parent), and is killed on cancel.
-        message = child.run(
+        message = child.run_in_child(
             _child_main,
             (task, str(src), str(dst), ftype, physical_cores(), os.getpid()),
             poll=poll,

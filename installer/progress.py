@@ -32,7 +32,7 @@ def tail(log: Path, lines: int) -> str:
     return "\n".join(log.read_bytes().decode(errors="replace").splitlines()[-lines:])
 
 
-def run(
+def run_logged(
     cmd: Sequence[str],
     log: Path,
     label: str,
@@ -76,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("cmd", nargs="+", help="the command, after --")
     args = parser.parse_args(argv)
     try:
-        return run(args.cmd, args.log, args.label, tail_lines=args.tail)
+        return run_logged(args.cmd, args.log, args.label, tail_lines=args.tail)
     except OSError as e:
         if e.filename is not None and Path(e.filename) == args.log:
             print(f"progress.py: error: --log {args.log}: {e.strerror or e}", file=sys.stderr)

@@ -99,7 +99,7 @@ def check_tag(tag: str, wanted: str) -> None:
         raise UserError(f"tag {tag!r} does not match pyproject.toml's version {wanted}: tag v{wanted}, or bump it")
 
 
-def collect(t: Target, out: Path, into: Path, ver: str) -> Path:
+def collect_release_file(t: Target, out: Path, into: Path, ver: str) -> Path:
     """Copy this job's release file (and its self-test record) from build_installer.py's `out` to `into`."""
     if t.arch != this_arch():
         raise UserError(f"target {t.key} is built on {t.arch}, and this machine is {this_arch()}")
@@ -197,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_tag(args.tag, ver)
             print(f"release: tag {args.tag} matches version {ver}")
         elif args.command == "collect":
-            made = collect(target(args.target), args.out, args.into, ver)
+            made = collect_release_file(target(args.target), args.out, args.into, ver)
             print(f"release: {made}  {human(made.stat().st_size)}  sha256 {sha256(made)}")
         else:
             publish(args.folder, args.tag, ver)

@@ -87,7 +87,7 @@ def patch_tree(root: Path) -> int:
     return count
 
 
-def unpack(sdist: Path, into: Path) -> Path:
+def unpack_sdist(sdist: Path, into: Path) -> Path:
     """The sdist's top folder, unpacked under `into`."""
     try:
         with tarfile.open(sdist) as tar:

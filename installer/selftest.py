@@ -152,7 +152,7 @@ class LinuxInstall:
         return self.home / ".local/share/specquant/models"
 
 
-def unpack(tarball: Path, into: Path) -> Path:
+def unpack_tarball(tarball: Path, into: Path) -> Path:
     into.mkdir(parents=True)
     with tarfile.open(tarball) as tar:
         if hasattr(tarfile, "data_filter"):
@@ -165,7 +165,7 @@ def unpack(tarball: Path, into: Path) -> Path:
 
 def linux_install(tarball: Path, work: Path) -> LinuxInstall:
     """Unpack into an odd folder, run its install.sh for a fresh home there, and delete the unpacked copy."""
-    top = unpack(tarball, work / ODD / "unpacked")
+    top = unpack_tarball(tarball, work / ODD / "unpacked")
     home = work / ODD / "home"
     home.mkdir(parents=True)
     installed = LinuxInstall(home, home / ".local/share/specquant-app")
@@ -192,7 +192,7 @@ def kept(folder: Path, before: dict[str, int], what: str) -> None:
 def linux_reinstall(tarball: Path, installed: LinuxInstall, work: Path) -> None:
     """Install the same file again over the installed copy, as an upgrade does: the user's models stay."""
     before = files_under(installed.models)
-    top = unpack(tarball, work / ODD / "again")
+    top = unpack_tarball(tarball, work / ODD / "again")
     checked(["sh", top / "install.sh"], installed.env(), "install.sh over the installed copy")
     shutil.rmtree(top.parent)
     kept(installed.models, before, "installing again over the installed copy")

@@ -61,7 +61,7 @@ NOTARY = Secrets(
 )
 
 
-def decide(group: Secrets, env: Mapping[str, str]) -> dict[str, str] | None:
+def signing_values(group: Secrets, env: Mapping[str, str]) -> dict[str, str] | None:
     """The group's values when all are set; None when none is (the step is skipped); an error when some are."""
     values = {name: env.get(name, "") for name in group.names}
     given = [name for name, value in values.items() if value]
@@ -133,7 +133,7 @@ def sign_windows(out: Path, meta: Meta, env: Mapping[str, str]) -> Path:
         raise UserError(f"{folder} holds no specquant-app.exe: run build_installer.py --with-demo-model first")
     iscc = windows.pinned_iscc().path
     print(f"signing: compiling the setup with Inno Setup {windows.INNO_SETUP_VERSION} at {iscc}")
-    values = decide(WINDOWS, env)
+    values = signing_values(WINDOWS, env)
     if values is None:
         print(skipped(WINDOWS, env))
         return windows.compile_setup(out, meta, iscc)
@@ -168,7 +168,7 @@ def keychain_commands(p12: Path, p12_password: str, keychain_password: str) -> l
 
 
 def macos_keychain(env: Mapping[str, str]) -> None:
-    values = decide(MACOS, env)
+    values = signing_values(MACOS, env)
     if values is None:
         print(skipped(MACOS, env))
         return
@@ -195,7 +195,7 @@ def macos_notarise(out: Path, meta: Meta, env: Mapping[str, str]) -> None:
     app = out / f"{meta.name}.app"
     if not dmg.is_file():
         raise UserError(f"{dmg} was not built: run build_installer.py --with-demo-model first")
-    signing, notary = decide(MACOS, env), decide(NOTARY, env)
+    signing, notary = signing_values(MACOS, env), signing_values(NOTARY, env)
     if signing is None:
         if notary is not None:
             raise UserError(f"macOS notarisation needs a signed app, but {', '.join(MACOS.names)} are not set")

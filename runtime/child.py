@@ -72,7 +72,7 @@ def stop(proc: BaseProcess, conn: Connection, grace: float = 10.0, farewell: Any
     conn.close()
 
 
-def run(
+def run_in_child(
     target: Callable[..., Any],
     args: Sequence[Any],
     *,

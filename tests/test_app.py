@@ -273,7 +273,7 @@ def test_closing_during_an_answer_cancels_cleanly(qtbot, demo_cache: Path, tmp_p
 def test_conversion_shows_progress_and_cancel_leaves_no_partial(qtbot, isolated_cache: Path, tmp_path: Path) -> None:
     w = open_window(tmp_path)
     qtbot.addWidget(w)
-    assert not w.complete_models() and not w.welcome.isHidden()  # first run: the demo button is offered
+    assert not w.complete_model_names() and not w.welcome.isHidden()  # first run: the demo button is offered
     dialog = w.models
     with qtbot.waitSignal(dialog.progressed, timeout=30_000, check_params_cb=lambda p: p.done > 0):
         qtbot.mouseClick(w.welcome.demo_button, Qt.MouseButton.LeftButton)
@@ -282,7 +282,7 @@ def test_conversion_shows_progress_and_cancel_leaves_no_partial(qtbot, isolated_
         qtbot.mouseClick(dialog.cancel_button, Qt.MouseButton.LeftButton)
     assert "cancelled" in dialog.stage.text()
     assert not list(isolated_cache.rglob("*.partial")) and not (isolated_cache / DEMO_NAME).exists()
-    assert not w.complete_models() and not w.welcome.isHidden()  # still offered after the cancel
+    assert not w.complete_model_names() and not w.welcome.isHidden()  # still offered after the cancel
     w.close()
 
 

@@ -1,5 +1,5 @@
-"""Everyday features in the window (#43), offscreen: a system-prompt preset per chat (applied to the request,
-never stored in the chat), the presets manager, a model per chat, and export and import of a chat."""
+"""Everyday features in the window (#43), offscreen: a persona per chat (applied to the request,
+never stored in the chat), the personas manager, a model per chat, and export and import of a chat."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from app.settings import AppSettings
 from app.store import Store
 from app.window import MainWindow
 from runtime.chat.conversation import Conversation
-from runtime.engine.system_presets import find_preset
+from runtime.engine.personas import find_persona
 from runtime.errors import UserError
 from runtime.models.cache import DEMO_NAME
 from tests.test_app import ask, open_window
@@ -77,20 +77,20 @@ def open_dialog(monkeypatch: pytest.MonkeyPatch, path: Path) -> None:
     monkeypatch.setattr("app.chat_files.QFileDialog.getOpenFileName", lambda *a, **k: (str(path), ""))
 
 
-def test_a_chats_preset_reaches_the_engine_not_the_history_and_survives_reopening(
+def test_a_chats_persona_reaches_the_engine_not_the_history_and_survives_reopening(
     qtbot, demo_cache: Path, data: Path
 ) -> None:
     w = window(qtbot, data, max_tokens=8)
-    plain = answered(qtbot, w, QUESTION)  # a chat without preset, to compare with
+    plain = answered(qtbot, w, QUESTION)  # a chat without persona, to compare with
     plain_chat = w.conversation
-    assert w.composer.preset_box.currentData() is None
+    assert w.composer.persona_box.currentData() is None
 
     w.new_conversation()
-    pick(w.composer.preset_box, "Concise")  # before the first message: kept with it
-    concise = find_preset("Concise")
+    pick(w.composer.persona_box, "Concise")  # before the first message: kept with it
+    concise = find_persona("Concise")
     live = answered(qtbot, w, QUESTION)
     chat = w.conversation
-    # The request carried the preset's system prompt and its temperature, under the window's own seed …
+    # The request carried the persona's system prompt and its temperature, under the window's own seed …
     assert live.runner.sent[0].messages[0] == {"role": "system", "content": concise.system}
     assert dict(live.runner.sent[0].options.sampling_overrides) == {"temperature": 0.3, "seed": 0}
     assert plain.runner.sent[0].messages[0]["role"] == "user"
@@ -99,27 +99,27 @@ def test_a_chats_preset_reaches_the_engine_not_the_history_and_survives_reopenin
     assert live.last.stats.prompt_tokens != plain.last.stats.prompt_tokens
     # … and the history holds only what was said.
     assert [m.role for m in w.store.messages(chat)] == ["user", "assistant"]
-    assert w.store.preset(chat) == "Concise" and w.store.preset(plain_chat) is None
+    assert w.store.persona(chat) == "Concise" and w.store.persona(plain_chat) is None
     assert w.store.model(chat) == DEMO_NAME  # the model it answered with
 
     w.open_conversation(plain_chat)
-    assert w.composer.preset_box.currentData() is None
+    assert w.composer.persona_box.currentData() is None
     w.close()
     again = window(qtbot, data)
     again.open_conversation(chat)
-    assert again.composer.preset_box.currentText() == "Concise"
+    assert again.composer.persona_box.currentText() == "Concise"
     again.close()
 
 
-def test_the_users_own_sampling_settings_win_over_a_presets() -> None:
-    concise = find_preset("Concise")
+def test_the_users_own_sampling_settings_win_over_a_personas() -> None:
+    concise = find_persona("Concise")
     for settings, sampling in ((AppSettings(), concise.sampling), (AppSettings(model_sampling=False), ())):
         chat = Conversation(persona="Concise", own_sampling=settings.own_sampling())
-        preset = chat.preset()  # the model's sampling: the preset's applies; the user's own: theirs wins
-        assert preset is not None and preset.system == concise.system and preset.sampling == sampling
+        persona = chat.applied_persona()  # the model's sampling: the persona's applies; the user's own: theirs wins
+        assert persona is not None and persona.system == concise.system and persona.sampling == sampling
 
 
-def test_an_unreadable_presets_file_is_one_status_line_and_the_shipped_presets_stay(
+def test_an_unreadable_presets_file_is_one_status_line_and_the_shipped_personas_stay(
     qtbot, data: Path, tmp_path: Path
 ) -> None:
     config = tmp_path / "config"
@@ -128,16 +128,16 @@ def test_an_unreadable_presets_file_is_one_status_line_and_the_shipped_presets_s
     w = window(qtbot, data)
     line = last_note(w)
     assert "presets.json" in line and "temperature" in line and "\n" not in line
-    offered = [w.composer.preset_box.itemText(i) for i in range(w.composer.preset_box.count())]
-    assert offered == ["No instructions", "Assistant", "Concise", "Coder", "Teacher", "Writer"]
+    offered = [w.composer.persona_box.itemText(i) for i in range(w.composer.persona_box.count())]
+    assert offered == ["No persona", "Assistant", "Concise", "Coder", "Teacher", "Writer"]
     w.close()
 
 
-def test_the_presets_manager_adds_edits_and_deletes_the_users_presets(qtbot, data: Path, tmp_path: Path) -> None:
+def test_the_personas_manager_adds_edits_and_deletes_the_users_personas(qtbot, data: Path, tmp_path: Path) -> None:
     w = window(qtbot, data)
-    w.show_presets()
-    dialog = w.presets_dialog
-    # A shipped preset is read-only.
+    w.show_personas()
+    dialog = w.personas_dialog
+    # A shipped persona is read-only.
     dialog.list.setCurrentRow(1)
     assert dialog.name.text() == "Concise" and dialog.name.isReadOnly()
     assert not dialog.save_button.isEnabled() and not dialog.delete_button.isEnabled()
@@ -152,18 +152,18 @@ def test_the_presets_manager_adds_edits_and_deletes_the_users_presets(qtbot, dat
     dialog.temperature.setText("0.7")
     dialog.save_button.click()
     assert dialog.error.text() == ""
-    box = w.composer.preset_box
+    box = w.composer.persona_box
     assert "Pirate" in [box.itemText(i) for i in range(box.count())]  # the window reloaded
-    assert find_preset("Pirate").sampling == (("temperature", 0.7),)
+    assert find_persona("Pirate").sampling == (("temperature", 0.7),)
 
-    pick(w.composer.preset_box, "Pirate")  # a new chat's choice, then the preset renamed and deleted under it
+    pick(w.composer.persona_box, "Pirate")  # a new chat's choice, then the preset renamed and deleted under it
     dialog.name.setText("Corsair")
     dialog.save_button.click()
     names = [dialog.list.item(i).text() for i in range(dialog.list.count())]
     assert "Corsair" in names and "Pirate" not in names
     dialog.delete_button.click()
     assert [p["name"] for p in json.loads((tmp_path / "config" / "presets.json").read_text())["presets"]] == []
-    assert w.composer.preset_box.currentText() == "Pirate (gone)"  # the chat's choice is still shown, marked
+    assert w.composer.persona_box.currentText() == "Pirate (gone)"  # the chat's choice is still shown, marked
     dialog.new_button.click()
     dialog.name.setText("x" * 100)  # a bad name from the runtime's own check: one line, no traceback
     dialog.save_button.click()
@@ -306,10 +306,10 @@ def test_an_old_history_loads_and_keeps_its_chats(qtbot, data: Path, version: in
     w.open_conversation(1)
     assert [c.title for c in w.store.conversations()] == ["Colours"]
     assert "Red, yellow and blue." in w.transcript.toPlainText()
-    assert w.composer.preset_box.currentData() is None and w.store.model(1) is None and w.store.documents(1) is None
-    pick(w.composer.preset_box, "Teacher")
+    assert w.composer.persona_box.currentData() is None and w.store.model(1) is None and w.store.documents(1) is None
+    pick(w.composer.persona_box, "Teacher")
     w.close()
     store = Store(db)
-    assert store.preset(1) == "Teacher" and len(store.messages(1)) == 2
+    assert store.persona(1) == "Teacher" and len(store.messages(1)) == 2
     assert store.db.execute("PRAGMA user_version").fetchone()[0] == 3
     store.close()

@@ -363,9 +363,9 @@ def test_only_changes_a_sync_can_see_start_one(tmp_path: Path) -> None:
 def test_the_panel_says_words_work_while_vectors_are_computed() -> None:
     from app.documents_words import progress_line, result_line
     from app.documents_worker import DocumentsJob
-    from runtime.documents.library import VECTORS, AddResult, Progress
+    from runtime.documents.library import VECTORS, AddResult, IndexProgress
 
-    line = progress_line(Progress(1, 3, 48, 0, 0, "/notes/a.md", VECTORS, 64))
+    line = progress_line(IndexProgress(1, 3, 48, 0, 0, "/notes/a.md", VECTORS, 64))
     assert line == "Searchable by words. Computing vectors for search by meaning: 48 of 64 chunks (75%) · a.md"
     resumed = AddResult(embedded=16)  # a sync that only finished the vectors a stopped run left
     assert result_line(DocumentsJob("sync", automatic=True), resumed) == (

@@ -286,16 +286,17 @@ def visible_words(widget) -> list[str]:
 
 
 def test_one_word_for_each_thing_and_settings_in_basic_and_advanced(qtbot, tmp_path: Path, isolated_cache) -> None:
-    from app.presets_dialog import PresetsDialog
+    from app.personas_dialog import PersonasDialog
     from app.settings_dialog import SettingsDialog
 
     w = open_window(tmp_path)
     qtbot.addWidget(w)
-    # System prompts are "Instructions" everywhere in the window; "preset" is nowhere a person reads.
-    dialog, presets = SettingsDialog(w.settings, w), PresetsDialog(w)
-    for widget in (w, dialog, presets):
+    # A chat's system prompt and sampling are its "Persona" everywhere in the window, as in the CLI (--persona);
+    # "preset" is nowhere a person reads (Settings' "Speed mode" is the speed preset).
+    dialog, personas = SettingsDialog(w.settings, w), PersonasDialog(w)
+    for widget in (w, dialog, personas):
         assert not [t for t in visible_words(widget) if "preset" in t.lower()], widget
-    assert presets.windowTitle() == "Instructions" and "Manage instructions…" in visible_words(w)
+    assert personas.windowTitle() == "Personas" and {"Manage personas…", "&Persona:"} <= set(visible_words(w))
     # The settings: Basic first, with the speed mode; the technical ones under Advanced.
     assert [dialog.tabs.tabText(i) for i in range(dialog.tabs.count())] == ["&Basic", "&Advanced"]
     basic, advanced = dialog.tabs.widget(0), dialog.tabs.widget(1)

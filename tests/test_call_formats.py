@@ -23,7 +23,7 @@ from runtime.engine.call_formats import GENERIC, GRANITE, HERMES, LLAMA3, MISTRA
 from runtime.engine.engine import Engine, EngineSettings
 from runtime.engine.options import ChatOptions
 from runtime.engine.tool_loop import CallFinished, LoopFinished, ToolResult, run_tool_loop
-from runtime.engine.tools import CallParser, Tool, ToolRequest, assemble_calls, call_grammar, call_text, prepare
+from runtime.engine.tools import CallParser, Tool, ToolRequest, assemble_calls, call_grammar, call_text, prepare_tools
 from runtime.models.cache import ModelDir
 from tests.micro_model import MicroSpec, write_micro_gguf
 from tests.test_tools import ADD, GREEDY, WEATHER
@@ -75,7 +75,7 @@ def past_chat() -> list[dict[str, Any]]:
 def test_each_template_is_told_apart_and_renders_the_tools_the_past_call_and_its_result(name: str) -> None:
     fmt = detect(template(name))
     assert (fmt.name, fmt.own or fmt.tools_in_system) == FAMILIES[name]
-    shown, tools = prepare(past_chat(), ToolRequest((WEATHER, ADD)), fmt)
+    shown, tools = prepare_tools(past_chat(), ToolRequest((WEATHER, ADD)), fmt)
     prompt = Jinja2ChatFormatter(template(name), "</s>", "<s>")(messages=shown, tools=tools).prompt
     assert "get_weather" in prompt and "The weather in a city" in prompt  # the tools, in the template's words
     assert "It is 3." in prompt and "3" in prompt.split("Add 1 and 2.")[1]

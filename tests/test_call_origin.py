@@ -32,7 +32,7 @@ from runtime.engine.call_check import call_problem
 from runtime.engine.call_formats import CallFormat, call_text, detect
 from runtime.engine.markup import text_tokens
 from runtime.engine.prompt import ChatTemplates
-from runtime.engine.tools import CallDelta, Tool, ToolRequest, assemble_calls, call_lark, prepare
+from runtime.engine.tools import CallDelta, Tool, ToolRequest, assemble_calls, call_lark, prepare_tools
 from tests.micro_model import MicroSpec, write_micro_gguf
 from tests.test_tools import ADD, WEATHER
 
@@ -71,7 +71,7 @@ class Family:
     markup: dict[str, int]  # the vocabulary's markup tokens by spelling
 
     def render(self, messages: list[dict[str, Any]], request: ToolRequest = REQUEST) -> list[int]:
-        shown, tools = prepare(messages, request, self.syntax)
+        shown, tools = prepare_tools(messages, request, self.syntax)
         return ChatTemplates().render(self.parent, shown, tools)
 
     @property
@@ -221,7 +221,7 @@ def test_markup_in_tools_and_earlier_arguments_is_text(family: Family) -> None:
     if f.name == "hermes":  # Qwen's template: the prompt is the template's text exactly, escapes and all
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-        shown_chat, tools = prepare(chat(inject), hostile_tools(inject), f.syntax)
+        shown_chat, tools = prepare_tools(chat(inject), hostile_tools(inject), f.syntax)
         text = Jinja2ChatFormatter((TEMPLATES / FAMILIES["hermes"][0]).read_text(), "", "")(
             messages=shown_chat, tools=tools).prompt
         assert shown == text

@@ -16,7 +16,7 @@ from runtime.chat.turn import TurnSpec, assemble, run_turn
 from runtime.engine.answer import Chunk
 from runtime.engine.engine import Engine, EngineSettings
 from runtime.engine.options import ChatOptions
-from runtime.engine.system_presets import SystemPreset
+from runtime.engine.personas import Persona
 from runtime.engine.tool_loop import LoopFinished, RoundStarted
 from runtime.engine.tools import ToolRequest
 from runtime.mcp import ApprovalPolicy
@@ -53,9 +53,9 @@ def test_the_preset_reaches_the_model_but_not_the_stored_chat(engine: Engine) ->
         seen.append(chat)
         return engine.stream_chat(chat, options)
 
-    preset = SystemPreset("Pirate", "Answer as a pirate would.", (("temperature", 0.0),))
+    persona = Persona("Pirate", "Answer as a pirate would.", (("temperature", 0.0),))
     ask = [{"role": "user", "content": "Say hello."}]
-    end = list(run_turn(stream, TurnSpec(ask, ChatOptions(max_tokens=8), preset)))[-1]
+    end = list(run_turn(stream, TurnSpec(ask, ChatOptions(max_tokens=8), persona)))[-1]
     assert seen[0][0] == {"role": "system", "content": "Answer as a pirate would."}
     assert [m["role"] for m in end.messages] == ["user", "assistant"]
 

@@ -82,7 +82,7 @@ def test_a_question_is_about_the_documents_when_it_names_them_or_a_collection() 
 def test_a_persona_that_does_not_exist_is_one_clear_error() -> None:
     from runtime.errors import UserError
 
-    with pytest.raises(UserError, match="no system preset 'Nope': choose from Assistant"):
+    with pytest.raises(UserError, match="no persona 'Nope': choose from Assistant"):
         Conversation(persona="Nope").check()
     assert Conversation(persona="Nope").missing_persona() == "Nope"
 
@@ -120,7 +120,7 @@ def test_the_cli_the_window_and_the_api_build_the_same_turn(qtbot, demo_cache: P
     make_library(data)  # the collection `manuals`, in the user's documents index
     # The same inputs: the Concise instructions, exact words, no thinking, tools (one answer a turn, so each turn
     # is one job), a short answer; once answering from `manuals`, once an arithmetic question without documents.
-    common = ["--system-preset", "Concise", "--preset", "exact", "--no-thinking", "--max-tokens", "8"]
+    common = ["--persona", "Concise", "--preset", "exact", "--no-thinking", "--max-tokens", "8"]
     cli = []
     for question, docs in ((ABOUT_THEM, ["--docs", "manuals"]), (ARITHMETIC, [])):
         assert main(["chat", "--prompt", question, *docs, *common, "--mcp", "--max-rounds", "1"]) == 0
@@ -131,7 +131,7 @@ def test_the_cli_the_window_and_the_api_build_the_same_turn(qtbot, demo_cache: P
     window = []
     for question, docs in ((ABOUT_THEM, "manuals"), (ARITHMETIC, None)):
         w.new_conversation()
-        w.chat.unsent = Choices(documents=docs, preset="Concise", tools=True, thinking=False, speed="exact")
+        w.chat.unsent = Choices(documents=docs, persona="Concise", tools=True, thinking=False, speed="exact")
         assert ask(qtbot, w, question, timeout=ANSWER_MS)
         window.append(what_the_engine_was_asked(asked[-1]))
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import gguf
 import pytest
 
-from converters.convert import Progress, convert
+from converters.convert import ConvertProgress, convert
 from converters.gguf_to_f16 import ArrayLength, check_layout
 from runtime.decode.llama_backend import LlamaBackend, LoadOptions
 from runtime.errors import Cancelled
@@ -106,9 +106,9 @@ def test_damaged_tier_is_rebuilt(demo_model: ModelDir, isolated_cache: Path) -> 
 @pytest.mark.slow
 def test_cancel_leaves_no_tier_and_next_run_completes(stage: str, isolated_cache: Path) -> None:
     cancel = threading.Event()
-    seen: list[Progress] = []
+    seen: list[ConvertProgress] = []
 
-    def on_progress(p: Progress) -> None:
+    def on_progress(p: ConvertProgress) -> None:
         seen.append(p)
         if p.stage == stage and p.done > 0:
             cancel.set()

@@ -100,7 +100,7 @@ def test_variants_are_ranked_by_their_own_score_and_unsupported_ones_dropped(var
 def test_a_variant_whose_probe_child_is_killed_by_a_signal_is_skipped(variants: Path, tmp_path: Path) -> None:
     model = cpu_variant.write_probe_model(tmp_path / "probe.gguf")
     candidates = cpu_variant.ranked(cpu_variant.variant_libraries(variants))
-    chosen, excluded = cpu_variant.choose(candidates, lambda v: cpu_variant.probe(v.path, model))
+    chosen, excluded = cpu_variant.choose_variant(candidates, lambda v: cpu_variant.probe_variant(v.path, model))
     assert chosen is not None and chosen.name == "good"
     assert excluded == {"trap": "killed by SIGILL (Illegal instruction)"}
 
@@ -118,7 +118,7 @@ def test_the_verdict_is_cached_per_machine_and_later_starts_cost_nothing(
     def never(*args: object, **kwargs: object) -> None:
         raise AssertionError("a cached verdict ran a probe")
 
-    monkeypatch.setattr(cpu_variant, "probe", never)
+    monkeypatch.setattr(cpu_variant, "probe_variant", never)
     monkeypatch.setattr(cpu_variant, "write_probe_model", never)
     again = cpu_variant.select(variants)
     assert again[0].name == "good" and again[1] == excluded and again[3] is True

@@ -139,7 +139,7 @@ def test_progress_is_one_redrawn_line_on_a_terminal_only() -> None:
     import io
 
     from commands.docs import ProgressLine
-    from runtime.documents import Progress
+    from runtime.documents import IndexProgress
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
@@ -148,8 +148,8 @@ def test_progress_is_one_redrawn_line_on_a_terminal_only() -> None:
     term, pipe = Terminal(), io.StringIO()
     for stream in (term, pipe):
         line = ProgressLine(stream)
-        line(Progress(0, 2, 0, 0, 10, "/a.md"))
-        line(Progress(2, 2, 7, 10, 10))
+        line(IndexProgress(0, 2, 0, 0, 10, "/a.md"))
+        line(IndexProgress(2, 2, 7, 10, 10))
         line.end()
     assert pipe.getvalue() == ""
     drawn = term.getvalue()
@@ -161,22 +161,22 @@ def test_the_vectors_stage_says_search_by_words_works_then_shows_chunks_embedded
     import io
 
     from commands.docs import ProgressLine, progress_text
-    from runtime.documents import Progress
+    from runtime.documents import IndexProgress
     from runtime.documents.library import VECTORS
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
             return True
 
-    assert progress_text(Progress(0, 3, 16, 0, 0, "/a.md", VECTORS, 64)).startswith(
+    assert progress_text(IndexProgress(0, 3, 16, 0, 0, "/a.md", VECTORS, 64)).startswith(
         "vectors [#####---------------]  25% 16/64 chunks  /a.md")
     term, pipe = Terminal(), io.StringIO()
     for stream in (term, pipe):
         line = ProgressLine(stream)
-        line(Progress(2, 2, 64, 10, 10))  # the words stage's last report
-        line(Progress(0, 2, 0, 0, 0, "/a.md", VECTORS, 64))
-        line(Progress(1, 2, 32, 0, 0, "/b.md", VECTORS, 64))
-        line(Progress(2, 2, 64, 0, 0, "", VECTORS, 64))
+        line(IndexProgress(2, 2, 64, 10, 10))  # the words stage's last report
+        line(IndexProgress(0, 2, 0, 0, 0, "/a.md", VECTORS, 64))
+        line(IndexProgress(1, 2, 32, 0, 0, "/b.md", VECTORS, 64))
+        line(IndexProgress(2, 2, 64, 0, 0, "", VECTORS, 64))
         line.end()
     note = "searchable by words now; computing vectors of 64 chunks"
     logged = pipe.getvalue().splitlines()  # off a terminal: the note, then the stage's end (no redrawing)
@@ -187,11 +187,11 @@ def test_the_vectors_stage_says_search_by_words_works_then_shows_chunks_embedded
 
 def test_the_bar_follows_bytes_not_files() -> None:
     from commands.docs import progress_text
-    from runtime.documents import Progress
+    from runtime.documents import IndexProgress
 
     # One file of two done, but it was the small one: a quarter of the bytes, a quarter of the bar.
-    assert progress_text(Progress(1, 2, 3, 250, 1000, "b.pdf")).startswith("[#####---------------]  25% 1/2 files")
-    assert progress_text(Progress(1, 4, 0, 0, 0)).startswith("[#####---------------]  25% 1/4 files")  # no sizes
+    assert progress_text(IndexProgress(1, 2, 3, 250, 1000, "b.pdf")).startswith("[#####---------------]  25% 1/2 files")
+    assert progress_text(IndexProgress(1, 4, 0, 0, 0)).startswith("[#####---------------]  25% 1/4 files")  # no sizes
 
 
 def test_search_notes_chunks_without_a_vector_of_the_model(tmp_path: Path, folder: Path) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.documents.chunk import MAX_TOKENS, tokens
+from runtime.documents.chunk import MAX_TOKENS, token_estimate
 from runtime.documents.decode import decode
 from runtime.documents.extract import ExtractError, detect_format, extract
 from tests.doc_samples import FRENCH, pdf_bytes, write_docx, zip_bomb_docx
@@ -113,7 +113,7 @@ def test_chunks_stay_within_the_token_budget_and_cover_every_line() -> None:
     text = "\n".join(words for _ in range(80)) + "\n" + "x" * 5000  # one long paragraph, then one huge line
     chunks = _chunks(text.encode(), "text")
     assert len(chunks) > 5
-    assert all(tokens(c.text) <= MAX_TOKENS for c in chunks)
+    assert all(token_estimate(c.text) <= MAX_TOKENS for c in chunks)
     assert chunks[0].first_line == 1 and chunks[-1].last_line == 81
     covered = sorted({n for c in chunks for n in range(c.first_line, c.last_line + 1)})
     assert covered == list(range(1, 82))

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from runtime.documents import Library, Progress
+from runtime.documents import IndexProgress, Library
 from runtime.documents import nearest as nearest_module
 from runtime.documents.query import match_expression
 from runtime.errors import UserError
@@ -180,7 +180,7 @@ def test_chmod_000_file_gets_a_reason(lib: Library, tmp_path: Path) -> None:
 def test_a_file_deleted_during_indexing(lib: Library, tmp_path: Path) -> None:
     folder = _folder(tmp_path / "notes", 3)
 
-    def delete_note1(p: Progress) -> None:
+    def delete_note1(p: IndexProgress) -> None:
         if p.path.endswith("note1.md"):
             os.unlink(p.path)
 
@@ -193,9 +193,9 @@ def test_a_file_deleted_during_indexing(lib: Library, tmp_path: Path) -> None:
 def test_cancel_stops_between_files_and_the_next_run_resumes(lib: Library, tmp_path: Path) -> None:
     folder = _folder(tmp_path / "notes", 10)
     cancel = threading.Event()
-    seen: list[Progress] = []
+    seen: list[IndexProgress] = []
 
-    def stop_after_three(p: Progress) -> None:
+    def stop_after_three(p: IndexProgress) -> None:
         seen.append(p)
         if p.files_done == 3:
             cancel.set()

@@ -21,7 +21,7 @@ from runtime.decode.speculative import Decoding, SpecConfig, generate_steps
 from runtime.engine.engine import ChatOptions, Engine, EngineSettings
 from runtime.errors import UserError
 from runtime.models.cache import DEMO_NAME, ModelDir
-from runtime.models.vocab import can_draft_for, check_draft_model, mismatch, read_vocabulary
+from runtime.models.vocab import check_draft_model, draft_targets, mismatch, read_vocabulary
 from runtime.plan.placement import plan
 from tests.conftest import assert_one_line_error, run_cli
 from tests.micro_model import MicroSpec, write_micro_gguf
@@ -41,7 +41,7 @@ def cache(demo_cache: Path, micro_model: ModelDir) -> Path:
 def test_the_vocabulary_check_passes_for_a_micro_model_and_the_demo(cache: Path) -> None:
     micro, demo = ModelDir(cache, "micro"), ModelDir(cache, DEMO_NAME)
     check_draft_model(micro, demo)  # no error: the same vocabulary, token for token
-    assert can_draft_for([micro, demo]) == {"micro": [DEMO_NAME], DEMO_NAME: []}
+    assert draft_targets([micro, demo]) == {"micro": [DEMO_NAME], DEMO_NAME: []}
     engine = Engine(DEMO_NAME, EngineSettings(draft_model="micro"), root=cache)
     try:
         assert engine.sibling is not None and engine.sibling[0].name == "micro"
@@ -167,7 +167,7 @@ def test_the_controller_declines_a_draft_model_that_costs_more_than_it_can_save(
 
 
 def test_the_catalogue_names_the_larger_models_of_a_family() -> None:
-    from runtime.plan.catalog import can_draft_for as catalogue_drafts_for
+    from runtime.plan.catalog import draft_targets as catalogue_drafts_for
     from runtime.plan.catalog import load_catalog
 
     entries = {e.name: e for e in load_catalog()}

@@ -70,8 +70,8 @@ def test_a_kind_is_registered_once_and_forgotten_after(oracle: Kind) -> None:
     with pytest.raises(ValueError, match="already registered"):
         drafts.register(oracle, build)
     ANSWER.append(1)
-    assert any(s.kind is oracle for s in drafts.build(drafts.SpecConfig()))
-    assert not any(s.kind is oracle for s in drafts.build(drafts.SpecConfig(lookups=False)))
+    assert any(s.kind is oracle for s in drafts.build_sources(drafts.SpecConfig()))
+    assert not any(s.kind is oracle for s in drafts.build_sources(drafts.SpecConfig(lookups=False)))
 
 
 def test_the_registry_is_what_the_kinds_are_read_from() -> None:

@@ -218,7 +218,7 @@ def test_words_are_searchable_before_the_vectors_and_a_stopped_vector_stage_resu
     question = "How do I set the program up on my computer?"
     seen: list[tuple[str, int, list[str]]] = []
 
-    def watch(p: library.Progress) -> None:
+    def watch(p: library.IndexProgress) -> None:
         if p.stage == library.VECTORS and not p.finished:
             with Library(db) as reader:  # a second connection, as another process would read
                 seen.append((p.stage, _vectors(db)[0], [Path(h.path).name for h in reader.search("setup.sh")]))

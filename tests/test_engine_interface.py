@@ -106,15 +106,15 @@ def _sends_a_lot(conn: Connection) -> None:
 
 
 def test_a_child_answers_dies_hangs_or_leaves_and_each_is_said() -> None:
-    assert child.run(_answers, (21,)) == 42
-    assert len(child.run(_sends_a_lot, ())) == 4 << 20
+    assert child.run_in_child(_answers, (21,)) == 42
+    assert len(child.run_in_child(_sends_a_lot, ())) == 4 << 20
     with pytest.raises(child.ChildFailed, match=r"the probe was killed by SIGKILL") as killed:
-        child.run(_dies, (), what="the probe")
+        child.run_in_child(_dies, (), what="the probe")
     assert killed.value.signal is not None and killed.value.signal.startswith("SIGKILL")
     with pytest.raises(child.ChildFailed, match="exited with code 3"):
-        child.run(_leaves_silently, ())
+        child.run_in_child(_leaves_silently, ())
     with pytest.raises(child.ChildFailed, match="hung for 1 s"):
-        child.run(_hangs, (), timeout=1.0)
+        child.run_in_child(_hangs, (), timeout=1.0)
 
 
 def test_whatever_poll_raises_ends_the_child() -> None:
@@ -126,6 +126,6 @@ def test_whatever_poll_raises_ends_the_child() -> None:
             raise Cancelled("stopped")
 
     with pytest.raises(Cancelled):
-        child.run(_hangs, (), poll=poll)
+        child.run_in_child(_hangs, (), poll=poll)
     assert len(seen) == 4
     assert not [p for p in __import__("multiprocessing").active_children() if p.is_alive()]

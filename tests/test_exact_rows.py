@@ -50,11 +50,11 @@ def test_rows_within_the_bound_equal_one_token_decoding(demo_model: ModelDir) ->
 
 @pytest.mark.skipif(not X86, reason="the tiled and repacked K-quant kernels are x86 paths")
 def test_costs_are_measured_only_for_batches_a_verify_may_use(demo_model: ModelDir) -> None:
-    from runtime.decode.machine_costs import MachineCosts, measure
+    from runtime.decode.machine_costs import MachineCosts, measure_costs
 
     backend = load(demo_model, "q4_k_m")
     try:
-        costs = measure(backend, {}, "q4_k_m", budget_s=0.5)
+        costs = measure_costs(backend, {}, "q4_k_m", budget_s=0.5)
     finally:
         backend.close()
     assert max(costs.v) == backend.exact_rows and sorted(costs.v) == list(range(1, backend.exact_rows + 1))

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from commands import main as cli
-from converters.convert import Progress, convert
+from converters.convert import ConvertProgress, convert
 from runtime.errors import UserError
 from runtime.models.cache import ModelDir, check_name, delete_model, fsync_file, list_models
 from tests.conftest import assert_one_line_error, run_cli
@@ -477,9 +477,9 @@ def test_ctrl_c_mid_conversion_leaves_no_model_folder(tiny_gguf: bytes, tmp_path
     removed (while the cache lock is still held), and the interrupt goes on to the caller."""
     source = tmp_path / "tiny.gguf"
     source.write_bytes(tiny_gguf)
-    seen: list[Progress] = []
+    seen: list[ConvertProgress] = []
 
-    def on_progress(p: Progress) -> None:
+    def on_progress(p: ConvertProgress) -> None:
         seen.append(p)
         if p.stage == "f16" and p.done > 0:
             assert ModelDir(isolated_cache, "tiny").partial_path("f16").is_file()  # really mid-way

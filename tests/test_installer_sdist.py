@@ -24,7 +24,7 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
         archive = flavour.fetch_sdist(flavour.default_wheel_dir("cpu-all-variants").parent / "sdist", timeout=300)
     except (UserError, SpecQuantError) as e:
         pytest.skip(f"llama-cpp-python's sdist cannot be fetched here: {e}")
-    return sdist.unpack(archive, tmp_path_factory.mktemp("sdist"))
+    return sdist.unpack_sdist(archive, tmp_path_factory.mktemp("sdist"))
 
 
 def variants_in(text: str) -> list[str]:

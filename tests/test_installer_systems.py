@@ -101,7 +101,7 @@ def test_windows_programs_ask_for_the_utf8_code_page() -> None:
 
 def test_pyinstaller_keeps_the_code_page_when_it_completes_the_manifest() -> None:
     """PyInstaller adds its UAC and Common Controls entries to our manifest; the code page must survive that."""
-    python = environment.venv_python(environment.cache_dir() / "build-venv-cpu-all-variants")
+    python = environment.venv_python(environment.installer_cache_dir() / "build-venv-cpu-all-variants")
     if not python.is_file():
         pytest.skip("no build environment here: build_installer.py makes it (the slow bundle test does)")
     code = ("import sys; from PyInstaller.utils.win32 import winmanifest; "

@@ -29,7 +29,7 @@ from PySide6.QtCore import QSettings
 from app.settings import APPLICATION, ORGANIZATION
 from app.store import Store
 from runtime.documents.index import Index
-from runtime.engine import prompt_store, system_presets
+from runtime.engine import personas, prompt_store
 from runtime.paths import config_dir, data_dir
 
 if sys.argv[1] == "use":
@@ -41,8 +41,8 @@ if sys.argv[1] == "use":
     index.close()
     (data_dir() / "models" / "demo").mkdir(parents=True, exist_ok=True)
     (data_dir() / "models" / "demo" / "tier.gguf").write_bytes(b"GGUF" * 1000)
-    system_presets.preset_file().parent.mkdir(parents=True, exist_ok=True)
-    system_presets.preset_file().write_text('{"mine": "Answer briefly."}')
+    personas.persona_file().parent.mkdir(parents=True, exist_ok=True)
+    personas.persona_file().write_text('{"mine": "Answer briefly."}')
     prompt_store.default_folder().mkdir(parents=True, exist_ok=True)
     (prompt_store.default_folder() / "state.bin").write_bytes(bytes(range(256)))
     settings = QSettings(ORGANIZATION, APPLICATION)

@@ -15,7 +15,7 @@ import pytest
 from runtime.decode.llama_backend import LlamaBackend
 from runtime.engine.engine import Engine, EngineSettings
 from runtime.engine.markup import chat_tokens
-from runtime.engine.tools import OPENER, ToolRequest, prepare, syntax_for
+from runtime.engine.tools import OPENER, ToolRequest, prepare_tools, syntax_for
 from runtime.errors import UserError
 from runtime.models.cache import DEMO_NAME, ModelDir
 from tests.conftest import copy_of_demo
@@ -91,7 +91,7 @@ def check_template(engine: Engine, tools: bool) -> None:
     syntax = syntax_for(parent.metadata().get("tokenizer.chat_template"))
 
     def render(messages: list[dict]) -> list[int]:
-        shown, template_tools = prepare(messages, request, syntax)
+        shown, template_tools = prepare_tools(messages, request, syntax)
         return engine.render(parent, shown, template_tools)
 
     baseline = special_count(render(chat("Hello there.", "3")), special)
@@ -114,7 +114,7 @@ def test_a_tools_section_keeps_an_injected_call_opener_as_text(hermes: ModelDir)
         check_template(engine, tools=True)
         parent = engine.backend("f16")
         request = ToolRequest((WEATHER, ADD), "auto")
-        shown, template_tools = prepare(chat("Hi", "3"), request, syntax_for(HERMES_TEMPLATE))
+        shown, template_tools = prepare_tools(chat("Hi", "3"), request, syntax_for(HERMES_TEMPLATE))
         assert OPENER_ID in engine.render(parent, shown, template_tools)  # the template's own call is markup
     finally:
         engine.close()

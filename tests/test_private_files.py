@@ -15,7 +15,7 @@ import pytest
 
 from runtime.atomic import replacing, write_text_atomic
 from runtime.engine.prompt_cache import Identity
-from runtime.engine.prompt_store import SUFFIX, PromptStore, usage
+from runtime.engine.prompt_store import SUFFIX, PromptStore, store_usage
 from tests.conftest import run_cli, run_cli_here
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="Windows keeps the profile's ACLs")
@@ -102,7 +102,7 @@ def test_the_cache_command_says_where_and_clears(tmp_path: Path) -> None:
     assert str(store.folder) in run_cli_here("cache").stdout
     cleared = run_cli_here("cache", "clear")
     assert cleared.returncode == 0 and "removed 2 prompt states" in cleared.stdout
-    assert usage(store.folder) == (0, 0)
+    assert store_usage(store.folder) == (0, 0)
     assert "removed 0 prompt states" in run_cli_here("cache", "clear").stdout
 
 
@@ -116,5 +116,5 @@ def test_the_settings_clear_the_saved_prompts(qtbot) -> None:
     qtbot.addWidget(dialog)
     assert dialog.saved_prompts.text().startswith("1 (") and str(store.folder) in dialog.saved_prompts.text()
     dialog.clear_prompts.click()
-    assert usage(store.folder) == (0, 0)
+    assert store_usage(store.folder) == (0, 0)
     assert dialog.saved_prompts.text().startswith("0 (") and not dialog.clear_prompts.isEnabled()

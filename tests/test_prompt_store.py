@@ -16,7 +16,7 @@ import pytest
 from runtime.engine.engine import Engine, EngineSettings
 from runtime.engine.options import ChatOptions
 from runtime.engine.prompt_cache import Identity
-from runtime.engine.prompt_store import MIN_TOKENS, SUFFIX, PromptStore, decode, encode, evict
+from runtime.engine.prompt_store import MIN_TOKENS, SUFFIX, PromptStore, decode_state, encode, evict
 from runtime.models.cache import ModelDir
 
 GREEDY = ChatOptions(max_tokens=8, sampling_overrides=(("temperature", 0.0),))
@@ -77,7 +77,7 @@ def test_a_restarted_engine_restores_the_documents_from_disk_and_answers_the_sam
         damaged, again, reused = ask(micro_copy, [new_question], prompt_cache_bytes=0)
     assert again == plain[:1] and reused == [0] and damaged.prompt_store.hits == 0
     assert [r.getMessage() for r in caplog.records if "truncated" in r.getMessage()] and len(caplog.records) == 1
-    assert decode(files[0].read_bytes(), identity_of(damaged), ()) != "truncated"  # rewritten whole
+    assert decode_state(files[0].read_bytes(), identity_of(damaged), ()) != "truncated"  # rewritten whole
 
 
 def first_text(model: ModelDir, tokens: tuple[int, ...]) -> str:
@@ -100,14 +100,14 @@ def identity_of(engine: Engine) -> Identity:
 def test_a_file_is_used_only_for_its_identity_and_prompt_and_only_when_whole() -> None:
     tokens, state = tuple(range(300)), bytes(range(256)) * 4
     data = encode(identity(), tokens, 280, state)
-    assert decode(data, identity(), tokens[:280]) == (tokens, state)
-    assert decode(data, identity(party="someone else"), tokens[:280]) == (
+    assert decode_state(data, identity(), tokens[:280]) == (tokens, state)
+    assert decode_state(data, identity(party="someone else"), tokens[:280]) == (
         "made for another model file, build, context or party")
-    assert decode(data, identity(), (*tokens[:279], 7)) == "made for another prompt"
-    assert decode(data[:-1], identity(), tokens[:280]) == "truncated"
+    assert decode_state(data, identity(), (*tokens[:279], 7)) == "made for another prompt"
+    assert decode_state(data[:-1], identity(), tokens[:280]) == "truncated"
     flipped = data[:-1] + bytes([data[-1] ^ 1])
-    assert decode(flipped, identity(), tokens[:280]) == "damaged (checksum)"
-    assert decode(b"GGUF" + data[4:], identity(), tokens[:280]) == "not a SpecQuant prompt state"
+    assert decode_state(flipped, identity(), tokens[:280]) == "damaged (checksum)"
+    assert decode_state(b"GGUF" + data[4:], identity(), tokens[:280]) == "not a SpecQuant prompt state"
 
 
 def test_least_recently_used_states_go_first(tmp_path: Path) -> None:
@@ -141,9 +141,9 @@ def malformed(identity: Identity, state: bytes) -> bytes:
 def test_a_malformed_header_is_refused_not_raised() -> None:
     # n_tokens = -1 with a length that agrees: numpy read the whole tail (ValueError: buffer size must be a
     # multiple of element size), a 500 on every request with that prompt.
-    assert decode(malformed(identity(), b"\x01" * 1001), identity(), ()).startswith("damaged header")
+    assert decode_state(malformed(identity(), b"\x01" * 1001), identity(), ()).startswith("damaged header")
     data = encode(identity(), tuple(range(300)), 280, b"s" * 64)
-    assert decode(data.replace(b'"stable": 280', b'"stable": 999'), identity(), tuple(range(280))).startswith(
+    assert decode_state(data.replace(b'"stable": 280', b'"stable": 999'), identity(), tuple(range(280))).startswith(
         "damaged header")
 
 

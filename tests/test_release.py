@@ -317,7 +317,7 @@ def test_collect_takes_the_file_and_its_self_test_record(tmp_path: Path) -> None
 
 
 def test_signing_is_skipped_with_a_notice_when_no_secret_is_set() -> None:
-    assert signing.decide(signing.WINDOWS, {}) is None
+    assert signing.signing_values(signing.WINDOWS, {}) is None
     text = signing.skipped(signing.WINDOWS, {"GITHUB_ACTIONS": "true"})
     assert text.startswith("::notice title=Windows signing skipped::")
     assert "WINDOWS_CERTIFICATE" in text and "SmartScreen" in text
@@ -325,7 +325,7 @@ def test_signing_is_skipped_with_a_notice_when_no_secret_is_set() -> None:
 
 
 def test_some_secrets_without_the_others_is_a_one_line_error(tmp_path: Path) -> None:
-    values = signing.decide(signing.WINDOWS, {"WINDOWS_CERTIFICATE": "x", "WINDOWS_CERTIFICATE_PASSWORD": "y"})
+    values = signing.signing_values(signing.WINDOWS, {"WINDOWS_CERTIFICATE": "x", "WINDOWS_CERTIFICATE_PASSWORD": "y"})
     assert values == {"WINDOWS_CERTIFICATE": "x", "WINDOWS_CERTIFICATE_PASSWORD": "y"}
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WINDOWS_", "MACOS_"))}
     done = python_m("installer.signing", "macos-keychain", env={**env, "MACOS_CERTIFICATE": "abc"})

@@ -59,7 +59,7 @@ class Worker:
         deadline = time.monotonic() + 60
         while True:
             try:
-                rpc.probe(self.endpoint, timeout=2, pings=1)
+                rpc.probe_endpoint(self.endpoint, timeout=2, pings=1)
                 return
             except rpc.WorkerError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -192,7 +192,7 @@ def _serve_once(reply: bytes) -> tuple[str, threading.Thread]:
 def test_a_listener_that_is_not_a_worker_is_named() -> None:
     ep, t = _serve_once(b"HTTP/1.1 400 Bad Request\r\n\r\n")
     with pytest.raises(rpc.WorkerError, match=f"{ep} closed the connection during the RPC handshake"):
-        rpc.probe(ep, timeout=5)
+        rpc.probe_endpoint(ep, timeout=5)
     t.join(5)
 
 
@@ -200,13 +200,13 @@ def test_a_worker_of_another_protocol_version_is_named() -> None:
     # HELLO's reply: size, then major.minor.patch and the connection capabilities (ggml-rpc.cpp).
     ep, t = _serve_once((4 + 24).to_bytes(8, "little") + bytes([6, 1, 0, 0]) + bytes(24))
     with pytest.raises(rpc.WorkerError, match=f"the worker at {ep} speaks RPC protocol 6.1.0"):
-        rpc.probe(ep, timeout=5)
+        rpc.probe_endpoint(ep, timeout=5)
     t.join(5)
 
 
 def test_the_probe_measures_round_trip_and_speed(worker: Worker) -> None:
     started = time.perf_counter()
-    facts = rpc.probe(worker.endpoint, speed=True)
+    facts = rpc.probe_endpoint(worker.endpoint, speed=True)
     took = time.perf_counter() - started
     assert facts.version.startswith("7.") and facts.devices and facts.devices[0][1] > 0
     # What holds on any machine, however fast or busy: the figures are in seconds and bytes per second, and

@@ -156,7 +156,8 @@ def test_progress_restarts_for_a_second_ninja_run_and_keeps_the_whole_log(tmp_pa
     )
     out = tmp_path / "progress.txt"
     with out.open("w") as f:
-        code = progress.run([sys.executable, "-c", script], tmp_path / "build.log", "x", out=f, clock=lambda: 0.0)
+        cmd = [sys.executable, "-c", script]
+        code = progress.run_logged(cmd, tmp_path / "build.log", "x", out=f, clock=lambda: 0.0)
     assert code == 0
     assert out.read_text().splitlines() == [
         "x 25% (1 of 4), 0 s", "x 50% (2 of 4), 0 s", "x 75% (3 of 4), 0 s", "x 100% (4 of 4), 0 s",

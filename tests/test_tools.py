@@ -29,7 +29,7 @@ from runtime.engine.tools import (
     assemble_calls,
     call_grammar,
     call_text,
-    prepare,
+    prepare_tools,
     syntax_for,
 )
 from runtime.models.cache import ModelDir
@@ -245,7 +245,7 @@ def test_a_template_without_a_tools_section_gets_the_generic_prompt_and_text_his
         {"role": "tool", "tool_call_id": "c1", "content": "3"},
         {"role": "tool", "tool_call_id": "c1", "content": "again 3"},
     ]
-    shown, tools = prepare(chat, ToolRequest((ADD,)), syntax)
+    shown, tools = prepare_tools(chat, ToolRequest((ADD,)), syntax)
     assert tools is None
     assert shown[0]["content"].startswith("Be brief.\n\n") and '"name": "add"' in shown[0]["content"]
     call = OPENER + '\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n' + CLOSER
@@ -253,8 +253,8 @@ def test_a_template_without_a_tools_section_gets_the_generic_prompt_and_text_his
     assert shown[3] == {"role": "user", "content": "<tool_response>\n3\n</tool_response>\n"
                                                    "<tool_response>\nagain 3\n</tool_response>"}
     chat[2] = {**chat[2], "content": "Let me add."}
-    assert prepare(chat, ToolRequest((ADD,)), syntax)[0][2]["content"] == "Let me add.\n" + call
-    hidden, _ = prepare(chat, ToolRequest((ADD,), "none"), syntax)
+    assert prepare_tools(chat, ToolRequest((ADD,)), syntax)[0][2]["content"] == "Let me add.\n" + call
+    hidden, _ = prepare_tools(chat, ToolRequest((ADD,), "none"), syntax)
     assert hidden[0] == {"role": "system", "content": "Be brief."}  # none: the tools are not offered
 
 
@@ -268,7 +268,8 @@ def test_a_template_with_a_tools_section_renders_them_and_the_call_starts_with_i
         past = [*ASK, {"role": "assistant", "content": "", "tool_calls": [
             {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1}'}}]},
             {"role": "tool", "tool_call_id": "c1", "content": "1"}]
-        shown, tools = prepare(past, ToolRequest((ADD,)), syntax_for(parent.metadata()["tokenizer.chat_template"]))
+        syntax = syntax_for(parent.metadata()["tokenizer.chat_template"])
+        shown, tools = prepare_tools(past, ToolRequest((ADD,)), syntax)
         text = parent.detokenize(engine.render(parent, shown, tools), special=True)
         assert json.dumps(ADD.as_openai()) in text  # the template's own tools section
         assert '{"name": "add", "arguments": {"a": 1}}' in text  # arguments as an object, not a JSON string
@@ -334,7 +335,7 @@ def test_a_llama_template_renders_the_tools_and_the_call_is_the_whole_answer(lla
     try:
         decision = engine.decide(ASK[0]["content"], ChatOptions())
         parent, _ = engine.pair(decision.choice, decision.placement)
-        shown, tools = prepare(past, request, syntax_for(parent.metadata()["tokenizer.chat_template"]))
+        shown, tools = prepare_tools(past, request, syntax_for(parent.metadata()["tokenizer.chat_template"]))
         text = parent.detokenize(engine.render(parent, shown, tools), special=True)
         chunks = list(engine.stream_chat(past, ChatOptions(tools=request, sampling=GREEDY, max_tokens=96)))
     finally:

@@ -117,7 +117,7 @@ def test_a_listener_that_trickles_bytes_cannot_stretch_the_probe() -> None:
 
     def probe() -> None:
         try:
-            rpc.probe(ep, timeout=2)
+            rpc.probe_endpoint(ep, timeout=2)
         except BaseException as e:
             raised.append(e)
 
@@ -182,7 +182,7 @@ def test_a_truncated_or_foreign_cache_file_is_never_served(demo_cache: Path, tmp
         _wait_verified(cache)
         assert not big.exists() and not foreign.exists() and not (cache / f"{big.name}.tmp").exists()
         # ggml loads an entry by its name alone: with the name gone it asks the client for the whole tensor.
-        assert rpc.probe(worker.endpoint, pings=1).devices
+        assert rpc.probe_endpoint(worker.endpoint, pings=1).devices
     finally:
         worker.stop()
 
@@ -210,6 +210,6 @@ def test_the_cache_keeps_to_its_quota_oldest_first(tmp_path: Path) -> None:
 def test_the_tensor_cache_is_off_by_default_on_a_network_address() -> None:
     assert rpc.worker_cache(rpc.Endpoint("0.0.0.0", rpc.DEFAULT_PORT)) is None
     assert rpc.worker_cache(rpc.Endpoint("192.168.1.20", rpc.DEFAULT_PORT)) is None
-    assert rpc.worker_cache(rpc.Endpoint("127.0.0.1", rpc.DEFAULT_PORT)) == rpc.cache_dir()
-    assert rpc.worker_cache(rpc.Endpoint("0.0.0.0", rpc.DEFAULT_PORT), keep=True) == rpc.cache_dir()
+    assert rpc.worker_cache(rpc.Endpoint("127.0.0.1", rpc.DEFAULT_PORT)) == rpc.tensor_cache_dir()
+    assert rpc.worker_cache(rpc.Endpoint("0.0.0.0", rpc.DEFAULT_PORT), keep=True) == rpc.tensor_cache_dir()
     assert rpc.worker_cache(rpc.Endpoint("127.0.0.1", rpc.DEFAULT_PORT), keep=False) is None

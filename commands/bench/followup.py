@@ -32,7 +32,7 @@ def conversation(item: dict[str, Any]) -> dict[str, Any]:
             "new_question": item["new_question"]}
 
 
-def engines(settings: EngineSettings | None, model: str | None) -> dict[str, Engine]:
+def followup_engines(settings: EngineSettings | None, model: str | None) -> dict[str, Engine]:
     """The two engines: the RAM prompt cache on, and no cache at all. Neither uses the disk store: a
     benchmark's runs must not find each other's files (after a restart: the script)."""
     base = settings or EngineSettings()
@@ -53,7 +53,9 @@ def ask(engine: Engine, messages: list[dict[str, Any]], options: Any, cold: bool
             "text": answer.text, "token_ids": list(answer.token_ids)}
 
 
-def one_conversation(engine: Engine, conv: dict[str, Any], options: Any, cached: bool) -> dict[str, dict[str, Any]]:
+def followup_conversation(
+    engine: Engine, conv: dict[str, Any], options: Any, cached: bool
+) -> dict[str, dict[str, Any]]:
     """The three questions on one engine; `cached` False reads every prompt whole."""
     docs = [Citation(n, str(s["path"]), "bench", str(s["text"]), 0.0, heading=s.get("heading"), whole=True)
             for n, s in enumerate(conv["sources"], 1)]
@@ -74,15 +76,15 @@ def bench_followups(
     """Every conversation (`conversation`, with its id) `repeats` times on both engines (alternating which goes
     first); medians per kind."""
     options = config.options(max_tokens)
-    pair = engines(settings, model)
+    pair = followup_engines(settings, model)
     runs: list[dict[str, Any]] = []
     try:
         for mode in MODES:  # warm-up, not counted: loading, and the machine's one-time cost probe
-            one_conversation(pair[mode], items[0], replace(options, max_tokens=4), mode == "cache")
+            followup_conversation(pair[mode], items[0], replace(options, max_tokens=4), mode == "cache")
         for r in range(repeats):
             for i, item in enumerate(items):
                 order = MODES if (r + i) % 2 == 0 else MODES[::-1]
-                got = {m: one_conversation(pair[m], item, options, m == "cache") for m in order}
+                got = {m: followup_conversation(pair[m], item, options, m == "cache") for m in order}
                 for kind in KINDS:
                     rec = {"id": item["id"], "repeat": r, "kind": kind,
                            "same_tokens": got["cache"][kind]["token_ids"] == got["no_cache"][kind]["token_ids"]}
@@ -95,10 +97,10 @@ def bench_followups(
     finally:
         for e in pair.values():
             e.close()
-    return {"config": config.name, "runs": runs, "summary": summarize(runs)}
+    return {"config": config.name, "runs": runs, "summary": summarize_followup(runs)}
 
 
-def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+def summarize_followup(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Per kind and mode: median TTFT, end to end and decode speed; the cached TTFT as a share of the cached
     first question's (same conversation, same repeat) and of the uncached same question's."""
     out: dict[str, Any] = {}

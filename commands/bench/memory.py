@@ -29,10 +29,10 @@ def _child(root: str, model: str, settings: Any, config: str, prompt: str, max_t
         out.send({"error": f"{e.__class__.__name__}: {e}"})
 
 
-def measure(root: Path, model: str, settings: Any, config: str, prompt: str, max_tokens: int) -> dict[str, Any]:
+def measure_memory(root: Path, model: str, settings: Any, config: str, prompt: str, max_tokens: int) -> dict[str, Any]:
     """Peak resident memory of one configuration answering `prompt` in a fresh process, and the estimate."""
     try:  # not a daemon: its Engine may probe the CPU kernels in a child of its own
-        result = child.run(_child, (str(root), model, settings, config, prompt, max_tokens),
+        result = child.run_in_child(_child, (str(root), model, settings, config, prompt, max_tokens),
                            timeout=CHILD_TIMEOUT_S, daemon=False, what="its process")
     except child.ChildFailed as e:
         result = {"error": str(e)}

@@ -45,7 +45,7 @@ def _to_write(message: dict[str, Any]) -> bool:
     return message.get("role") == "assistant" and message.get("content") is None
 
 
-def engines(settings: EngineSettings | None, model: str | None) -> dict[str, Engine]:
+def multiturn_engines(settings: EngineSettings | None, model: str | None) -> dict[str, Engine]:
     """The engines: with suffix lookup (the default), without it, and one for plain decoding."""
     base = settings or EngineSettings()
     return {
@@ -55,7 +55,7 @@ def engines(settings: EngineSettings | None, model: str | None) -> dict[str, Eng
     }
 
 
-def one_conversation(engine: Engine, item: dict[str, Any], options: Any) -> list[dict[str, Any]]:
+def multiturn_conversation(engine: Engine, item: dict[str, Any], options: Any) -> list[dict[str, Any]]:
     """Each answer of the conversation written by `engine`, in order, with its timings and counters."""
     chat: list[dict[str, Any]] = []
     out = []
@@ -83,11 +83,11 @@ def bench_multiturn(
     """Every conversation on the three engines, `repeats` passes; per-answer records and their summary."""
     options = config.options(max_tokens)
     per_mode = {"suffix": options, "no_suffix": options, "plain": replace(options, no_spec=True)}
-    trio = engines(settings, model)
+    trio = multiturn_engines(settings, model)
     runs: list[dict[str, Any]] = []
     try:
         for mode in MODES:  # warm-up, not counted: loading, and the machine's one-time cost probe
-            one_conversation(trio[mode], {"turns": items[0]["turns"][:2]}, replace(per_mode[mode], max_tokens=4))
+            multiturn_conversation(trio[mode], {"turns": items[0]["turns"][:2]}, replace(per_mode[mode], max_tokens=4))
         for r in range(repeats):
             for e in trio.values():  # each pass starts as a new process would: nothing said before
                 e.reset_caches()
@@ -95,7 +95,7 @@ def bench_multiturn(
                     e.said.clear()
             for i, item in enumerate(items):
                 order = MODES[(r + i) % 3 :] + MODES[: (r + i) % 3]
-                got = {m: one_conversation(trio[m], item, per_mode[m]) for m in order}
+                got = {m: multiturn_conversation(trio[m], item, per_mode[m]) for m in order}
                 for n in range(len(got["plain"])):
                     rec: dict[str, Any] = {"id": item["id"], "answer": n, "repeat": r}
                     for m in MODES:
@@ -107,10 +107,10 @@ def bench_multiturn(
     finally:
         for e in trio.values():
             e.close()
-    return {"config": config.name, "runs": runs, "summary": summarize(runs)}
+    return {"config": config.name, "runs": runs, "summary": summarize_multiturn(runs)}
 
 
-def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+def summarize_multiturn(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Per mode: medians of end to end, time to first token and decode speed; the paired ratios of end to end
     to plain's (plain's latency over the mode's: above 1 is faster) with their 90% bootstrap interval; drafted
     and accepted tokens per source; answers token-identical to plain's."""

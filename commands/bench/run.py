@@ -17,7 +17,7 @@ from commands.bench.anchor import ANCHOR, LlamaCppRunner, missing_reason, tool_p
 from commands.bench.configs import DEFAULT_CONFIGS, GREEDY, LOOKUP, PLAIN_Q4, STOCK, BenchConfig, parse_config
 from commands.bench.followup import FOLLOWUP, bench_followups, format_followups
 from commands.bench.frontier import tier_quality
-from commands.bench.memory import measure as measure_memory
+from commands.bench.memory import measure_memory
 from commands.bench.multiturn import MULTITURN, bench_multiturn, format_multiturn
 from commands.bench.report import format_table, write_plots, write_report
 from commands.bench.runners import StockRunner, agreement, batch_costs, run_engine

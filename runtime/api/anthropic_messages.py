@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import uuid
 from typing import Any
 
 from runtime.api.anthropic_request import parse_count, parse_messages
@@ -23,17 +22,13 @@ from runtime.api.blocks import BlockStream, Kind, layout
 from runtime.api.dialects import Event, named
 from runtime.api.error_shapes import anthropic_body
 from runtime.api.requests import ChatCall
-from runtime.api.responses import ApiError, api_facts
+from runtime.api.responses import ApiError, api_facts, new_id
 from runtime.engine.answer import Chunk
 from runtime.engine.options import ChatOptions
 from runtime.engine.tools import CallDelta
 
 STOP_REASONS = {"max_tokens": "max_tokens", "length": "model_context_window_exceeded"}
 PING = named({"type": "ping"})  # Anthropic's keep-alive event
-
-
-def new_id() -> str:
-    return f"msg_{uuid.uuid4().hex[:24]}"
 
 
 def tool_use(call: CallDelta, whole: bool = True) -> dict[str, Any]:
@@ -65,7 +60,7 @@ def signature(thought: str) -> str:
     return "sq-" + hashlib.sha256(thought.encode("utf-8", errors="surrogatepass")).hexdigest()
 
 
-def usage(last: Chunk) -> dict[str, int]:
+def anthropic_usage(last: Chunk) -> dict[str, int]:
     return {"input_tokens": last.stats.prompt_tokens, "output_tokens": last.stats.tokens}
 
 
@@ -83,8 +78,9 @@ class Messages:
         last = chunks[-1]
         reason, sequence = stop_reason(last, any(b["type"] == "tool_use" for b in content), call.options.stop)
         return {
-            "id": new_id(), "type": "message", "role": "assistant", "model": model, "content": content,
-            "stop_reason": reason, "stop_sequence": sequence, "usage": usage(last), "specquant": api_facts(last),
+            "id": new_id("msg_"), "type": "message", "role": "assistant", "model": model, "content": content,
+            "stop_reason": reason, "stop_sequence": sequence, "usage": anthropic_usage(last),
+            "specquant": api_facts(last),
         }  # fmt: skip
 
     def stream(self, model: str, call: ChatCall) -> MessageStream:
@@ -96,7 +92,7 @@ class MessageStream(BlockStream):
 
     def __init__(self, model: str, call: ChatCall) -> None:
         super().__init__()
-        self.id, self.model, self.stops = new_id(), model, call.options.stop
+        self.id, self.model, self.stops = new_id("msg_"), model, call.options.stop
 
     def start(self, prompt_tokens: int | None) -> list[Event]:
         # Sent before the prompt is read, its length may not be known yet: message_delta's usage tells it.
@@ -131,7 +127,7 @@ class MessageStream(BlockStream):
         events = self.close_all()
         reason, sequence = stop_reason(last, self.tool_call is not None, self.stops)
         delta = {"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence},
-                 "usage": usage(last), "specquant": api_facts(last)}
+                 "usage": anthropic_usage(last), "specquant": api_facts(last)}
         return [*events, named(delta), named({"type": "message_stop"})]
 
     def failure(self, error: ApiError) -> list[Event]:

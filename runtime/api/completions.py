@@ -7,7 +7,6 @@ options as a chat; the prompt is one string; `echo`, `suffix`, `best_of` and `n`
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,7 +20,7 @@ from runtime.api.fields import (
     valid_unicode,
 )
 from runtime.api.requests import NOT_USED, ChatCall
-from runtime.api.responses import ApiError, api_facts, finish_reason, usage
+from runtime.api.responses import ApiError, api_facts, chat_usage, finish_reason
 from runtime.engine.answer import Chunk, TokenChoice
 from runtime.engine.options import ChatOptions
 
@@ -60,10 +59,6 @@ def parse_completion(body: Any, base: ChatOptions, n_ctx: int) -> ChatCall:
         changes["logprobs"] = top
     messages = [{"role": "user", "content": valid_unicode(prompt, "prompt")}]
     return ChatCall(model, messages, build_options(base, changes), stream, include_usage)
-
-
-def new_id() -> str:
-    return f"cmpl-{uuid.uuid4().hex[:24]}"
 
 
 def text_logprobs(choices: Sequence[TokenChoice], offset: int) -> dict[str, Any]:
@@ -108,6 +103,6 @@ def text_completion(
     }
     if last is not None:
         if not streamed:
-            out["usage"] = usage(last)
+            out["usage"] = chat_usage(last)
         out["specquant"] = api_facts(last)
     return out

@@ -83,7 +83,7 @@ class Chat:
         calls = [d for c in chunks for d in c.calls]
         thought = "".join(c.thinking for c in chunks)
         return responses.completion(
-            responses.new_id(), model, text, chunks[-1], None, calls, _logprobs(call, chunks), thought
+            responses.new_id("chatcmpl-"), model, text, chunks[-1], None, calls, _logprobs(call, chunks), thought
         )
 
     def stream(self, model: str, call: ChatCall) -> ChatStream:
@@ -94,7 +94,7 @@ class ChatStream:
     """A streamed chat completion: the role first, then each Chunk's text, tool-call pieces and logprobs."""
 
     def __init__(self, model: str, call: ChatCall) -> None:
-        self.id, self.created, self.model = responses.new_id(), int(time.time()), model
+        self.id, self.created, self.model = responses.new_id("chatcmpl-"), int(time.time()), model
         self.logprobs = call.options.logprobs is not None
         self.include_usage = call.include_usage
         self.called = False  # a call was made: the answer finishes with "tool_calls"
@@ -139,7 +139,7 @@ class Text:
         text = "".join(c.text for c in chunks)
         logprobs = _logprobs(call, chunks)
         lp = None if logprobs is None else completions.text_logprobs(logprobs, len(call.messages[0]["content"]))
-        return completions.text_completion(completions.new_id(), model, None, text, chunks[-1], lp)
+        return completions.text_completion(responses.new_id("cmpl-"), model, None, text, chunks[-1], lp)
 
     def stream(self, model: str, call: ChatCall) -> CompletionStream:
         return CompletionStream(model, call)
@@ -150,7 +150,7 @@ class CompletionStream:
     start, as OpenAI does)."""
 
     def __init__(self, model: str, call: ChatCall) -> None:
-        self.id, self.created, self.model = completions.new_id(), int(time.time()), model
+        self.id, self.created, self.model = responses.new_id("cmpl-"), int(time.time()), model
         self.logprobs = call.options.logprobs is not None
         self.include_usage = call.include_usage
         self.offset = len(call.messages[0]["content"])

@@ -12,14 +12,9 @@ from runtime.api.responses import ApiError
 from runtime.engine.options import EngineSettings
 from runtime.errors import UserError
 from runtime.machine.hardware import Inventory
-from runtime.models.cache import CachedModel, ModelDir, cache_root, check_name, list_models
+from runtime.models.cache import CachedModel, ModelDir, cache_root, check_name, complete_models
 from runtime.plan.placement import GB, TierSize
 from runtime.plan.residency import Residency, manifest_tiers, models_that_fit, residency
-
-
-def complete_models() -> list[Any]:
-    """The cache's complete models."""
-    return [m for m in list_models(cache_root()) if m.complete]
 
 
 def model_entry(m: Any, loaded: Collection[str] = (), n_ctx: int | None = None) -> dict[str, Any]:
@@ -36,14 +31,14 @@ def model_entry(m: Any, loaded: Collection[str] = (), n_ctx: int | None = None) 
 NAME_SHOWN = 80  # characters of a model name an error repeats: a client's 900 KB name is not echoed whole
 
 
-def shown(name: str) -> str:
+def quoted_name(name: str) -> str:
     """`name` as an error quotes it: repr'd, cut to NAME_SHOWN characters with an ellipsis."""
     return repr(name) if len(name) <= NAME_SHOWN else f"{name[:NAME_SHOWN]!r}… ({len(name):,} characters)"
 
 
 def unknown_model(name: str) -> ApiError:
     known = ", ".join(m.name for m in complete_models()) or "none"
-    return ApiError(404, f"model {shown(name)} is not in the cache (cached: {known})", "model",
+    return ApiError(404, f"model {quoted_name(name)} is not in the cache (cached: {known})", "model",
                     code="model_not_found")
 
 
@@ -62,12 +57,12 @@ class ModelRoom:
     available now, and would be unloaded to make room. Each model is judged once per manifest."""
 
     def __init__(self, inv: Inventory, settings: EngineSettings) -> None:
-        from runtime.engine.prompt_cache import default_budget
+        from runtime.engine.prompt_cache import default_ram_budget
 
         self.inv, self.settings = inv, settings
         self.budget = settings.placement.ram_budget(inv)
         cache = settings.prompt_cache_bytes
-        self.cache_bytes = default_budget() if cache is None else cache
+        self.cache_bytes = default_ram_budget() if cache is None else cache
         self._judged: dict[tuple[str, float], Residency] = {}
         self._lock = threading.Lock()  # asked from the event loop and from the parse threads
 
@@ -109,7 +104,7 @@ class ModelRoom:
         fitting = [m.name for m in complete_models() if self.of(m).fits]
         these = ", ".join(fitting) if fitting else "none of the converted models"
         raise ApiError(
-            400, f"model {shown(name)} does not fit this machine's memory ({r.why}); these fit: {these}", "model",
+            400, f"model {quoted_name(name)} does not fit this machine's memory ({r.why}); these fit: {these}", "model",
             code="model_too_large",
         )
 

@@ -15,24 +15,19 @@ docs/api.md, "Tool calls"). A thinking model's thought is a `reasoning` item bef
 from __future__ import annotations
 
 import time
-import uuid
 from dataclasses import replace
 from typing import Any
 
 from runtime.api.blocks import BlockStream, Kind, layout
 from runtime.api.dialects import Event, named
 from runtime.api.requests import ChatCall
-from runtime.api.responses import ApiError, api_facts
+from runtime.api.responses import ApiError, api_facts, new_id
 from runtime.api.responses_request import ResponsesCall, parse_responses
 from runtime.engine.answer import Chunk
 from runtime.engine.options import ChatOptions
 from runtime.engine.tools import CallDelta
 
 CUT = ("max_tokens", "length")  # stop reasons of an answer the token limit (or the context) cut short
-
-
-def new_id(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:24]}"
 
 
 def message_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
@@ -50,7 +45,7 @@ def reasoning_item(item_id: str, thought: str, status: str = "completed") -> dic
 def call_item(call: CallDelta, request: ChatCall, item_id: str | None = None, status: str = "completed"
               ) -> dict[str, Any]:
     """A call as a `function_call` item; one of a namespace tool's functions names its namespace too."""
-    item = {"type": "function_call", "id": item_id or new_id("fc"), "call_id": call.id, "name": call.name,
+    item = {"type": "function_call", "id": item_id or new_id("fc_"), "call_id": call.id, "name": call.name,
             "arguments": call.arguments, "status": status}
     namespace = request.namespaces.get(call.name or "") if isinstance(request, ResponsesCall) else None
     return item | {"namespace": namespace} if namespace else item
@@ -90,9 +85,9 @@ class Responses:
         return parse_responses(body, base, n_ctx)
 
     def whole(self, model: str, call: ChatCall, chunks: list[Chunk]) -> dict[str, Any]:
-        output = layout(chunks, lambda thought: reasoning_item(new_id("rs"), thought),
-                        lambda text: message_item(new_id("msg"), text), lambda d: call_item(d, call))
-        return response(new_id("resp"), int(time.time()), model, call, output, chunks[-1])
+        output = layout(chunks, lambda thought: reasoning_item(new_id("rs_"), thought),
+                        lambda text: message_item(new_id("msg_"), text), lambda d: call_item(d, call))
+        return response(new_id("resp_"), int(time.time()), model, call, output, chunks[-1])
 
     def stream(self, model: str, call: ChatCall) -> ResponseStream:
         return ResponseStream(model, call)
@@ -104,7 +99,7 @@ class ResponseStream(BlockStream):
 
     def __init__(self, model: str, call: ChatCall) -> None:
         super().__init__()
-        self.id, self.created, self.model, self.request = new_id("resp"), int(time.time()), model, call
+        self.id, self.created, self.model, self.request = new_id("resp_"), int(time.time()), model, call
         self.sequence = 0
         self.output: list[dict[str, Any]] = []  # the items done
         self.item = ""  # the open (or last) item's id
@@ -114,7 +109,7 @@ class ResponseStream(BlockStream):
         return [self._event("response.created", response=head), self._event("response.in_progress", response=head)]
 
     def opened(self, kind: Kind) -> list[Event]:
-        self.item = new_id({"thought": "rs", "text": "msg", "call": "fc"}[kind])
+        self.item = new_id({"thought": "rs_", "text": "msg_", "call": "fc_"}[kind])
         events = [self._event("response.output_item.added", output_index=self.index, item=self._item(kind, ""))]
         if kind == "text":
             part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}

@@ -45,11 +45,13 @@ def api_facts(last: Chunk) -> dict[str, Any]:
     return {k: v for k, v in answer_facts(last).items() if k not in PRIVATE_FACTS}
 
 
-def new_id() -> str:
-    return f"chatcmpl-{uuid.uuid4().hex[:24]}"
+def new_id(prefix: str) -> str:
+    """A response's or item's id for every dialect: `prefix` (with its separator, "chatcmpl-", "msg_", ...) and
+    24 random hex digits, as the official APIs shape theirs."""
+    return f"{prefix}{uuid.uuid4().hex[:24]}"
 
 
-def usage(last: Chunk) -> dict[str, int]:
+def chat_usage(last: Chunk) -> dict[str, int]:
     s = last.stats
     return {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.tokens, "total_tokens": s.prompt_tokens + s.tokens}
 
@@ -117,7 +119,7 @@ def completion(
                 "logprobs": None if logprobs is None else {"content": logprobs_content(logprobs)},
             }
         ],
-        "usage": usage(last),
+        "usage": chat_usage(last),
         "specquant": api_facts(last),
     }
 
@@ -156,4 +158,4 @@ def usage_chunk(piece: dict[str, Any], last: Chunk) -> dict[str, Any]:
     """`stream_options.include_usage`: after the stream's last `piece`, one like it with no choices and the
     usage (the facts are on the finishing chunk already)."""
     head = {k: piece[k] for k in ("id", "object", "created", "model")}
-    return head | {"choices": [], "usage": usage(last)}
+    return head | {"choices": [], "usage": chat_usage(last)}

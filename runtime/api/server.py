@@ -46,7 +46,7 @@ from runtime.api.dialects import CHAT, TEXT, Dialect
 from runtime.api.embeddings import Embeddings
 from runtime.api.error_shapes import error_response
 from runtime.api.guard import BrowserGuard
-from runtime.api.models import ModelRoom, complete_models, is_cached, model_entry, unknown_model
+from runtime.api.models import ModelRoom, is_cached, model_entry, unknown_model
 from runtime.api.offload import ParseThreads, TooSlow
 from runtime.api.openai_responses import RESPONSES
 from runtime.api.request_log import RequestLog
@@ -58,6 +58,7 @@ from runtime.engine.reader import JobReader
 from runtime.engine.thread import EngineThread, QueueFull
 from runtime.errors import UserError, readable
 from runtime.machine.rpc import is_loopback
+from runtime.models.cache import complete_models
 
 log = logging.getLogger("specquant.server")
 SHUTDOWN_GRACE_S = 3.0  # below uvicorn's timeout_graceful_shutdown (5 s)

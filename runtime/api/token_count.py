@@ -91,6 +91,6 @@ def count_prompt(model: str, messages: list[Message], options: ChatOptions) -> i
     template_tools = None
     if options.tools is not None:
         syntax = tools.syntax_for(parent.metadata().get("tokenizer.chat_template"))
-        shown, template_tools = tools.prepare(messages, options.tools, syntax)
+        shown, template_tools = tools.prepare_tools(messages, options.tools, syntax)
     with _lock:
         return len(_templates.render(parent, shown, template_tools, options.thinking))  # type: ignore[arg-type]

@@ -1,13 +1,13 @@
 """A conversation: everything a turn needs, owned in one place (#62). Each front end makes one from its own
-inputs and asks it for the next turn; none opens a documents library, a toolbox or a preset itself.
+inputs and asks it for the next turn; none opens a documents library, a toolbox or a persona itself.
 
     CLI flags ─┐
     window's chat (its Store records, Settings, Tools tab) ─┼─→ Conversation ─ turn() → TurnSpec → run_turn
     API request (each dialect's parse) ─┘
 
 It holds the messages said so far, its documents (`DocumentChoice`: which collection, and the one policy for
-offering `search_documents`), its speed preset (runtime.plan.policy) and its persona (a system-prompt preset,
-runtime.engine.system_presets), its thinking switch and budget, and its tools (`ToolSetup`: host, approvals,
+offering `search_documents`), its speed preset (runtime.plan.policy) and its persona (system prompt and sampling,
+runtime.engine.personas), its thinking switch and budget, and its tools (`ToolSetup`: host, approvals,
 the one switch store). `turn()` opens the turn's toolbox on the caller's thread (the documents index is used by
 one thread at a time) and closes it when the turn is over.
 """
@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 
 from runtime.chat.documents import DocumentChoice, SearchOffer, last_question
 from runtime.chat.turn import TurnSpec, assemble
-from runtime.engine.options import ChatOptions, Message
-from runtime.engine.system_presets import SystemPreset
+from runtime.engine.options import ChatOptions, Message, thinking_option
+from runtime.engine.personas import Persona
 from runtime.engine.tool_loop import DEFAULT_ROUNDS
 from runtime.errors import UserError
 
@@ -36,8 +36,8 @@ class Conversation:
     """One chat as its next turn sees it.
 
     `options`: the front end's own answer options (sampling, format, length, a pinned tier); what the fields
-    below say wins over them. `speed`: the speed preset (None: the options'). `persona`: the name of a system
-    preset among `presets` (None: the shipped ones and presets.json). `own_sampling`: the sampling fields the
+    below say wins over them. `speed`: the speed preset (None: the options'). `persona`: the name of a
+    persona among `personas` (None: the shipped ones and presets.json). `own_sampling`: the sampling fields the
     user set in `options.sampling`, which win over a persona's. `thinking`: whether a thinking model thinks
     (None: as the options say); `thinking_budget`: its tokens (None: the options'). `tools`: None, no tools."""
 
@@ -46,7 +46,7 @@ class Conversation:
     documents: DocumentChoice = field(default_factory=DocumentChoice)
     speed: str | None = None
     persona: str | None = None
-    presets: Sequence[SystemPreset] | None = None
+    personas: Sequence[Persona] | None = None
     own_sampling: tuple[str, ...] = ()
     thinking: bool | None = None
     thinking_budget: int | None = None
@@ -63,7 +63,7 @@ class Conversation:
     def question(self) -> str:
         return last_question(self.messages)
 
-    def preset(self) -> SystemPreset | None:
+    def applied_persona(self) -> Persona | None:
         """The persona as this conversation applies it (the user's own sampling over its own); None without one,
         or when the one chosen is gone (`missing_persona` says so)."""
         found = self._find_persona()
@@ -80,8 +80,8 @@ class Conversation:
     def check(self) -> None:
         """UserError for a choice that names nothing (a persona that does not exist), before any model loads."""
         if self.missing_persona():
-            names = ", ".join(p.name for p in self._presets())
-            raise UserError(f"no system preset {self.persona!r}: choose from {names}")
+            names = ", ".join(p.name for p in self._personas())
+            raise UserError(f"no persona {self.persona!r}: choose from {names}")
 
     def turn_options(self) -> ChatOptions:
         """The options of the next turn: the front end's, with this conversation's documents, speed preset and
@@ -90,7 +90,7 @@ class Conversation:
         if self.speed is not None:
             changes["preset"] = self.speed
         if self.thinking is not None:
-            changes["thinking"] = None if self.thinking else False  # None: the template's default, which thinks
+            changes["thinking"] = thinking_option(self.thinking)
         if self.thinking_budget is not None:
             changes["thinking_budget"] = self.thinking_budget
         return replace(self.options, **changes)
@@ -104,7 +104,7 @@ class Conversation:
         """The next turn, with `toolbox` (opened by `open_toolbox`; None: no tools this turn)."""
         tools = self.tools
         return TurnSpec(
-            list(self.messages), self.turn_options(), self.preset(), toolbox,
+            list(self.messages), self.turn_options(), self.applied_persona(), toolbox,
             tools.max_rounds if tools is not None else DEFAULT_ROUNDS,
             tools.first_choice if tools is not None else "auto",
         )
@@ -140,18 +140,18 @@ class Conversation:
             self.tools.host.close()
 
     # --- helpers -----------------------------------------------------------------------------------------
-    def _presets(self) -> Sequence[SystemPreset]:
-        if self.presets is None:
-            from runtime.engine.system_presets import load_presets
+    def _personas(self) -> Sequence[Persona]:
+        if self.personas is None:
+            from runtime.engine.personas import load_personas
 
-            self.presets = load_presets()
-        return self.presets
+            self.personas = load_personas()
+        return self.personas
 
-    def _find_persona(self) -> SystemPreset | None:
+    def _find_persona(self) -> Persona | None:
         if self.persona is None:
             return None
         name = self.persona.strip().casefold()
-        return next((p for p in self._presets() if p.name.casefold() == name), None)
+        return next((p for p in self._personas() if p.name.casefold() == name), None)
 
 
 def request_turn(messages: Sequence[Message], options: ChatOptions) -> tuple[list[Message], ChatOptions]:

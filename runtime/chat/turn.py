@@ -1,13 +1,13 @@
 """One turn, assembled once for every front end: the conversation so far, the options (documents to answer
-from among them), the system-prompt preset, and the toolbox (MCP and built-in tools less those switched off,
-with its approver) become one `TurnSpec`; `run_turn` answers it and yields the same events to the CLI, the
+from among them), the persona (system prompt and sampling), and the toolbox (MCP and built-in tools less those
+switched off, with its approver) become one `TurnSpec`; `run_turn` answers it and yields the same events to the CLI, the
 window and the API.
 
     TurnSpec → run_turn(stream, spec) → RoundStarted, Chunk…, [CallProposed, CallDecided, CallFinished]…,
                                          LoopFinished
 
 Without tools a turn is one round: its Chunks, then LoopFinished. With tools it is runtime.engine.tool_loop's
-loop. The preset's system prompt and sampling are applied per answer, so `LoopFinished.messages` holds only
+loop. The persona's system prompt and sampling are applied per answer, so `LoopFinished.messages` holds only
 what was said (the conversation, the answers, calls and results), as a front end stores it.
 """
 
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from runtime.engine.answer import Chunk
 from runtime.engine.options import ChatOptions, Message
-from runtime.engine.system_presets import SystemPreset, apply_preset
+from runtime.engine.personas import Persona, apply_persona
 from runtime.engine.tool_loop import (
     DEFAULT_ROUNDS,
     LoopEvent,
@@ -41,13 +41,13 @@ TurnEvent = LoopEvent
 @dataclass(frozen=True)
 class TurnSpec:
     """What one turn answers and with what: `messages` the conversation as the model reads it (earlier calls
-    and results included), `options` (documents, sampling, format), `preset` (None: none), `toolbox` (None: no
+    and results included), `options` (documents, sampling, format), `persona` (None: none), `toolbox` (None: no
     tools this turn), `max_rounds` answers at most, and the first answer's `first_choice` ("required": it
     must call)."""
 
     messages: Sequence[Message]
     options: ChatOptions
-    preset: SystemPreset | None = None
+    persona: Persona | None = None
     toolbox: McpToolbox | None = None
     max_rounds: int = DEFAULT_ROUNDS
     first_choice: str = "auto"
@@ -59,7 +59,7 @@ def run_turn(stream: Stream, spec: TurnSpec, cancel: threading.Event | None = No
     raises Cancelled."""
     cancel = cancel or threading.Event()
     chat, options = assemble(spec)
-    added = len(chat) - len(spec.messages)  # the preset's system message, left out of LoopFinished
+    added = len(chat) - len(spec.messages)  # the persona's system message, left out of LoopFinished
     if spec.toolbox is None:
         events = _one_round(stream, chat, options, cancel)
     else:
@@ -72,7 +72,7 @@ def run_turn(stream: Stream, spec: TurnSpec, cancel: threading.Event | None = No
 
 
 def assemble(spec: TurnSpec) -> tuple[list[Message], ChatOptions]:
-    """The chat and options of the turn's first answer: the preset's system prompt and sampling applied (a
+    """The chat and options of the turn's first answer: the persona's system prompt and sampling applied (a
     chat's own system message and the request's own sampling win), and, in a turn without a toolbox or
     tools of the request's own (an API client's), earlier calls and results shown but no tool offered."""
     chat = [dict(m) for m in spec.messages]
@@ -81,8 +81,8 @@ def assemble(spec: TurnSpec) -> tuple[list[Message], ChatOptions]:
                                                                for m in chat):
         # Earlier calls and results are shown to the model as its template writes them; none is offered.
         options = replace(options, tools=ToolRequest((), "none"))
-    if spec.preset is not None:  # only the request carries the preset: what is stored holds what was said
-        chat, options = apply_preset(spec.preset, chat, options)
+    if spec.persona is not None:  # only the request carries the persona: what is stored holds what was said
+        chat, options = apply_persona(spec.persona, chat, options)
     return chat, options
 
 

@@ -278,7 +278,7 @@ def _piece(vocab: int, token: int, special: bool) -> bytes:
 
 
 @dataclass(frozen=True)
-class Vocabulary:
+class GrammarVocabulary:
     """A GGUF's vocabulary without its weights, for a grammar engine (runtime.decode.grammar)."""
 
     pieces: list[bytes]  # each token's bytes, control tokens as their text
@@ -288,11 +288,11 @@ class Vocabulary:
     tokenize_fptr: int  # llama.cpp's llama_tokenize as a C function pointer (it takes vocab_ptr)
 
 
-_vocabularies: dict[Path, Vocabulary] = {}
+_vocabularies: dict[Path, GrammarVocabulary] = {}
 _vocab_lock = threading.Lock()
 
 
-def load_vocabulary(path: Path) -> Vocabulary:
+def load_vocabulary(path: Path) -> GrammarVocabulary:
     """The vocabulary of the GGUF at `path`, from a vocab-only load (no weights), cached per file. The model
     is never freed: a grammar engine calls into its vocab for the life of the process."""
     import llama_cpp
@@ -323,7 +323,7 @@ def load_vocabulary(path: Path) -> Vocabulary:
         eog = [t for t in range(n_tokens) if llama_cpp.llama_vocab_is_eog(vocab, t)]
         # The raw C function: llguidance calls it without the GIL (llama-cpp-python keeps it in `_lib`).
         tokenize = ctypes.cast(llama_cpp.llama_cpp._lib.llama_tokenize, ctypes.c_void_p).value
-        found = Vocabulary(pieces, markup, ([eos] if eos >= 0 else []) + [t for t in eog if t != eos], vocab,
+        found = GrammarVocabulary(pieces, markup, ([eos] if eos >= 0 else []) + [t for t in eog if t != eos], vocab,
                            tokenize or 0)
         _vocabularies[path] = found
         return found

@@ -149,7 +149,7 @@ def _greedy(backend: LlamaBackend, tokens: list[int]) -> tuple[np.ndarray, float
     return rows.argmax(axis=1), time.perf_counter() - t
 
 
-def measure(
+def measure_costs(
     parent: LlamaBackend, drafts: Mapping[str, LlamaBackend], parent_name: str = "f16", budget_s: float = BUDGET_S
 ) -> MachineCosts:
     """Measure the costs (module docstring). Leaves every cache empty."""
@@ -205,7 +205,7 @@ def measure(
     )
 
 
-def load_or_measure(
+def load_or_measure_costs(
     folder: Path,
     key: Mapping[str, Any],
     parent: Callable[[], LlamaBackend],
@@ -231,7 +231,7 @@ def load_or_measure(
     log.info("measuring this machine's costs for %s (once; a few seconds)", folder.name)
     if before_measuring is not None:
         before_measuring()
-    costs = measure(parent(), drafts(), parent_name)
+    costs = measure_costs(parent(), drafts(), parent_name)
     entries: dict[str, Any] = {}
     try:  # keep other parents' entries measured under the same key
         cached = json.loads(path.read_text(encoding="utf-8"))

@@ -34,7 +34,7 @@ from runtime.decode.constraint import Constraint
 from runtime.decode.controller import NGRAM as NGRAM  # read from here by tests/test_controller.py
 from runtime.decode.controller import Controller, CycleOutcome, Offer
 from runtime.decode.draft_source import Context, DraftSource, Proposal
-from runtime.decode.drafts import SpecConfig, build
+from runtime.decode.drafts import SpecConfig, build_sources
 from runtime.decode.drafts.budget_close import ThoughtBudget
 from runtime.decode.llama_backend import LlamaBackend
 from runtime.decode.sampling import SamplingParams, pick, sample, verify_sampled, warp
@@ -141,7 +141,7 @@ class Decoding:
         `fields` as they are."""
         spec = spec or SpecConfig()
         controller = controller or Controller(fixed_k=spec.k)
-        sources = build(spec, draft, draft_name, said, party, sibling, thought)
+        sources = build_sources(spec, draft, draft_name, said, party, sibling, thought)
         return cls(sources=sources, controller=controller, **fields)
 
 

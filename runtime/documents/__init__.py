@@ -12,6 +12,6 @@ docs/documents.md describes the formats, the chunking, the index's tables and it
 """
 
 from runtime.documents.embed import Embedder
-from runtime.documents.library import AddResult, FileRecord, Hit, Library, Progress
+from runtime.documents.library import AddResult, FileRecord, Hit, IndexProgress, Library
 
-__all__ = ["AddResult", "Embedder", "FileRecord", "Hit", "Library", "Progress"]
+__all__ = ["AddResult", "Embedder", "FileRecord", "Hit", "IndexProgress", "Library"]

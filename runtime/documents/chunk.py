@@ -31,7 +31,7 @@ class Passage:
     last_line: int | None = None
 
 
-def tokens(text: str) -> int:
+def token_estimate(text: str) -> int:
     """The token estimate: ceil(characters / 4)."""
     return -(-len(text) // CHARS_PER_TOKEN)
 
@@ -45,7 +45,7 @@ def chunk_blocks(blocks: list[Block], join_headings: bool = False, deadline: Dea
     size = 0
     for block in (piece for b in blocks for piece in _cut(b)):
         deadline.check()
-        n = tokens(block.text)
+        n = token_estimate(block.text)
         if group and (
             block.page != group[0].page
             or (not join_headings and block.heading != group[-1].heading and not _lead_in(group, size, block))
@@ -87,7 +87,7 @@ def _join(group: list[Block], join_headings: bool) -> Passage:
 def _cut(block: Block) -> list[Block]:
     """A block over MAX_TOKENS as pieces of about TARGET_TOKENS: whole lines where it has them, each piece
     keeping its own line range."""
-    if tokens(block.text) <= MAX_TOKENS:
+    if token_estimate(block.text) <= MAX_TOKENS:
         return [block]
     limit = TARGET_TOKENS * CHARS_PER_TOKEN
     pieces: list[Block] = []

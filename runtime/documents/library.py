@@ -32,9 +32,9 @@ from runtime.documents.index import Index
 from runtime.documents.nearest import Snapshot, nearest
 from runtime.documents.query import fuse, query_terms
 from runtime.documents.reading import UNKNOWN, read_found, within_roots
-from runtime.documents.records import VECTORS, WORDS, AddResult, FileRecord, Hit, Progress  # noqa: F401 (theirs too)
+from runtime.documents.records import VECTORS, WORDS, AddResult, FileRecord, Hit, IndexProgress  # noqa: F401 (theirs too)
 from runtime.documents.vectors import embed_missing
-from runtime.documents.walk import MAX_FILE_BYTES, Found, Refused, shown, walk
+from runtime.documents.walk import MAX_FILE_BYTES, Found, Refused, display_path, walk
 from runtime.errors import Cancelled, UserError
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ class Library:
         self,
         paths: Iterable[str | os.PathLike[str]],
         collection: str = DEFAULT_COLLECTION,
-        progress: Callable[[Progress], None] | None = None,
+        progress: Callable[[IndexProgress], None] | None = None,
         cancel: threading.Event | None = None,
         vector_seconds: float | None = None,
     ) -> AddResult:
@@ -103,7 +103,7 @@ class Library:
             raise UserError("give a file or folder to add")
         for root in roots:
             if not os.path.lexists(root):
-                raise UserError(f"no such file or folder: {shown(root)}")
+                raise UserError(f"no such file or folder: {display_path(root)}")
         self._walked = {}  # this run's walk only: a file saved anew since an earlier walk has a new inode
         cid = self.index.collection_id(name, create=True)
         assert cid is not None
@@ -117,7 +117,7 @@ class Library:
     def sync(
         self,
         collection: str | None = None,
-        progress: Callable[[Progress], None] | None = None,
+        progress: Callable[[IndexProgress], None] | None = None,
         cancel: threading.Event | None = None,
         vector_seconds: float | None = None,
     ) -> AddResult:
@@ -145,14 +145,14 @@ class Library:
         raw = os.fsencode(os.path.abspath(os.path.expanduser(os.fspath(path))))
         files, roots = self.index.remove_path(raw, cid)
         if not files and not roots:
-            raise UserError(f"{shown(raw)} is not in the documents index")
+            raise UserError(f"{display_path(raw)} is not in the documents index")
         return files
 
     def list_files(self, collection: str | None = None) -> list[FileRecord]:
         cid = self._collections(collection)[0][0] if collection is not None else None
         return [
             FileRecord(
-                shown(r["path"]),
+                display_path(r["path"]),
                 r["collection"],
                 r["state"],
                 r["chunks"],
@@ -192,7 +192,7 @@ class Library:
                 continue
             name, path, text, heading, page, first, last = rows[chunk_id]
             lines = (first, last) if first is not None else None
-            hits.append(Hit(shown(path), float(f"{score:.6g}"), text, name, page, lines, heading))
+            hits.append(Hit(display_path(path), float(f"{score:.6g}"), text, name, page, lines, heading))
         return hits
 
     def full_texts(self, collection: str | None, max_chars: int) -> list[tuple[str, str]] | None:
@@ -203,7 +203,7 @@ class Library:
         cid = self._collections(collection)[0][0] if collection is not None else None
         if self.index.whole_chars(cid) > max_chars:  # counted in SQL: a large collection is not read
             return None
-        texts = [(shown(path), text) for path, text in self.index.texts(cid)]
+        texts = [(display_path(path), text) for path, text in self.index.texts(cid)]
         return texts if sum(len(text) for _, text in texts) <= max_chars else None  # grown since it was counted
 
     def _current(self) -> Snapshot:
@@ -249,7 +249,7 @@ class Library:
         self.index.mark(cid, [(os.fsencode(f.path), f.format, f.size, f.mtime_ns) for f in found])
         self._walked.update((os.fsencode(f.path), f.identity) for f in found)
         self.index.refuse(cid, [(os.fsencode(r.path), r.reason) for r in refused])
-        result.errors += [(shown(r.path), r.reason) for r in refused]
+        result.errors += [(display_path(r.path), r.reason) for r in refused]
         if prune:
             seen = {os.fsencode(item.path) for item in (*found, *refused)}
             gone = [r["id"] for r in self.index.files(cid) if r["path"] not in seen and not os.path.lexists(r["path"])]
@@ -258,7 +258,7 @@ class Library:
         return True
 
     def _index_pending(
-        self, result: AddResult, progress: Callable[[Progress], None] | None, cancel: threading.Event | None,
+        self, result: AddResult, progress: Callable[[IndexProgress], None] | None, cancel: threading.Event | None,
         vector_seconds: float | None = None,
     ) -> None:
         """Every pending file (in any collection: a run that was killed is finished here), one transaction each;
@@ -269,7 +269,7 @@ class Library:
         roots: dict[int, list[bytes]] = {}
         for n, (fid, raw, fmt, size, sha, chunks, cid) in enumerate(todo):
             if progress is not None:
-                progress(Progress(n, len(todo), result.chunks, done_bytes, total, shown(raw)))
+                progress(IndexProgress(n, len(todo), result.chunks, done_bytes, total, display_path(raw)))
             if cancel is not None and cancel.is_set():  # after the report: a cancel from its callback counts now
                 result.cancelled = True
                 return
@@ -282,19 +282,19 @@ class Library:
                 return
             done_bytes += size or 0
         if progress is not None:
-            progress(Progress(len(todo), len(todo), result.chunks, total, total))
+            progress(IndexProgress(len(todo), len(todo), result.chunks, total, total))
         self._embed_missing(result, progress, cancel, vector_seconds)
 
     def _embed_missing(
-        self, result: AddResult, progress: Callable[[Progress], None] | None, cancel: threading.Event | None,
+        self, result: AddResult, progress: Callable[[IndexProgress], None] | None, cancel: threading.Event | None,
         seconds: float | None,
     ) -> None:
         """The VECTORS stage (runtime.documents.vectors: each distinct text once, within each file's budget)."""
         if self.embedder is None:
             return
 
-        def report(files_done: int, files_total: int, chunks_done: int, path: str, total: int) -> Progress:
-            return Progress(files_done, files_total, chunks_done, 0, 0, path, VECTORS, total)
+        def report(files_done: int, files_total: int, chunks_done: int, path: str, total: int) -> IndexProgress:
+            return IndexProgress(files_done, files_total, chunks_done, 0, 0, path, VECTORS, total)
 
         embed_missing(self.index, self.embedder, result, progress, cancel, report, seconds)
 
@@ -333,7 +333,7 @@ class Library:
             chunks = extract(read.data, fmt, os.path.basename(path), Deadline(self.max_file_seconds)).chunks
         except ExtractError as e:
             if self.index.finish(fid, read.size, read.mtime_ns, sha, None, error=str(e)):
-                result.errors.append((shown(path), str(e)))
+                result.errors.append((display_path(path), str(e)))
             return
         # Words only: the vectors follow once every file is searchable by its words (_embed_missing).
         if self.index.finish(fid, read.size, read.mtime_ns, sha, chunks):
@@ -351,4 +351,4 @@ class Library:
 
     def _failed(self, fid: int, path: str, reason: str, result: AddResult) -> None:
         if self.index.finish(fid, None, None, None, None, error=reason):
-            result.errors.append((shown(path), reason))
+            result.errors.append((display_path(path), reason))

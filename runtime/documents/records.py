@@ -8,12 +8,12 @@ from typing import Any
 
 from runtime.documents.walk import Passed
 
-WORDS = "words"  # Progress.stage: files read and chunked, their words indexed (BM25): searchable from here on
-VECTORS = "vectors"  # Progress.stage: the chunks' vectors computed, a few at a time, for hybrid search
+WORDS = "words"  # IndexProgress.stage: files read and chunked, their words indexed (BM25): searchable from here on
+VECTORS = "vectors"  # IndexProgress.stage: the chunks' vectors computed, a few at a time, for hybrid search
 
 
 @dataclass(frozen=True)
-class Progress:
+class IndexProgress:
     """Where indexing is. In the WORDS stage: files and chunks done, and bytes (the sizes of the files to do)
     as the time's measure. In the VECTORS stage: files and chunks given their vectors, of `chunks_total`."""
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from runtime.documents.walk import shown
+from runtime.documents.walk import display_path
 from runtime.errors import Cancelled
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ def embed_missing(
     for fid, raw, _ in index.unembedded(model):
         rows, distinct = budgeted(index, fid, index.chunks_without_vectors(fid, model))
         if distinct > MAX_FILE_VECTORS and index.note(fid, keyword_only(distinct)):
-            result.keyword_only.append(shown(raw))
+            result.keyword_only.append(display_path(raw))
         if rows:
             todo.append((fid, raw, rows))
     total = sum(len(rows) for _, _, rows in todo)
@@ -106,7 +106,7 @@ def embed_missing(
     for n, (fid, raw, rows) in enumerate(todo):
         for start in range(0, len(rows), VECTOR_COMMIT):
             if progress is not None:
-                progress(progress_of(n, len(todo), done, shown(raw), total))
+                progress(progress_of(n, len(todo), done, display_path(raw), total))
             if cancel is not None and cancel.is_set():
                 result.cancelled = True
                 return

@@ -16,7 +16,7 @@ from runtime.documents.extract import detect_format
 MAX_FILE_BYTES = 100 * 1000 * 1000
 
 
-def shown(path: str | bytes) -> str:
+def display_path(path: str | bytes) -> str:
     """A path for people and JSON: bytes that are not UTF-8 (a name from another system) as U+FFFD."""
     raw = path if isinstance(path, bytes) else os.fsencode(path)
     return raw.decode("utf-8", errors="replace")
@@ -128,7 +128,7 @@ def _link(path: str, top: str) -> Refused | None:
         return Refused(path, f"broken link: {e.strerror or e}")
     target = os.path.realpath(path)
     if not _within(target, top):
-        return Refused(path, f"link points outside the added folder, to {shown(target)}")
+        return Refused(path, f"link points outside the added folder, to {display_path(target)}")
     if stat.S_ISDIR(st.st_mode) and _within(os.path.realpath(os.path.dirname(path)), target):
         return Refused(path, "symlink loop: it leads back to a folder above it")
     return None

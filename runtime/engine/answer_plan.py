@@ -133,7 +133,7 @@ def prepare(
         prompt, dropped = prompts.raw_prompt(parent, messages[-1]["content"], reserve), 0
     elif options.tools is not None:
         syntax = tools.syntax_for(parent.metadata().get("tokenizer.chat_template"))
-        shown, template_tools = tools.prepare(messages, options.tools, syntax)
+        shown, template_tools = tools.prepare_tools(messages, options.tools, syntax)
         prompt, dropped = prompts.fit_context(
             model.render, parent, shown, reserve, cancel, template_tools, options.trim, options.thinking
         )
@@ -192,7 +192,7 @@ def thought_plan(parent: LlamaBackend, prompt: Sequence[int], options: ChatOptio
     # where the prompt opened a thought.
     opened = options.grammar is None and thinking.opens_thought(parent.detokenize(prompt[-8:], special=True), syntax)
     room = min(options.max_tokens, parent.n_ctx - len(prompt))
-    budget = options.thinking_budget if options.thinking_budget is not None else thinking.default_budget(room)
+    budget = options.thinking_budget if options.thinking_budget is not None else thinking.default_thought_budget(room)
     if options.thinking is False:  # a template that cannot switch thinking off: the thought closes at once
         budget = 0
     close = tuple(parent.tokenize(syntax.close + "\n\n", add_bos=False, special=True))

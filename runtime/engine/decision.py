@@ -60,10 +60,10 @@ def decide(
     sibling = sibling if choice.draft is not None or choice.ngram else None  # plain decoding: no draft model
     pinned = options.parent is not None
     plan = plan_precision(hardware, dict(tiers), choice.parent, choice.draft, placement, pinned, sibling)
-    return Decision(route, fit(choice, plan), plan)
+    return Decision(route, fit_choice(choice, plan), plan)
 
 
-def fit(choice: Choice, placement: Plan) -> Choice:
+def fit_choice(choice: Choice, placement: Plan) -> Choice:
     """The choice as the plan allows it: a less precise parent, or no draft, when memory is short."""
     draft = placement.draft.tier if placement.draft is not None else None
     if (placement.parent.tier, draft) == (choice.parent, choice.draft):

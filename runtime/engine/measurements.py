@@ -13,7 +13,7 @@ from typing import Any
 
 from runtime.decode.controller import Estimates
 from runtime.decode.llama_backend import LlamaBackend
-from runtime.decode.machine_costs import MachineCosts, load_or_measure
+from runtime.decode.machine_costs import MachineCosts, load_or_measure_costs
 from runtime.errors import readable
 from runtime.models.cache import atomic_write_text
 
@@ -83,10 +83,12 @@ class Measurements:
 
         key = self.key()
         tell = self.on_measuring
-        costs, cached = load_or_measure(self.folder, key, lambda: self.loaded(parent), backends, parent, refresh, tell)
+        costs, cached = load_or_measure_costs(
+            self.folder, key, lambda: self.loaded(parent), backends, parent, refresh, tell
+        )
         if not all(d in costs.c for d in drafts):  # cached for other drafts than these: measure all of them
             tiers = sorted(set(drafts) | set(costs.c))
-            costs, cached = load_or_measure(self.folder, key, lambda: self.loaded(parent), backends, parent, True,
+            costs, cached = load_or_measure_costs(self.folder, key, lambda: self.loaded(parent), backends, parent, True,
                                             tell)
         self._costs[parent] = costs
         if not cached:

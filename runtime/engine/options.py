@@ -58,7 +58,9 @@ class ChatOptions:
     documents: Grounding | None = None
     # A thinking model's thought (runtime.engine.thinking): on/off where the template can switch it (Qwen3's
     # enable_thinking; None: the template's default; off elsewhere closes the thought at once), and its budget
-    # in tokens after which the thought is closed (None: 3/4 of what the answer may use).
+    # in tokens after which the thought is closed (None: 3/4 of what the answer may use). A front end's own
+    # switch (the window's, a chat's, --no-thinking) becomes this field through `thinking_option` only; True
+    # is an API client's explicit enable_thinking, passed to the template as it was asked.
     thinking: bool | None = None
     thinking_budget: int | None = None
 
@@ -74,6 +76,12 @@ class ChatOptions:
         if self.draft_window is not None and self.draft_window < 0:
             raise UserError(f"draft window {self.draft_window} must be 0 (off) or more tokens")
         replace(self.sampling or LLAMA_DEFAULTS, **dict(self.sampling_overrides))  # bad values fail here
+
+
+def thinking_option(on: bool) -> bool | None:
+    """A front end's thinking switch as `ChatOptions.thinking`: on leaves the template's default, which thinks
+    (None, so the prompt is rendered as the template renders it unasked); off is False."""
+    return None if on else False
 
 
 @dataclass(frozen=True)

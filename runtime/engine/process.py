@@ -130,7 +130,7 @@ class EngineProcess(Answers):
     def _workers_up(self) -> bool:
         try:
             for ep in self.settings.rpc:
-                rpc.probe(ep, timeout=2.0, pings=1)
+                rpc.probe_endpoint(ep, timeout=2.0, pings=1)
         except rpc.WorkerError:
             self._local_since = time.monotonic()
             return False
@@ -239,7 +239,7 @@ class EngineProcess(Answers):
         self._proc.join(1)
         for ep in self.settings.rpc:
             try:
-                rpc.probe(ep, timeout=2.0, pings=1)
+                rpc.probe_endpoint(ep, timeout=2.0, pings=1)
             except rpc.WorkerError as e:
                 return rpc.WorkerError(f"the answer stopped: {e}")
         names = ", ".join(self.settings.rpc)

@@ -29,7 +29,7 @@ class ChatTemplates:
         self, parent: LlamaBackend, messages: Sequence[Message], tools: list[dict[str, Any]] | None = None,
         think: bool | None = None,
     ) -> list[int]:
-        """The chat as prompt tokens; `tools` for a template with a tools section (runtime.engine.tools.prepare),
+        """The chat as prompt tokens; `tools` for a template with a tools section (runtime.engine.tools.prepare_tools),
         `think` as the template's `enable_thinking` where it reads one (None: the template's default)."""
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 

@@ -24,7 +24,7 @@ MIN_TOKENS = 16  # a shorter prefix costs less to read again than to keep
 MIN_LOST = 64
 
 
-def default_budget() -> int:
+def default_ram_budget() -> int:
     """min(1 GiB, 10% of available RAM): room for a few long chats without pushing the tiers out of RAM."""
     import psutil
 
@@ -85,7 +85,7 @@ class PromptCache:
     """Saved KV states, least recently used first, within `max_bytes` (0: off)."""
 
     def __init__(self, max_bytes: int | None = None) -> None:
-        self.max_bytes = default_budget() if max_bytes is None else max(0, max_bytes)
+        self.max_bytes = default_ram_budget() if max_bytes is None else max(0, max_bytes)
         self._entries: OrderedDict[int, CachedPrompt] = OrderedDict()
         self._next = 0
         self.hits = 0

@@ -101,7 +101,7 @@ class PromptStore:
         except OSError as e:
             log.warning("prompt state %s unreadable, not used: %s", path, e)
             return None
-        found = decode(data, identity, prefix)
+        found = decode_state(data, identity, prefix)
         if isinstance(found, str):
             self.drop(path, found)
             return None
@@ -167,7 +167,7 @@ class PromptStore:
         try:
             private_dir(self.folder)
             if self.max_bytes < 0:
-                self.max_bytes = default_budget(self.folder)
+                self.max_bytes = default_disk_budget(self.folder)
             data = encode(identity, tokens, stable, state)
             if len(data) > self.max_bytes:
                 return
@@ -179,7 +179,7 @@ class PromptStore:
             log.warning("prompt state not saved in %s: %s", self.folder, e)
 
 
-def default_budget(folder: Path) -> int:
+def default_disk_budget(folder: Path) -> int:
     """min(4 GiB, 10% of the free space where the states go)."""
     import shutil
 
@@ -188,7 +188,7 @@ def default_budget(folder: Path) -> int:
     return min(DEFAULT_MAX_BYTES, shutil.disk_usage(folder).free // 10)
 
 
-def usage(folder: Path | None = None) -> tuple[int, int]:
+def store_usage(folder: Path | None = None) -> tuple[int, int]:
     """How many prompt states `folder` (default: the user's) holds, and their bytes."""
     files = sizes(folder or default_folder())
     return len(files), sum(files.values())
@@ -244,7 +244,7 @@ def encode(identity: Identity, tokens: Sequence[int], stable: int, state: bytes)
     return b"".join([MAGIC, struct.pack("<I", len(header)), header, body, state])
 
 
-def decode(data: bytes, identity: Identity, prefix: Sequence[int]) -> tuple[tuple[int, ...], bytes] | str:
+def decode_state(data: bytes, identity: Identity, prefix: Sequence[int]) -> tuple[tuple[int, ...], bytes] | str:
     """The tokens and state in `data`, or why they must not be used (never an exception: any file may be
     damaged, or written by someone else)."""
     if not data.startswith(MAGIC) or len(data) < len(MAGIC) + 4:

@@ -58,7 +58,7 @@ def budget_for(effort: str | int | None) -> int | None:
     raise UserError(f"unknown reasoning_effort {effort!r}: choose {', '.join(EFFORT_BUDGETS)} or a token count")
 
 
-def default_budget(room: int) -> int:
+def default_thought_budget(room: int) -> int:
     """The thought's budget when none is asked: three quarters of the tokens the answer may use (the lesser
     of max_tokens and the context left), so a model that never closes its thought still gets to answer."""
     return max(1, room * 3 // 4)

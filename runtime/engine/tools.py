@@ -118,7 +118,7 @@ CallSyntax = CallFormat  # the name the engine and the answer plan use
 syntax_for = detect
 
 
-def prepare(
+def prepare_tools(
     messages: Sequence[dict[str, Any]], request: ToolRequest, syntax: CallSyntax
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
     """The chat and the `tools` argument for the template. With `choice: none` the tools are not shown (the

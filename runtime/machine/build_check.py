@@ -30,7 +30,7 @@ def check_build(n_threads: int = 2) -> str | None:
         return str(e)
     with tempfile.TemporaryDirectory(prefix="specquant-cpu-probe-") as tmp:
         model = cpu_variant.write_probe_model(Path(tmp) / "probe.gguf")
-        return cpu_variant.probe(None, model, n_threads, prepare=_load_kernels)
+        return cpu_variant.probe_variant(None, model, n_threads, prepare=_load_kernels)
 
 
 def main(argv: list[str]) -> int:

@@ -109,7 +109,7 @@ def _unload(lib: ctypes.CDLL) -> None:
             _ctypes.dlclose(lib._handle)  # type: ignore[attr-defined]
 
 
-def score(path: Path) -> int:
+def variant_score(path: Path) -> int:
     """The variant's own score for this CPU, as ggml's loader asks it (CPUID checks only, no kernels run)."""
     try:
         lib = ctypes.CDLL(str(path))
@@ -126,7 +126,7 @@ def score(path: Path) -> int:
     return value
 
 
-def ranked(paths: Sequence[Path], score_of: Callable[[Path], int] = score) -> list[Variant]:
+def ranked(paths: Sequence[Path], score_of: Callable[[Path], int] = variant_score) -> list[Variant]:
     """The variants this CPU claims to run, best first (ties by name, so the order is stable)."""
     scored = [Variant(variant_name(p), p, score_of(p)) for p in paths]
     return sorted((v for v in scored if v.score > 0), key=lambda v: (-v.score, v.name))
@@ -301,7 +301,7 @@ def decode_probe(model: str, mparams: Any, n_threads: int, last_error: Callable[
     return ""
 
 
-def probe(
+def probe_variant(
     library: Path | None,
     model: Path,
     n_threads: int = 2,
@@ -312,13 +312,14 @@ def probe(
     child; otherwise why not, in a few words."""
     name = "" if library is None else str(library)
     try:
-        message = child.run(_probe_child, (name, str(model), n_threads, prepare), timeout=timeout, what="its probe")
+        args = (name, str(model), n_threads, prepare)
+        message = child.run_in_child(_probe_child, args, timeout=timeout, what="its probe")
     except child.ChildFailed as e:
         return f"killed by {e.signal}" if e.signal else str(e)
     return message or None
 
 
-def choose(
+def choose_variant(
     candidates: Sequence[Variant], probe_one: Callable[[Variant], str | None]
 ) -> tuple[Variant | None, dict[str, str]]:
     """The first candidate (best first) whose probe passes, and why each one before it was excluded."""
@@ -351,7 +352,7 @@ def select(folder: Path, n_threads: int = 2) -> tuple[Variant, dict[str, str], f
             raise UserError(f"{FORCE_ENV}={forced}: no such CPU variant runs on this CPU (variants here: {names})")
     with tempfile.TemporaryDirectory(prefix="specquant-cpu-probe-") as tmp:
         model = write_probe_model(Path(tmp) / "probe.gguf")
-        chosen, excluded = choose(candidates, lambda v: probe(v.path, model, n_threads))
+        chosen, excluded = choose_variant(candidates, lambda v: probe_variant(v.path, model, n_threads))
     seconds = time.perf_counter() - started
     if chosen is None:
         tried = "; ".join(f"{name}: {why}" for name, why in excluded.items()) or "no variant claims this CPU"

@@ -76,7 +76,8 @@ def probe(gpu: Device, nth: int, model: Path, prepare: Callable[[], object] | No
           timeout: float = PROBE_TIMEOUT_S) -> str | None:
     """None if `gpu` (the `nth` device of that name) runs the probe model; otherwise why not, in a few words."""
     try:
-        message = child.run(_probe_child, (gpu.name, nth, str(model), prepare), timeout=timeout, what="its probe")
+        args = (gpu.name, nth, str(model), prepare)
+        message = child.run_in_child(_probe_child, args, timeout=timeout, what="its probe")
     except child.ChildFailed as e:
         return f"killed by {e.signal}" if e.signal else str(e)
     return message or None

@@ -179,7 +179,7 @@ def local_clear_speed() -> float:
     return _local_clear_bps
 
 
-def probe(endpoint: str, timeout: float = PROBE_TIMEOUT_S, pings: int = 8, speed: bool = False) -> WorkerProbe:
+def probe_endpoint(endpoint: str, timeout: float = PROBE_TIMEOUT_S, pings: int = 8, speed: bool = False) -> WorkerProbe:
     """Connect, shake hands, read the devices and time `pings` round trips (and, with `speed`, how fast the
     first device clears memory); a WorkerError on any fault."""
     ep = parse_endpoint(endpoint)
@@ -288,7 +288,7 @@ def guard_aborts(endpoints: tuple[str, ...]) -> None:
 def connect(endpoints: tuple[str, ...]) -> list[WorkerProbe]:
     """Probe every worker, then register each with ggml, whose devices then appear in the inventory (as
     `RPC0`, `RPC1`, …, described by their endpoint). Once per endpoint and process."""
-    facts = [_registered.get(ep) or probe(ep, speed=True) for ep in endpoints]
+    facts = [_registered.get(ep) or probe_endpoint(ep, speed=True) for ep in endpoints]
     guard_aborts(endpoints)
     with _lock:
         new = [f for f in facts if f.endpoint not in _registered]
@@ -311,7 +311,7 @@ def registered() -> dict[str, WorkerProbe]:
     return dict(_registered)
 
 
-def cache_dir() -> Path:
+def tensor_cache_dir() -> Path:
     """Where a worker keeps the tensors it received (by hash), so the next connection skips resending them."""
     return user_cache_dir() / "rpc"
 
@@ -321,7 +321,7 @@ def worker_cache(endpoint: Endpoint, keep: bool | None = None) -> Path | None:
     clients write files here); `keep` True or False as the user asked (`--cache` / `--no-cache`)."""
     if keep is None:
         keep = endpoint.loopback
-    return cache_dir() if keep else None
+    return tensor_cache_dir() if keep else None
 
 
 def local_devices(names: list[str] | None) -> list[tuple[str, int]]:
@@ -346,7 +346,7 @@ def local_devices(names: list[str] | None) -> list[tuple[str, int]]:
     return gpus or [(n, d) for n, d, kind in found if kind == 0][:1]
 
 
-def serve(
+def serve_rpc(
     endpoint: Endpoint,
     threads: int,
     devices: list[tuple[str, int]],

@@ -1,4 +1,4 @@
-"""A worker's tensor cache (`specquant worker`, runtime.machine.rpc.serve): what ggml's RPC server may load by
+"""A worker's tensor cache (`specquant worker`, runtime.machine.rpc.serve_rpc): what ggml's RPC server may load by
 name is only what Python has verified to hash to that name.
 
 ggml's RPC server (C++) keeps every received tensor over 10 MiB as cache_dir/<FNV-1a 64 of its bytes, as

@@ -217,6 +217,11 @@ def list_models(root: Path | None = None) -> list[CachedModel]:
     return models
 
 
+def complete_models(root: Path | None = None) -> list[CachedModel]:
+    """The cached models with every tier in place: those a chat or the API can answer with."""
+    return [m for m in list_models(root) if m.complete]
+
+
 def delete_model(root: Path, name: str) -> None:
     """Remove a model folder, refusing while another process converts it. A model folder that is a symbolic
     link (or a Windows junction) loses the link only: what it points at is never touched."""

@@ -129,7 +129,7 @@ def check_draft_model(draft: ModelDir, parent: ModelDir) -> None:
     """Refuse, in one line naming the first differing token, a draft model whose vocabulary is not the parent's.
     Equal fingerprints (cached per tier file) settle it at once; only a difference reads both vocabularies again
     (gguf's reader takes seconds over 150,000 tokens and their merges)."""
-    ours, theirs = fingerprint(draft), fingerprint(parent)
+    ours, theirs = vocab_fingerprint(draft), vocab_fingerprint(parent)
     if ours is not None and theirs is not None and ours[0] == theirs[0]:
         return
     why = mismatch(model_vocabulary(draft), model_vocabulary(parent))
@@ -139,7 +139,7 @@ def check_draft_model(draft: ModelDir, parent: ModelDir) -> None:
         )
 
 
-def fingerprint(model: ModelDir) -> tuple[str, int] | None:
+def vocab_fingerprint(model: ModelDir) -> tuple[str, int] | None:
     """(fingerprint, size) of a converted model's vocabulary, cached in its folder per tier file (reading
     150,000 tokens takes a second); None for a model that cannot say (incomplete, unreadable)."""
     manifest = model.read_manifest() or {}
@@ -165,13 +165,13 @@ def fingerprint(model: ModelDir) -> tuple[str, int] | None:
     return found
 
 
-def can_draft_for(models: Sequence[ModelDir]) -> dict[str, list[str]]:
+def draft_targets(models: Sequence[ModelDir]) -> dict[str, list[str]]:
     """Per model, the others it can draft for: the same vocabulary and a larger cheapest tier. By fingerprint
     (an identical vocabulary); a parent padded past the draft's vocabulary is found when the draft is chosen."""
     facts: dict[str, tuple[str, int]] = {}
     for m in models:
         manifest = m.read_manifest() or {}
-        found = fingerprint(m) if manifest.get("complete") else None
+        found = vocab_fingerprint(m) if manifest.get("complete") else None
         if found is not None:
             tiers = manifest["tiers"]
             facts[m.name] = (found[0], min(r["bytes"] for r in tiers.values()))

@@ -60,7 +60,7 @@ for _module in _BUILT_IN:
     register(_module.KIND, _module.build)
 
 
-def build(
+def build_sources(
     spec: SpecConfig,
     draft: LlamaBackend | None = None,
     draft_name: str = "draft",

@@ -1,4 +1,4 @@
-"""Manage presets…: the system-prompt presets (runtime.engine.system_presets) in a list, the user's own added,
+"""Manage personas…: the personas (runtime.engine.personas) in a list, the user's own added,
 edited and deleted; the shipped ones shown read-only. A bad value or an unreadable presets.json is one line
 in the dialog."""
 
@@ -21,19 +21,19 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from runtime.engine.system_presets import (
+from runtime.engine.personas import (
     SAMPLING_RANGES,
     SHIPPED,
-    SystemPreset,
-    delete_preset,
-    load_presets,
-    save_preset,
+    Persona,
+    delete_persona,
+    load_personas,
+    save_persona,
 )
 from runtime.errors import UserError
 
 
 def parse_temperature(text: str) -> float | None:
-    """The temperature field: empty for the model's own, else a number in the presets' range."""
+    """The temperature field: empty for the model's own, else a number in the personas' range."""
     if not text.strip():
         return None
     lo, hi = SAMPLING_RANGES["temperature"]
@@ -46,21 +46,21 @@ def parse_temperature(text: str) -> float | None:
     return value
 
 
-class PresetsDialog(QDialog):
-    presets_changed = Signal()  # a preset was saved or deleted: the window reloads its Preset box
+class PersonasDialog(QDialog):
+    personas_changed = Signal()  # a persona was saved or deleted: the window reloads its Persona box
 
     def __init__(self, parent: QWidget | None = None, path: Path | None = None) -> None:
         super().__init__(parent)
-        self.setWindowTitle("Instructions")
+        self.setWindowTitle("Personas")
         self.resize(640, 420)
         self.path = path  # None: presets.json in the config folder
-        self.editing: SystemPreset | None = None  # the user's preset the fields show (None: a new one)
+        self.editing: Persona | None = None  # the user's persona the fields show (None: a new one)
 
         self.list = QListWidget()
-        self.list.setAccessibleName("Instructions")
+        self.list.setAccessibleName("Personas")
         self.list.currentItemChanged.connect(self._on_selected)
         self.name = QLineEdit()
-        self.name.setAccessibleName("Name of the instructions")
+        self.name.setAccessibleName("Name of the persona")
         self.system = QPlainTextEdit()
         self.system.setAccessibleName("System prompt")
         self.system.setPlaceholderText("What the assistant is told before the chat, e.g. “Answer in French.”")
@@ -68,7 +68,7 @@ class PresetsDialog(QDialog):
         self.temperature.setAccessibleName("Temperature")
         self.temperature.setPlaceholderText("the model's own")
         self.error = QLabel()
-        self.error.setAccessibleName("Problem with the instructions")
+        self.error.setAccessibleName("Problem with the persona")
         self.error.setStyleSheet("color: #b3261e;")
         self.error.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
 
@@ -100,16 +100,16 @@ class PresetsDialog(QDialog):
         self.refresh()
 
     def refresh(self, select: str | None = None) -> None:
-        """Reload the list (the shipped presets alone, and the reason, when presets.json is unreadable)."""
+        """Reload the list (the shipped personas alone, and the reason, when presets.json is unreadable)."""
         try:
-            presets = load_presets(self.path)
+            personas = load_personas(self.path)
             self.error.clear()
         except UserError as e:
-            presets = list(SHIPPED)
+            personas = list(SHIPPED)
             self.error.setText(str(e))
         self.list.blockSignals(True)
         self.list.clear()
-        for p in presets:
+        for p in personas:
             item = QListWidgetItem(f"{p.name} (shipped)" if p.shipped else p.name)
             item.setData(Qt.ItemDataRole.UserRole, p)
             self.list.addItem(item)
@@ -119,17 +119,17 @@ class PresetsDialog(QDialog):
         self._on_selected(self.list.currentItem())
 
     def _on_selected(self, item: QListWidgetItem | None) -> None:
-        preset: SystemPreset | None = item.data(Qt.ItemDataRole.UserRole) if item is not None else None
-        self._show(preset)
+        persona: Persona | None = item.data(Qt.ItemDataRole.UserRole) if item is not None else None
+        self._show(persona)
 
-    def _show(self, preset: SystemPreset | None) -> None:
-        """The fields for `preset` (None: empty, for a new one); a shipped preset's are read-only."""
-        self.editing = preset if preset is not None and not preset.shipped else None
-        temperature = dict(preset.sampling).get("temperature") if preset is not None else None
-        self.name.setText(preset.name if preset is not None else "")
-        self.system.setPlainText(preset.system if preset is not None else "")
+    def _show(self, persona: Persona | None) -> None:
+        """The fields for `persona` (None: empty, for a new one); a shipped persona's are read-only."""
+        self.editing = persona if persona is not None and not persona.shipped else None
+        temperature = dict(persona.sampling).get("temperature") if persona is not None else None
+        self.name.setText(persona.name if persona is not None else "")
+        self.system.setPlainText(persona.system if persona is not None else "")
         self.temperature.setText("" if temperature is None else f"{temperature:g}")
-        shipped = preset is not None and preset.shipped
+        shipped = persona is not None and persona.shipped
         for field in (self.name, self.system, self.temperature):
             field.setReadOnly(shipped)
         self.save_button.setEnabled(not shipped)
@@ -142,34 +142,34 @@ class PresetsDialog(QDialog):
         self.name.setFocus()
 
     def save(self) -> None:
-        """Save the fields as the user's preset (renaming the one edited); a bad value is the error line."""
+        """Save the fields as the user's persona (renaming the one edited); a bad value is the error line."""
         old = self.editing
         try:
             name = self.name.text().strip()
             if not name:
-                raise UserError("give the instructions a name")
-            # The preset's other sampling values (set in presets.json by hand) are kept.
+                raise UserError("give the persona a name")
+            # The persona's other sampling values (set in presets.json by hand) are kept.
             sampling = {k: v for k, v in (old.sampling if old is not None else ()) if k != "temperature"}
             temperature = parse_temperature(self.temperature.text())
             if temperature is not None:
                 sampling["temperature"] = temperature
-            preset = SystemPreset(name, self.system.toPlainText().strip(), tuple(sampling.items()))
-            save_preset(preset, self.path)
+            persona = Persona(name, self.system.toPlainText().strip(), tuple(sampling.items()))
+            save_persona(persona, self.path)
             if old is not None and old.name.casefold() != name.casefold():
-                delete_preset(old.name, self.path)  # renamed: saved under the new name first, so never lost
+                delete_persona(old.name, self.path)  # renamed: saved under the new name first, so never lost
         except UserError as e:
             self.error.setText(str(e))
             return
         self.refresh(select=name)
-        self.presets_changed.emit()
+        self.personas_changed.emit()
 
     def delete(self) -> None:
         if self.editing is None:
             return
         try:
-            delete_preset(self.editing.name, self.path)
+            delete_persona(self.editing.name, self.path)
         except UserError as e:
             self.error.setText(str(e))
             return
         self.refresh()
-        self.presets_changed.emit()
+        self.personas_changed.emit()
