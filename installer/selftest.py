@@ -135,6 +135,17 @@ def routes(cli: Path, env: Mapping[str, str]) -> None:
         raise SpecQuantError(f"{cli.name} route printed no level: {out.strip()[-300:]}")
 
 
+def app_checks(app: Path, cli: Path, env: Mapping[str, str], png: Path | None) -> list[str]:
+    """An installed copy's window self-test offscreen (and, given `png`, its picture), then its command line's
+    routes: the checks passed, as the record lists them (Windows and macOS alike)."""
+    self_test(app, no_window(env), "self-test")
+    checks = ["self-test offscreen"]
+    if png is not None:
+        checks.append(window_screenshot(app, env, png))
+    routes(cli, env)
+    return [*checks, "specquant route"]
+
+
 # --- Linux -----------------------------------------------------------------------------------------------------
 
 
@@ -245,12 +256,7 @@ def windows(setup: Path, work: Path, png: Path | None = None) -> list[str]:
     checks = [f"installed per user into '{ODD}'"]
     # The models go to a scratch folder rather than the runner's own AppData.
     env = dict(os.environ, SPECQUANT_CACHE_DIR=str(models))
-    self_test(folder / "specquant-app.exe", no_window(env), "self-test")
-    checks.append("self-test offscreen")
-    if png is not None:
-        checks.append(window_screenshot(folder / "specquant-app.exe", env, png))
-    routes(folder / "specquant.exe", env)
-    checks.append("specquant route")
+    checks += app_checks(folder / "specquant-app.exe", folder / "specquant.exe", env, png)
     before = files_under(models)
     checked(install, os.environ, f"{setup.name}, again over the installed copy")  # as an upgrade runs
     kept(models, before, "installing again over the installed copy")
@@ -289,13 +295,7 @@ def macos(dmg: Path, work: Path, png: Path | None = None) -> list[str]:
     home = work / ODD / "home"
     home.mkdir()
     env = {"HOME": str(home), "PATH": CLEAN_PATH}
-    self_test(app / "Contents/MacOS/specquant-app", no_window(env), "self-test")
-    checks.append("self-test offscreen")
-    if png is not None:
-        checks.append(window_screenshot(app / "Contents/MacOS/specquant-app", env, png))
-    routes(app / "Contents/MacOS/specquant", env)
-    checks.append("specquant route")
-    return checks
+    return checks + app_checks(app / "Contents/MacOS/specquant-app", app / "Contents/MacOS/specquant", env, png)
 
 
 # --- the record ------------------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -139,6 +140,19 @@ def copy_of_demo(demo_model: ModelDir, root: Path, own: Collection[str] = ()) ->
                 pass
         shutil.copy2(src, target / src.name)
     return root
+
+
+@contextlib.contextmanager
+def engine_on_copy(demo_model: ModelDir, folder: Path, settings: Any = None) -> Iterator[Any]:
+    """An Engine (default settings unless given) on `folder`'s private copy of the demo cache (`copy_of_demo`):
+    what its answers save stays there. For a module's own engine fixture."""
+    from runtime.engine.engine import Engine, EngineSettings
+
+    engine = Engine(DEMO_NAME, settings or EngineSettings(), root=copy_of_demo(demo_model, folder / "cache"))
+    try:
+        yield engine
+    finally:
+        engine.close()
 
 
 @pytest.fixture(scope="session")

@@ -14,24 +14,22 @@ import pytest
 from runtime.chat.toolbox import McpToolbox, ToolSite
 from runtime.chat.turn import TurnSpec, assemble, run_turn
 from runtime.engine.answer import Chunk
-from runtime.engine.engine import Engine, EngineSettings
+from runtime.engine.engine import Engine
 from runtime.engine.options import ChatOptions
 from runtime.engine.personas import Persona
 from runtime.engine.tool_loop import LoopFinished, RoundStarted
 from runtime.engine.tools import ToolRequest
 from runtime.mcp import ApprovalPolicy
 from runtime.mcp.switches import SWITCHED_OFF, ToolSwitches
-from runtime.models.cache import DEMO_NAME, ModelDir
-from tests.conftest import copy_of_demo
+from runtime.models.cache import ModelDir
+from tests.conftest import engine_on_copy
 from tests.test_tool_loop import ADD, ASK, GREEDY, Calculator
 
 
 @pytest.fixture(scope="module")
 def engine(demo_model: ModelDir, tmp_path_factory: pytest.TempPathFactory):
-    root = copy_of_demo(demo_model, tmp_path_factory.mktemp("turn") / "cache")
-    e = Engine(DEMO_NAME, EngineSettings(), root=root)
-    yield e
-    e.close()
+    with engine_on_copy(demo_model, tmp_path_factory.mktemp("turn")) as e:
+        yield e
 
 
 def test_a_turn_without_tools_is_one_round_of_the_engines_own_tokens(engine: Engine) -> None:

@@ -19,8 +19,8 @@ from runtime.decode.ngram import NgramIndex
 from runtime.decode.sampling import SamplingParams, warp
 from runtime.decode.speculative import NGRAM, Decoding, SpecConfig, generate_steps
 from runtime.engine.engine import ChatOptions, Engine, EngineSettings
-from runtime.models.cache import DEMO_NAME, ModelDir
-from tests.conftest import copy_of_demo
+from runtime.models.cache import ModelDir
+from tests.conftest import engine_on_copy
 from tests.micro_model import MicroSpec, write_micro_gguf
 from tests.test_speculative import (
     N_SAMPLES,
@@ -327,10 +327,8 @@ def test_the_first_token_comes_before_any_draft_work(micro_model: ModelDir) -> N
 @pytest.fixture(scope="module")
 def engine(demo_model: ModelDir, tmp_path_factory: pytest.TempPathFactory):
     """An Engine on a private copy of the demo cache: the estimates its answers save stay with this module."""
-    root = copy_of_demo(demo_model, tmp_path_factory.mktemp("controller") / "cache")
-    e = Engine(DEMO_NAME, EngineSettings(n_ctx=2048), root=root)
-    yield e
-    e.close()
+    with engine_on_copy(demo_model, tmp_path_factory.mktemp("controller"), EngineSettings(n_ctx=2048)) as e:
+        yield e
 
 
 def test_stop_reaches_the_drafts_catch_up(engine: Engine) -> None:

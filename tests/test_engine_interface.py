@@ -15,16 +15,16 @@ import pytest
 
 from runtime import child
 from runtime.engine.decision import decide
-from runtime.engine.engine import Engine, EngineSettings
+from runtime.engine.engine import Engine
 from runtime.engine.interface import ChatEngine, LoadedEngine
 from runtime.engine.options import ChatOptions
 from runtime.engine.thread import EngineThread
 from runtime.errors import Cancelled, UserError
 from runtime.machine.hardware import Inventory
-from runtime.models.cache import DEMO_NAME, ModelDir
+from runtime.models.cache import ModelDir
 from runtime.plan.placement import PlacementSettings, _ram_need
 from runtime.plan.router import RouterSettings
-from tests.conftest import copy_of_demo
+from tests.conftest import engine_on_copy
 
 GREEDY = ChatOptions(max_tokens=24, sampling_overrides=(("temperature", 0.0),))
 ASK = [{"role": "user", "content": "Name three primary colors."}]
@@ -33,10 +33,8 @@ ASK = [{"role": "user", "content": "Name three primary colors."}]
 @pytest.fixture(scope="module")
 def engine(demo_model: ModelDir, tmp_path_factory: pytest.TempPathFactory):
     """On a private copy of the demo cache: the estimates its answers save stay with this module."""
-    root = copy_of_demo(demo_model, tmp_path_factory.mktemp("interface") / "cache")
-    e = Engine(DEMO_NAME, EngineSettings(), root=root)  # the settings a Job gets by default
-    yield e
-    e.close()
+    with engine_on_copy(demo_model, tmp_path_factory.mktemp("interface")) as e:  # a Job's default settings
+        yield e
 
 
 def test_the_engine_and_its_thread_are_one_protocol_with_one_answer(engine: Engine, demo_cache: Path) -> None:

@@ -207,7 +207,7 @@ def test_non_strict_ignores_what_it_cannot_enforce(tok) -> None:
         Grammar.from_json_schema({"type": "integer", "minimum": 5, "maximum": 2}, strict=False)
 
 
-# --- limits (runtime.decode.schema_limits) ---------------------------------------------------------------
+# --- limits (runtime.schema_limits) ----------------------------------------------------------------------
 
 
 def _object(prefix: str, n: int, required: bool = False) -> dict:
@@ -235,7 +235,7 @@ def _nested(depth: int) -> dict:
     ids=["properties", "optional", "branches", "enum", "depth", "nodes"],
 )
 def test_a_schema_over_a_limit_is_refused_before_compiling(schema: dict, named: str) -> None:
-    from runtime.decode.schema_limits import SchemaTooLarge
+    from runtime.schema_limits import SchemaTooLarge
 
     with pytest.raises(SchemaTooLarge, match=named):
         Grammar.from_json_schema(schema)
@@ -243,7 +243,7 @@ def test_a_schema_over_a_limit_is_refused_before_compiling(schema: dict, named: 
 
 def test_the_limits_count_a_whole_request() -> None:
     """The response format's schema and the tools' parameters share one budget."""
-    from runtime.decode.schema_limits import SchemaBudget, SchemaTooLarge
+    from runtime.schema_limits import SchemaBudget, SchemaTooLarge
 
     budget = SchemaBudget()
     Grammar.from_json_schema(_object("a", 3_000, required=True), budget=budget)

@@ -12,11 +12,11 @@ import pytest
 
 from runtime.documents.grounding import Citation, Grounding, cited_numbers, grounded_messages, retrieve
 from runtime.documents.library import Library
-from runtime.engine.engine import Engine, EngineSettings
+from runtime.engine.engine import Engine
 from runtime.engine.options import ChatOptions
 from runtime.errors import UserError
 from runtime.models.cache import DEMO_NAME, ModelDir
-from tests.conftest import assert_one_line_error, copy_of_demo, run_cli, run_cli_here
+from tests.conftest import assert_one_line_error, engine_on_copy, run_cli, run_cli_here
 from tests.test_server import Served
 
 INSTALL = """# Installing Frobnicator
@@ -50,10 +50,8 @@ def make_library(root: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def engine(demo_model: ModelDir, tmp_path_factory: pytest.TempPathFactory):
-    root = copy_of_demo(demo_model, tmp_path_factory.mktemp("grounding") / "cache")
-    e = Engine(DEMO_NAME, EngineSettings(), root=root)
-    yield e
-    e.close()
+    with engine_on_copy(demo_model, tmp_path_factory.mktemp("grounding")) as e:
+        yield e
 
 
 def test_the_question_is_rewritten_with_numbered_sources_and_the_other_turns_are_kept(tmp_path: Path) -> None:

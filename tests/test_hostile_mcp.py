@@ -17,10 +17,10 @@ import pytest
 from mcp import types
 
 from commands.chat_tools import ask_on_terminal, event_line, print_skipped
-from runtime.decode.schema_limits import SchemaBudget
 from runtime.errors import UserError
 from runtime.mcp import ApprovalAnswer, CallRequest, McpHost, ServerConfig, check_snippet, load_config
 from runtime.mcp.listing import MAX_TOOLS, Names, build_listing
+from runtime.schema_limits import SchemaBudget
 from tests.test_mcp_host import SERVER, assert_none_left, our_servers, stdio
 
 
@@ -119,12 +119,28 @@ def test_a_server_listing_20000_tools_costs_one_warning_line(
 
 
 def test_the_listings_limits_are_the_grammars() -> None:
-    """runtime/mcp may not import runtime.decode, so it keeps a copy of the grammar's limits: the same numbers."""
-    from runtime.decode import schema_limits
-    from runtime.mcp import listing
+    """The listing counts a tool's schema with the grammar's own budget (runtime.schema_limits, one copy): a
+    schema one past any limit is a request's error and a tool left out, its reason naming the limit."""
+    from runtime.mcp.listing import size_problem
+    from runtime.schema_limits import SchemaTooLarge
 
-    for limit in ("MAX_DEPTH", "MAX_NODES", "MAX_PROPERTIES", "MAX_OPTIONAL", "MAX_BRANCHES", "MAX_ENUM"):
-        assert getattr(listing, limit) == getattr(schema_limits, limit), limit
+    deep: dict[str, object] = {}
+    for _ in range(70):
+        deep = {"items": deep}
+    names = [f"p{i}" for i in range(5001)]
+    over = {
+        "is nested more than 64 levels deep": {"properties": {"x": deep}},
+        "holds more than 10,000 objects": {"properties": {n: {"anyOf": [{}] * 500} for n in names[:20]}},
+        "holds more than 5,000 properties": {"properties": {n: {} for n in names}, "required": names},
+        "has an object with more than 400 optional properties": {"properties": {n: {} for n in names[:401]}},
+        "has an anyOf of more than 500 branches": {"properties": {"x": {"anyOf": [{}] * 501}}},
+        "holds more than 1,000 enum values": {"properties": {"x": {"enum": list(range(1001))}}},
+    }
+    for reason, schema in over.items():
+        assert size_problem({"type": "object", **schema}) == reason
+        with pytest.raises(SchemaTooLarge):
+            SchemaBudget().check(schema)
+    assert size_problem({"type": "object", "properties": {"x": {"anyOf": [{}] * 500}}}) is None
 
 
 def test_a_schema_too_deep_for_the_validator_is_a_reason_not_a_crash() -> None:

@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 
 from runtime.chat.toolbox import McpToolbox
-from runtime.engine.engine import Engine, EngineSettings
+from runtime.engine.engine import Engine
 from runtime.engine.options import ChatOptions
 from runtime.engine.tool_loop import CallFinished, LoopFinished, run_tool_loop
 from runtime.errors import Cancelled
 from runtime.mcp import ApprovalAnswer, ApprovalPolicy, McpHost, ServerConfig
 from runtime.mcp.approval import DENIED, TURNED_OFF
 from runtime.mcp.switches import FILE_NAME, ToolSwitches
-from runtime.models.cache import DEMO_NAME, ModelDir
-from tests.conftest import assert_one_line_error, copy_of_demo, run_cli
+from runtime.models.cache import ModelDir
+from tests.conftest import assert_one_line_error, engine_on_copy, run_cli
 
 SERVER = str(Path(__file__).with_name("mcp_server.py"))
 ASK = "What is 17 plus 25? Use the tool."
@@ -89,10 +89,8 @@ def test_bad_config_and_flags_are_one_line(demo_cache: Path, tmp_path: Path) -> 
 
 @pytest.fixture(scope="module")
 def engine(demo_model: ModelDir, tmp_path_factory: pytest.TempPathFactory):
-    root = copy_of_demo(demo_model, tmp_path_factory.mktemp("mcp-loop") / "cache")
-    e = Engine(DEMO_NAME, EngineSettings(), root=root)
-    yield e
-    e.close()
+    with engine_on_copy(demo_model, tmp_path_factory.mktemp("mcp-loop")) as e:
+        yield e
 
 
 def toolbox(only: str, ask, tmp_path: Path, timeout: float = 60) -> McpToolbox:

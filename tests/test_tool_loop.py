@@ -15,7 +15,7 @@ import pytest
 from runtime.documents.library import Library
 from runtime.engine.answer import Chunk
 from runtime.engine.document_tool import DocumentSearch
-from runtime.engine.engine import Engine, EngineSettings
+from runtime.engine.engine import Engine
 from runtime.engine.options import ChatOptions
 from runtime.engine.tool_loop import (
     DENIED,
@@ -29,8 +29,8 @@ from runtime.engine.tool_loop import (
 )
 from runtime.engine.tools import Tool, ToolRequest
 from runtime.errors import Cancelled
-from runtime.models.cache import DEMO_NAME, ModelDir
-from tests.conftest import copy_of_demo
+from runtime.models.cache import ModelDir
+from tests.conftest import engine_on_copy
 from tests.test_grounding import make_library
 
 GREEDY = ChatOptions(max_tokens=48, sampling_overrides=(("temperature", 0.0),))
@@ -65,10 +65,8 @@ class Calculator:
 
 @pytest.fixture(scope="module")
 def engine(demo_model: ModelDir, tmp_path_factory: pytest.TempPathFactory):
-    root = copy_of_demo(demo_model, tmp_path_factory.mktemp("loop") / "cache")
-    e = Engine(DEMO_NAME, EngineSettings(), root=root)
-    yield e
-    e.close()
+    with engine_on_copy(demo_model, tmp_path_factory.mktemp("loop")) as e:
+        yield e
 
 
 def events(engine: Engine, toolbox: Any, approve: Any, **kw: Any) -> list[Any]:

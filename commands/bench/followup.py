@@ -12,13 +12,12 @@ scripts/measure_prompt_cache.py --restart."""
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from commands.bench.runners import rotated, timed_answer
 from runtime.documents.grounding import Citation, grounded_messages
-from runtime.engine.answer import collect
 from runtime.engine.engine import Engine, EngineSettings
 
 FOLLOWUP = "followup"  # a prompt set's "kind" for this workload
@@ -45,12 +44,9 @@ def followup_engines(settings: EngineSettings | None, model: str | None) -> dict
 def ask(engine: Engine, messages: list[dict[str, Any]], options: Any, cold: bool) -> dict[str, Any]:
     if cold:
         engine.reset_caches()
-    t0 = time.perf_counter()
-    answer = collect(engine.stream_chat(messages, options))
-    s = answer.last.stats
-    return {"ttft_s": s.ttft_s, "latency_s": time.perf_counter() - t0, "tokens": s.tokens,
-            "tok_per_s": s.tok_per_s if s.tokens > s.first_tokens else None, "reused_tokens": s.reused_tokens,
-            "text": answer.text, "token_ids": list(answer.token_ids)}
+    answer, timed = timed_answer(engine, messages, options)
+    return {**timed, "reused_tokens": answer.last.stats.reused_tokens, "text": answer.text,
+            "token_ids": list(answer.token_ids)}
 
 
 def followup_conversation(
@@ -83,8 +79,7 @@ def bench_followups(
             followup_conversation(pair[mode], items[0], replace(options, max_tokens=4), mode == "cache")
         for r in range(repeats):
             for i, item in enumerate(items):
-                order = MODES if (r + i) % 2 == 0 else MODES[::-1]
-                got = {m: followup_conversation(pair[m], item, options, m == "cache") for m in order}
+                got = {m: followup_conversation(pair[m], item, options, m == "cache") for m in rotated(MODES, r + i)}
                 for kind in KINDS:
                     rec = {"id": item["id"], "repeat": r, "kind": kind,
                            "same_tokens": got["cache"][kind]["token_ids"] == got["no_cache"][kind]["token_ids"]}

@@ -13,14 +13,13 @@ drafted and accepted tokens per source; and whether the answers are the same tok
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from commands.bench.runners import rotated, timed_answer
 from commands.bench.stats import bootstrap, ratio_text
 from runtime.decode.drafts import offered
-from runtime.engine.answer import collect
 from runtime.engine.engine import Engine, EngineSettings
 from runtime.errors import UserError
 
@@ -63,13 +62,10 @@ def multiturn_conversation(engine: Engine, item: dict[str, Any], options: Any) -
         if not _to_write(message):
             chat.append({"role": message["role"], "content": message["content"]})
             continue
-        t0 = time.perf_counter()
-        answer = collect(engine.stream_chat(chat, options))
+        answer, timed = timed_answer(engine, chat, options)
         s = answer.last.stats
         out.append({
-            "latency_s": time.perf_counter() - t0, "ttft_s": s.ttft_s, "tokens": s.tokens,
-            "tok_per_s": s.tok_per_s if s.tokens > s.first_tokens else None,
-            "by_kind": {k.name: [s.drafted_by(k.name), s.accepted_by(k.name)] for k in offered()},
+            **timed, "by_kind": {k.name: [s.drafted_by(k.name), s.accepted_by(k.name)] for k in offered()},
             "token_ids": list(answer.token_ids),
         })
         chat.append({"role": "assistant", "content": answer.text})
@@ -94,8 +90,7 @@ def bench_multiturn(
                 if e.said is not None:
                     e.said.clear()
             for i, item in enumerate(items):
-                order = MODES[(r + i) % 3 :] + MODES[: (r + i) % 3]
-                got = {m: multiturn_conversation(trio[m], item, per_mode[m]) for m in order}
+                got = {m: multiturn_conversation(trio[m], item, per_mode[m]) for m in rotated(MODES, r + i)}
                 for n in range(len(got["plain"])):
                     rec: dict[str, Any] = {"id": item["id"], "answer": n, "repeat": r}
                     for m in MODES:

@@ -20,7 +20,7 @@ from commands.bench.frontier import tier_quality
 from commands.bench.memory import measure_memory
 from commands.bench.multiturn import MULTITURN, bench_multiturn, format_multiturn
 from commands.bench.report import format_table, write_plots, write_report
-from commands.bench.runners import StockRunner, agreement, batch_costs, run_engine
+from commands.bench.runners import StockRunner, agreement, batch_costs, rotated, run_engine
 from commands.bench.stats import bootstrap, busiest_lookup, cost_cap, end_to_end_cap, ngram_cap
 from commands.bench.sweep import format_sweep, predicted_speedup, sweep
 from commands.bench.workloads import JSON, TOOLS, load_prompts, score
@@ -253,8 +253,7 @@ def bench(
     try:
         for r in range(repeats):
             for i, p in enumerate(prompts):
-                shift = (r * len(prompts) + i) % len(configs)
-                for cfg in configs[shift:] + configs[:shift]:
+                for cfg in rotated(configs, r * len(prompts) + i):
                     cpu0, energy0 = cpu_seconds(), rapl.read()
                     rec = run(cfg, p, max_tokens)
                     rec["cpu_s"] = round(cpu_seconds() - cpu0, 3)

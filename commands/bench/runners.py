@@ -4,17 +4,43 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from commands.bench.configs import GREEDY, BenchConfig
 from runtime.decode.grammar import Grammar
 from runtime.decode.llama_backend import LlamaBackend
 from runtime.decode.sampling import SamplingParams
 from runtime.decode.speculative import Step, take
-from runtime.engine.answer import collect
+from runtime.engine.answer import Answer, Stats, collect
 from runtime.engine.engine import Engine
+from runtime.engine.options import ChatOptions, Message
 from runtime.engine.tools import ToolRequest, assemble_calls, call_text
+
+T = TypeVar("T")
+
+
+def rotated(items: Sequence[T], turn: int) -> list[T]:
+    """`items` from the `turn`th on, wrapping: turn after turn each goes first, so none always runs first (or
+    last) on a machine the others warmed."""
+    k = turn % len(items)
+    return [*items[k:], *items[:k]]
+
+
+def decode_speed(s: Stats) -> float | None:
+    """The answer's decode speed; undefined (None) when the whole answer came in the first cycle, which also
+    paid for the prefill."""
+    return s.tok_per_s if s.tokens > s.first_tokens else None
+
+
+def timed_answer(engine: Engine, messages: list[Message], options: ChatOptions) -> tuple[Answer, dict[str, Any]]:
+    """One answer, collected, and its timings: time to first token, end to end, tokens and decode speed."""
+    t0 = time.perf_counter()
+    answer = collect(engine.stream_chat(messages, options))
+    latency = time.perf_counter() - t0
+    s = answer.last.stats
+    return answer, {"ttft_s": s.ttft_s, "latency_s": latency, "tokens": s.tokens, "tok_per_s": decode_speed(s)}
 
 
 class StockRunner:
@@ -95,8 +121,7 @@ def run_engine(
     return {
         "tokens": s.tokens,
         "ttft_s": s.ttft_s,
-        # Undefined when the whole answer came in the first cycle (which also paid for the prefill).
-        "tok_per_s": s.tok_per_s if s.tokens > s.first_tokens else None,
+        "tok_per_s": decode_speed(s),
         "latency_s": wall,
         "drafted": s.drafted,
         "accepted": s.accepted,

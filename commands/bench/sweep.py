@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from commands.bench.report import num_text
-from commands.bench.runners import batch_costs
+from commands.bench.runners import batch_costs, rotated
 from runtime.decode.controller import speedup
 from runtime.decode.llama_backend import LlamaBackend, LoadOptions
 from runtime.decode.sampling import SamplingParams
@@ -101,7 +101,7 @@ def sweep(engine: Engine, prompts: list[dict[str, Any]], max_tokens: int, log=pr
                 samples: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
                 for i, p in enumerate(prompts):
                     tokens = engine.render(parent, [{"role": "user", "content": p["prompt"]}])
-                    for name in names[i % len(names) :] + names[: i % len(names)]:
+                    for name in rotated(names, i):
                         rec = time_steps(parent, drafts.get(name), tokens, params, spec, max_tokens)
                         samples[name].append(rec)
                         log(

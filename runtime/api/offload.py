@@ -4,7 +4,7 @@ A request's JSON schemas are compiled while it is parsed (runtime.api.requests),
 (llguidance) that neither yields to asyncio nor can be interrupted. On the event loop a large schema would
 stall every other client, `/health` included; on a thread with the default stack a deep one could overflow it
 and take the process down. So parsing runs here: on a few threads of their own, each with a stack far larger
-than any schema within runtime.decode.schema_limits needs, and a request whose parse outlasts its deadline is
+than any schema within runtime.schema_limits needs, and a request whose parse outlasts its deadline is
 answered with a 400 at once (the thread finishes the work and drops it).
 """
 

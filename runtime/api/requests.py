@@ -23,11 +23,11 @@ from runtime.api.fields import (
 )
 from runtime.api.responses import ApiError
 from runtime.decode.grammar import Grammar, GrammarError
-from runtime.decode.schema_limits import SchemaBudget, SchemaTooLarge
 from runtime.engine import thinking
 from runtime.engine.options import ChatOptions, Message
 from runtime.engine.tools import CHOICES, NAME, Tool, ToolRequest
 from runtime.errors import UserError
+from runtime.schema_limits import SchemaBudget, SchemaTooLarge
 
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 # One request may not hold the engine: at most this many messages and characters of content (the body's

@@ -18,7 +18,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from runtime.engine.answer import Chunk
 from runtime.engine.options import ChatOptions, Message
 from runtime.engine.personas import Persona, apply_persona
 from runtime.engine.tool_loop import (
@@ -27,10 +26,10 @@ from runtime.engine.tool_loop import (
     LoopFinished,
     RoundStarted,
     Stream,
+    read_answer,
     run_tool_loop,
 )
 from runtime.engine.tools import ToolRequest
-from runtime.errors import Cancelled
 
 if TYPE_CHECKING:  # the MCP SDK loads only when a turn has tools
     from runtime.chat.toolbox import McpToolbox
@@ -90,18 +89,6 @@ def _one_round(
     stream: Stream, chat: list[Message], options: ChatOptions, cancel: threading.Event
 ) -> Iterator[TurnEvent]:
     yield RoundStarted(1)
-    text: list[str] = []
-    thought: list[str] = []
-    last: Chunk | None = None
-    for chunk in stream(chat, options):
-        text.append(chunk.text)
-        thought.append(chunk.thinking)
-        last = chunk
-        yield chunk
-    if last is None or cancel.is_set() or last.stats.stop_reason == "cancelled":
-        raise Cancelled("stopped during the answer")
-    said: Message = {"role": "assistant", "content": "".join(text)}
-    if any(thought):  # a thinking model's thought, apart (runtime.engine.thinking)
-        said["reasoning_content"] = "".join(thought)
-    yield LoopFinished([*chat, said], last, 1, [], [last])
+    heard = yield from read_answer(stream, chat, options, cancel)
+    yield LoopFinished([*chat, heard.message()], heard.last, 1, [], [heard.last])
 

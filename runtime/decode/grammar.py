@@ -55,8 +55,8 @@ from runtime.decode.constraint import GrammarLimit as GrammarLimit
 from runtime.decode.constraint import apply_bitmask as apply_bitmask
 from runtime.decode.constraint import llguidance_reason, one_line
 from runtime.decode.constraint import unpack_bitmask as unpack_bitmask
-from runtime.decode.schema_limits import SchemaBudget
 from runtime.errors import SpecQuantError
+from runtime.schema_limits import SchemaBudget
 
 if TYPE_CHECKING:
     from runtime.decode.llama_backend import LlamaBackend
@@ -183,7 +183,7 @@ class Grammar:
             does; without it, JSON Schema's default lets the model append keys of its own invention after the
             listed ones. Branches of an `allOf` (and definitions they reference) and objects combined with
             `anyOf`/`oneOf`/`allOf`/`$ref` siblings stay open, since closing them would change the intersection.
-        budget: the request's `SchemaBudget` (runtime.decode.schema_limits), shared by all its schemas; a schema
+        budget: the request's `SchemaBudget` (runtime.schema_limits), shared by all its schemas; a schema
             over a limit raises `SchemaTooLarge` (a `GrammarError`'s sibling: a `UserError`) before compiling.
         """
         if isinstance(schema, str):

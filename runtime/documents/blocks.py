@@ -64,6 +64,17 @@ class _Collector:
             self.blocks.append(Block(text, self.trail.text, self.page, first, last))
         self.lines = []
 
+    def text(self, n: int, line: str) -> None:
+        """A line of running text: kept in the paragraph, or, blank, the paragraph's end."""
+        if line.strip():
+            self.add(n, line)
+        else:
+            self.flush()
+
+    def done(self) -> list[Block]:
+        self.flush()
+        return self.blocks
+
 
 def text_blocks(
     lines: list[str], page: int | None = None, numbered: bool = True, trail: Trail | None = None
@@ -71,12 +82,8 @@ def text_blocks(
     """Paragraphs: runs of non-blank lines."""
     out = _Collector(trail or Trail(), page, numbered)
     for n, line in enumerate(lines, 1):
-        if line.strip():
-            out.add(n, line)
-        else:
-            out.flush()
-    out.flush()
-    return out.blocks
+        out.text(n, line)
+    return out.done()
 
 
 _ATX_OPEN = re.compile(r" {0,3}(#{1,6})(?=[ \t]|$)")
@@ -123,12 +130,9 @@ def markdown_blocks(lines: list[str]) -> list[Block]:
             trail.enter(1 if m.group(1)[0] == "=" else 2, title[1])
             out.add(*title)
             out.add(n, line)
-        elif line.strip():
-            out.add(n, line)
         else:
-            out.flush()
-    out.flush()
-    return out.blocks
+            out.text(n, line)
+    return out.done()
 
 
 _ADORNMENT = re.compile(r"([=\-`:'\"~^_*+#<>.])\1+[ \t]*")
@@ -168,10 +172,6 @@ def rst_blocks(lines: list[str]) -> list[Block]:
             title(i + 1, line, nxt.strip()[0], False, i + 2)
             i += 2
         else:
-            if line.strip():
-                out.add(i + 1, line)
-            else:
-                out.flush()
+            out.text(i + 1, line)
             i += 1
-    out.flush()
-    return out.blocks
+    return out.done()

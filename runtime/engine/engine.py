@@ -25,7 +25,7 @@ from runtime.engine.answer import Answer, Chunk, Stats
 from runtime.engine.answer_plan import AnswerPlan, prepare
 from runtime.engine.decision import Decision, decide
 from runtime.engine.generate import run
-from runtime.engine.interface import Answers
+from runtime.engine.interface import ChatEngine
 from runtime.engine.measurements import Measurements
 from runtime.engine.options import ChatOptions, EngineSettings, Message
 from runtime.engine.prompt import ChatTemplates
@@ -68,7 +68,7 @@ def resolve_model(name: str | None, root: Path | None = None) -> ModelDir:
 READ_RATE_MIN = 128  # prompt tokens read before the first token that make a reading speed worth keeping
 
 
-class Engine(Answers):
+class Engine(ChatEngine):
     """Owns the loaded tiers of one model and answers chats with them."""
 
     def __init__(

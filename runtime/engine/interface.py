@@ -6,8 +6,8 @@
 - `runtime.engine.thread.EngineThread`: an Engine (or EngineProcess) on one thread with a queue, shared by
   the window and the API.
 
-All three are `ChatEngine`s; the first two also hold one model (`LoadedEngine`). Each implements
-`stream_chat` only and inherits `chat` from `Answers`.
+All three are `ChatEngine`s; the first two also hold one model (`LoadedEngine`). Each subclasses ChatEngine,
+implements `stream_chat` only and inherits its `chat`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 
 @runtime_checkable
 class ChatEngine(Protocol):
-    """Answers chats: a stream of Chunks (the last has done=True), or the whole Answer."""
+    """Answers chats: a stream of Chunks (the last has done=True), or the whole Answer. An engine subclasses it
+    and writes `stream_chat`; `chat` is written here once, for all of them."""
 
     def stream_chat(
         self, messages: Sequence[Message], options: ChatOptions | None = None, cancel: threading.Event | None = None
@@ -40,7 +41,9 @@ class ChatEngine(Protocol):
         options: ChatOptions | None = None,
         cancel: threading.Event | None = None,
         on_text: Callable[[str], None] | None = None,
-    ) -> Answer: ...
+    ) -> Answer:
+        """The whole answer to `messages` (what `stream_chat` streams, collected); `on_text` sees each piece."""
+        return collect(self.stream_chat(messages, options, cancel), on_text)
 
     def close(self) -> bool | None: ...  # EngineThread says whether its thread ended in time
 
@@ -78,21 +81,3 @@ class LoadedEngine(ChatEngine, Protocol):
         """A line for the user about where the last answer ran, once (a worker that was down)."""
         ...
 
-
-class Answers:
-    """`chat` for every ChatEngine, from its own `stream_chat`."""
-
-    def stream_chat(
-        self, messages: Sequence[Message], options: ChatOptions | None = None, cancel: threading.Event | None = None
-    ) -> Iterator[Chunk]:
-        raise NotImplementedError
-
-    def chat(
-        self,
-        messages: Sequence[Message],
-        options: ChatOptions | None = None,
-        cancel: threading.Event | None = None,
-        on_text: Callable[[str], None] | None = None,
-    ) -> Answer:
-        """The whole answer to `messages` (what `stream_chat` streams, collected); `on_text` sees each piece."""
-        return collect(self.stream_chat(messages, options, cancel), on_text)

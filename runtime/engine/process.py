@@ -26,7 +26,7 @@ from typing import Any
 from runtime import child
 from runtime.engine.answer import Chunk
 from runtime.engine.engine import Engine, EngineSettings
-from runtime.engine.interface import Answers, LoadedEngine
+from runtime.engine.interface import ChatEngine, LoadedEngine
 from runtime.engine.options import ChatOptions, Message
 from runtime.engine.reader import Failure, error_of, failure_of
 from runtime.errors import SpecQuantError
@@ -87,7 +87,7 @@ def _child(model: str | None, settings: EngineSettings, cancel: Any, conn: Conne
         engine.close()
 
 
-class EngineProcess(Answers):
+class EngineProcess(ChatEngine):
     """A LoadedEngine (runtime.engine.interface) served by an Engine in a child process."""
 
     def __init__(self, model: str | None, settings: EngineSettings) -> None:

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from runtime.engine.engine import ChatOptions, Chunk, Engine, EngineSettings, Message
-from runtime.engine.interface import Answers, LoadedEngine
+from runtime.engine.interface import ChatEngine, LoadedEngine
 from runtime.engine.process import open_engine
 from runtime.engine.reader import Failure, Job, JobReader, Status, failure_of
 from runtime.engine.side_requests import JumpCounts
@@ -67,7 +67,7 @@ def reading_text(tokens: int, rate: float | None, documents: bool) -> str:
     return f"Reading {tokens:,} tokens of {what}{about}…"
 
 
-class EngineThread(Answers):
+class EngineThread(ChatEngine):
     """A thread with one Engine and a queue of jobs. `max_queue`: waiting jobs allowed (None: no bound).
     The window and the API post `Job`s through their JobReaders; `stream_chat` (the ChatEngine Protocol) is
     the same queue read by a caller on its own thread."""

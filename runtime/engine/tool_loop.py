@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -115,6 +115,45 @@ LoopEvent = RoundStarted | Chunk | CallProposed | CallDecided | CallFinished | C
 Stream = Callable[[list[Message], ChatOptions], Iterator[Chunk]]
 
 
+@dataclass(frozen=True)
+class Heard:
+    """One answer read whole off its stream: its words, a thinking model's thought, the pieces of its calls
+    (`Chunk.calls`) and its last Chunk."""
+
+    text: str
+    thinking: str
+    deltas: list[dict[str, Any]]
+    last: Chunk
+
+    def message(self) -> Message:
+        """The answer as the chat's assistant turn. A thinking model's thought goes with it; its template keeps
+        or drops it (runtime.engine.thinking)."""
+        said: Message = {"role": "assistant", "content": self.text}
+        if self.thinking:
+            said["reasoning_content"] = self.thinking
+        return said
+
+
+def read_answer(
+    stream: Stream, chat: list[Message], options: ChatOptions, cancel: threading.Event
+) -> Generator[Chunk, None, Heard]:
+    """One answer (`yield from` it): its Chunks as they come, then what it said. A set `cancel`, or an answer
+    that was cancelled or never began, raises Cancelled."""
+    text: list[str] = []
+    thought: list[str] = []
+    deltas: list[dict[str, Any]] = []
+    last: Chunk | None = None
+    for chunk in stream(chat, options):
+        text.append(chunk.text)
+        thought.append(chunk.thinking)
+        deltas.extend(chunk.calls)
+        last = chunk
+        yield chunk
+    if last is None or cancel.is_set() or last.stats.stop_reason == "cancelled":
+        raise Cancelled("stopped during the answer")
+    return Heard("".join(text), "".join(thought), deltas, last)
+
+
 def run_tool_loop(
     stream: Stream,
     messages: Sequence[Message],
@@ -143,26 +182,13 @@ def run_tool_loop(
         choice = (first_choice if n == 1 else "auto") if n < max_rounds and not answer_now else "none"
         # A call, its result, then on; a call that fails the check comes as a call, refused below
         request = ToolRequest(tools, choice, parallel=False, refused_as_text=False) if tools else None
-        text: list[str] = []
-        thought: list[str] = []
-        deltas = []
-        last: Chunk | None = None
-        for chunk in stream(chat, replace(options, tools=request)):
-            text.append(chunk.text)
-            thought.append(chunk.thinking)
-            deltas.extend(chunk.calls)
-            last = chunk
-            yield chunk
-        if last is None or cancel.is_set() or last.stats.stop_reason == "cancelled":
-            raise Cancelled("stopped during the answer")
-        rounds.append(last)
-        calls = [ToolCall(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in assemble_calls(deltas)]
-        said = "".join(text)
-        # A thinking model's thought goes with its turn; its template keeps or drops it (runtime.engine.thinking).
-        thinking = {"reasoning_content": "".join(thought)} if any(thought) else {}
+        heard = yield from read_answer(stream, chat, replace(options, tools=request), cancel)
+        rounds.append(heard.last)
+        calls = [ToolCall(c["id"], c["function"]["name"], c["function"]["arguments"])
+                 for c in assemble_calls(heard.deltas)]
         if not calls:
-            chat.append({"role": "assistant", "content": said, **thinking})
-            yield LoopFinished(chat, last, n, done, rounds)
+            chat.append(heard.message())
+            yield LoopFinished(chat, heard.last, n, done, rounds)
             return
         if {_key(c) for c in calls} <= {_key(call) for call, _, _ in done}:
             # Small models often call again with the same arguments after the result came back (Qwen2.5-Coder
@@ -170,7 +196,7 @@ def run_tool_loop(
             # has those results, so the calls are not run again and the next round must answer with text.
             answer_now = True
             continue
-        chat.append({"role": "assistant", "content": said, **thinking, "tool_calls": [
+        chat.append({**heard.message(), "tool_calls": [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls
         ]})
         for call in calls:

@@ -8,8 +8,8 @@ server went (`s__t__u` is both `s`'s `t__u` and `s__t`'s `u`: the table, not the
 
 A tool that cannot be offered is left out with the reason, and the server's other tools stay: an input schema
 that is not a valid JSON-schema object (the grammar that holds a call to it could not be built), one nested
-deeper or larger than the grammar's limits (those of runtime.decode.schema_limits, which this layer may not
-import), a description or schema text that would fill the model's context, or a name longer than MCP allows.
+deeper or larger than the grammar's limits (runtime.schema_limits, counted for the tool on its own), a
+description or schema text that would fill the model's context, or a name longer than MCP allows.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from typing import Any
 import jsonschema
 from mcp import types
 
+from runtime.schema_limits import SchemaBudget, SchemaTooLarge
+
 SEPARATOR = "__"
 _NOT_ALLOWED = re.compile(r"[^A-Za-z0-9_-]")
 MAX_NAME = 64  # OpenAI's limit on a function's name
@@ -34,13 +36,6 @@ MAX_SCHEMA_TEXT = 32_000  # characters of the input schema as JSON (about 8,000 
 MAX_TOOLS = 128  # OpenAI's limit on one request's tools
 MAX_ALL_TEXT = 256_000  # characters of all the tools offered (descriptions and schemas) together
 FULL = f"{MAX_TOOLS} tools are offered already, the most a chat takes"
-# The grammar's limits (runtime.decode.schema_limits), so a tool offered here is one the chat can compile.
-MAX_DEPTH = 64
-MAX_NODES = 10_000
-MAX_PROPERTIES = 5_000
-MAX_OPTIONAL = 400
-MAX_BRANCHES = 500
-MAX_ENUM = 1_000
 
 
 @dataclass(frozen=True)
@@ -132,40 +127,12 @@ def schema_problem(schema: Any) -> str | None:
 
 
 def size_problem(schema: Any) -> str | None:
-    """What of the grammar's limits `schema` passes (as "is nested more than 64 levels deep"), or None."""
-    nodes = properties = enum_values = 0
-    stack: list[tuple[Any, int]] = [(schema, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            return f"is nested more than {MAX_DEPTH} levels deep"
-        if isinstance(node, list):
-            stack.extend((v, depth + 1) for v in node)
-            continue
-        if not isinstance(node, Mapping):
-            continue
-        nodes += 1
-        if nodes > MAX_NODES:
-            return f"holds more than {MAX_NODES:,} objects"
-        props = node.get("properties")
-        if isinstance(props, Mapping):
-            properties += len(props)
-            if properties > MAX_PROPERTIES:
-                return f"holds more than {MAX_PROPERTIES:,} properties"
-            required = node.get("required")
-            named = {r for r in required if isinstance(r, str)} if isinstance(required, list) else set()
-            if len(props.keys() - named) > MAX_OPTIONAL:
-                return f"has an object with more than {MAX_OPTIONAL} optional properties"
-        for key in ("anyOf", "oneOf", "allOf"):
-            branches = node.get(key)
-            if isinstance(branches, list) and len(branches) > MAX_BRANCHES:
-                return f"has an {key} of more than {MAX_BRANCHES} branches"
-        enum = node.get("enum")
-        if isinstance(enum, list):
-            enum_values += len(enum)
-            if enum_values > MAX_ENUM:
-                return f"holds more than {MAX_ENUM:,} enum values"
-        stack.extend((v, depth + 1) for v in node.values())
+    """What of the grammar's limits `schema` passes (as "is nested more than 64 levels deep"), or None: the
+    chat's own count (runtime.schema_limits), so a tool offered here is one the chat can compile."""
+    try:
+        SchemaBudget().check(schema)
+    except SchemaTooLarge as e:
+        return e.reason
     return None
 
 

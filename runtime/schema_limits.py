@@ -7,7 +7,9 @@ at the first key) and one per `anyOf` branch. The limits below keep every schema
 spirit of OpenAI's published ones (5,000 properties, 1,000 enum values, bounded nesting), so a hostile schema is
 a 400 naming its size instead of a stalled server, a crash or a failure in the middle of an answer.
 
-`SchemaBudget` counts across one request: the `response_format` schema and every tool's parameters together.
+`SchemaBudget` counts across one request: the `response_format` schema and every tool's parameters together;
+an MCP server's tool is counted on its own (runtime.mcp.listing leaves it out with the error's `reason`). In the
+shared base, so that the grammar (runtime.decode) and the MCP listing (runtime.mcp) hold one copy.
 """
 
 from __future__ import annotations
@@ -27,7 +29,12 @@ MAX_DEPTH = 64  # JSON nesting of a schema document (each subschema level is abo
 
 
 class SchemaTooLarge(UserError, ValueError):
-    """A schema over one of the limits; the message names the limit and the count."""
+    """A schema over one of the limits; the message names the limit and the count, for the request. `reason`
+    says it of one schema on its own, as what it "is" or "has" ("is nested more than 64 levels deep")."""
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason or message
 
 
 @dataclass
@@ -45,11 +52,13 @@ class SchemaBudget:
         while stack:
             node, depth = stack.pop()
             if depth > MAX_DEPTH:
-                raise SchemaTooLarge(f"the schema is nested more than {MAX_DEPTH} levels deep")
+                raise SchemaTooLarge(f"the schema is nested more than {MAX_DEPTH} levels deep",
+                                     f"is nested more than {MAX_DEPTH} levels deep")
             if isinstance(node, Mapping):
                 self.nodes += 1
                 if self.nodes > MAX_NODES:
-                    raise SchemaTooLarge(f"the request's schemas hold more than {MAX_NODES} objects")
+                    raise SchemaTooLarge(f"the request's schemas hold more than {MAX_NODES} objects",
+                                         f"holds more than {MAX_NODES:,} objects")
                 self._count_keywords(node)
                 stack.extend((v, depth + 1) for v in node.values())
             elif isinstance(node, list):
@@ -60,21 +69,25 @@ class SchemaBudget:
         if isinstance(properties, Mapping):
             self.properties += len(properties)
             if self.properties > MAX_PROPERTIES:
-                raise SchemaTooLarge(f"the request's schemas hold more than {MAX_PROPERTIES} properties")
+                raise SchemaTooLarge(f"the request's schemas hold more than {MAX_PROPERTIES} properties",
+                                     f"holds more than {MAX_PROPERTIES:,} properties")
             required = node.get("required")
             named = {r for r in required if isinstance(r, str)} if isinstance(required, list) else set()
             optional = len(properties.keys() - named)
             if optional > MAX_OPTIONAL:
                 raise SchemaTooLarge(
                     f"an object has {optional} optional properties; at most {MAX_OPTIONAL} (list the rest in "
-                    "'required', or split the object)"
+                    "'required', or split the object)",
+                    f"has an object with more than {MAX_OPTIONAL} optional properties",
                 )
         for key in ("anyOf", "oneOf", "allOf"):
             branches = node.get(key)
             if isinstance(branches, list) and len(branches) > MAX_BRANCHES:
-                raise SchemaTooLarge(f"an {key} has {len(branches)} branches; at most {MAX_BRANCHES}")
+                raise SchemaTooLarge(f"an {key} has {len(branches)} branches; at most {MAX_BRANCHES}",
+                                     f"has an {key} of more than {MAX_BRANCHES} branches")
         enum = node.get("enum")
         if isinstance(enum, list):
             self.enum_values += len(enum)
             if self.enum_values > MAX_ENUM:
-                raise SchemaTooLarge(f"the request's schemas hold more than {MAX_ENUM} enum values")
+                raise SchemaTooLarge(f"the request's schemas hold more than {MAX_ENUM} enum values",
+                                     f"holds more than {MAX_ENUM:,} enum values")
