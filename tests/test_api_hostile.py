@@ -30,6 +30,8 @@ def hostile_cache(demo_model: ModelDir, tmp_path_factory: pytest.TempPathFactory
 
 @pytest.fixture(scope="module")
 def server(hostile_cache: Path) -> Iterator[Served]:
+    """A server whose queue holds 2 (the slow flood and queue tests). The quick tests refuse hostile input
+    whatever the queue and use the session's `api_server` (tests/conftest.py): one server start fewer."""
     s = Served(hostile_cache, "--max-queue", "2")
     yield s
     assert s.stop() == 0, s.stderr()
@@ -62,8 +64,8 @@ def still_answers(s: Served) -> None:
     assert status == 200 and body["choices"][0]["message"]["content"], body
 
 
-def test_a_page_with_another_host_is_refused_even_after_dns_rebinding(server: Served) -> None:
-    port = server.base.rsplit(":", 1)[1]
+def test_a_page_with_another_host_is_refused_even_after_dns_rebinding(api_server: Served) -> None:
+    port = api_server.base.rsplit(":", 1)[1]
     chat = json.dumps(greedy("hi", 4)).encode()
     for host in (f"{EVIL}:{port}", EVIL, f"127.0.0.1.{EVIL}:{port}", ""):
         for method, path, body in (
@@ -72,11 +74,11 @@ def test_a_page_with_another_host_is_refused_even_after_dns_rebinding(server: Se
             ("POST", "/v1/chat/completions", chat),
         ):
             headers = {"Host": host, "Content-Type": "application/json"}
-            status, _, answer = raw(server.base, method, path, body, headers)
+            status, _, answer = raw(api_server.base, method, path, body, headers)
             assert status == 421, (host, path, answer)
             assert_error(answer, "host_not_allowed")
     for host in (f"127.0.0.1:{port}", f"localhost:{port}", "localhost", "LOCALHOST"):
-        assert raw(server.base, "GET", "/v1/models", headers={"Host": host})[0] == 200, host
+        assert raw(api_server.base, "GET", "/v1/models", headers={"Host": host})[0] == 200, host
 
 
 @pytest.mark.slow
@@ -181,11 +183,11 @@ def test_a_message_flood_is_refused_and_abandoned_requests_leave_the_queue(serve
     still_answers(server)
 
 
-def test_the_log_shows_the_raw_path_so_no_line_can_be_forged(server: Served) -> None:
-    status, _, _ = raw(server.base, "GET", "/v1/models%0AGET%20/forged%20200", headers={"Host": "127.0.0.1"})
+def test_the_log_shows_the_raw_path_so_no_line_can_be_forged(api_server: Served) -> None:
+    status, _, _ = raw(api_server.base, "GET", "/v1/models%0AGET%20/forged%20200", headers={"Host": "127.0.0.1"})
     assert status == 404
     deadline = time.monotonic() + 60  # the server logs a request once its answer has gone (a hang guard)
-    while "/v1/models%0AGET%20/forged%20200 404" not in (log := server.stderr()):
+    while "/v1/models%0AGET%20/forged%20200 404" not in (log := api_server.stderr()):
         assert time.monotonic() < deadline, log
         time.sleep(0.05)
     assert not any(line.startswith("GET /forged") for line in log.splitlines())
@@ -283,30 +285,30 @@ def anthropic_error(body: Any, kind: str) -> str:
 
 
 @pytest.mark.parametrize("path", ["/v1/messages", "/v1/messages/count_tokens"])
-def test_anthropic_endpoints_refuse_hostile_input_in_anthropic_shape(server: Served, path: str) -> None:
+def test_anthropic_endpoints_refuse_hostile_input_in_anthropic_shape(api_server: Served, path: str) -> None:
     json_post = {"Host": "127.0.0.1", "Content-Type": "application/json"}
     for payload, status, words in MESSAGES_BREAKERS:
         if path.endswith("count_tokens"):  # it has no max_tokens
             if "max_tokens" in words:
                 continue
             payload = payload.replace(b', "max_tokens": 4', b"")
-        got, _, body = raw(server.base, "POST", path, payload, json_post)
+        got, _, body = raw(api_server.base, "POST", path, payload, json_post)
         kind = "request_too_large" if status == 413 else "invalid_request_error"
         assert got == status and words in anthropic_error(body, kind), (payload[:80], body)
     # The guard's refusals take the same shape.
-    port = server.base.rsplit(":", 1)[1]
+    port = api_server.base.rsplit(":", 1)[1]
     hi = json.dumps({"messages": HI, "max_tokens": 4}).encode()
-    got, _, body = raw(server.base, "POST", path, hi, json_post | {"Host": f"{EVIL}:{port}"})
+    got, _, body = raw(api_server.base, "POST", path, hi, json_post | {"Host": f"{EVIL}:{port}"})
     assert got == 421 and "loopback" in anthropic_error(body, "invalid_request_error")
-    got, _, body = raw(server.base, "POST", path, hi, json_post | {"Origin": f"http://{EVIL}"})
+    got, _, body = raw(api_server.base, "POST", path, hi, json_post | {"Origin": f"http://{EVIL}"})
     assert got == 403 and "--cors-origin" in anthropic_error(body, "permission_error")
-    got, _, body = raw(server.base, "POST", path, hi, {"Host": "127.0.0.1", "Content-Type": "text/plain"})
+    got, _, body = raw(api_server.base, "POST", path, hi, {"Host": "127.0.0.1", "Content-Type": "text/plain"})
     assert got == 415 and "application/json" in anthropic_error(body, "invalid_request_error")
-    assert server.health()["model"] == DEMO
-    still_answers(server)
+    assert api_server.health()["model"] == DEMO
+    still_answers(api_server)
 
 
-def test_the_responses_endpoint_refuses_hostile_input_in_openai_shape(server: Served) -> None:
+def test_the_responses_endpoint_refuses_hostile_input_in_openai_shape(api_server: Served) -> None:
     json_post = {"Host": "127.0.0.1", "Content-Type": "application/json"}
     for payload, status, param, words in [
         (b'{"input": [', 400, None, "not valid JSON"),
@@ -318,11 +320,11 @@ def test_the_responses_endpoint_refuses_hostile_input_in_openai_shape(server: Se
         (json.dumps({"input": HI * (MAX_MESSAGES + 1)}).encode(), 400, "input", f"at most {MAX_MESSAGES}"),
         (HUGE.replace(b'"messages"', b'"input"'), 413, None, "over 1024 KiB"),
     ]:
-        got, _, body = raw(server.base, "POST", "/v1/responses", payload, json_post)
+        got, _, body = raw(api_server.base, "POST", "/v1/responses", payload, json_post)
         assert got == status, (payload[:80], body)
         assert_error(body)
         assert body["error"]["param"] == param and words in body["error"]["message"], body
-    still_answers(server)
+    still_answers(api_server)
 
 
 def test_anthropic_clients_may_send_the_key_as_x_api_key(hostile_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:

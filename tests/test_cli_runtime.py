@@ -148,7 +148,8 @@ def test_route_without_a_model(tmp_path: Path) -> None:
     assert out["level"] == "low" and set(out) == {"level", "score", "features", "reason", "short_answer", "intent"}
     f = tmp_path / "p.txt"
     f.write_text("Analyze the impact of climate change on global agriculture and suggest mitigation strategies.")
-    assert json.loads(run_cli("route", "--prompt-file", str(f), "--json").stdout)["level"] == "high"
+    # In this process (run_cli_here): the same command's other input; the children above and below are kept.
+    assert json.loads(run_cli_here("route", "--prompt-file", str(f), "--json").stdout)["level"] == "high"
     assert_one_line_error(run_cli("route"), "give the text to route")
 
 

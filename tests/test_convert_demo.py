@@ -19,7 +19,7 @@ from converters.gguf_to_f16 import ArrayLength, check_layout
 from runtime.decode.llama_backend import LlamaBackend, LoadOptions
 from runtime.errors import Cancelled
 from runtime.models.cache import DEMO_NAME, TIERS, ModelDir, sha256_file
-from tests.conftest import REPO, copy_of_demo, run_cli
+from tests.conftest import REPO, copy_of_demo, run_cli, run_cli_here
 
 
 def greedy(path: Path, prompt: str, n: int = 8) -> str:
@@ -78,11 +78,12 @@ def test_convert_json_then_rerun_touches_nothing(demo_model: ModelDir, isolated_
     # The same tiers: the saved quality figures (runtime.plan.quality), not a new measure.
     assert out["quality"] == json.loads((model.path / "quality.json").read_text()) and "measuring" not in result.stderr
 
-    listed = json.loads(run_cli("list", "--json").stdout)
+    # `list` in this process (run_cli_here): the same output without two more interpreter starts.
+    listed = json.loads(run_cli_here("list", "--json").stdout)
     [entry] = listed["models"]
     assert entry["name"] == DEMO_NAME and entry["complete"] and entry["reconstructed"]
     assert entry["tiers"][2]["fallbacks"] > 0
-    plain = run_cli("list").stdout
+    plain = run_cli_here("list").stdout
     assert "reconstructed" in plain and "fallback" in plain
 
 

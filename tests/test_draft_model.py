@@ -23,7 +23,7 @@ from runtime.errors import UserError
 from runtime.models.cache import DEMO_NAME, ModelDir
 from runtime.models.vocab import check_draft_model, draft_targets, mismatch, read_vocabulary
 from runtime.plan.placement import plan
-from tests.conftest import assert_one_line_error, run_cli
+from tests.conftest import assert_one_line_error, run_cli, run_cli_here
 from tests.micro_model import MicroSpec, write_micro_gguf
 from tests.test_speculative import PROMPT, assert_same_as_plain_greedy
 
@@ -61,7 +61,7 @@ def test_another_vocabulary_is_refused_in_one_line_naming_the_first_differing_to
     result = run_cli("chat", "--model", DEMO_NAME, "--draft-model", "micro-other", "--prompt", "Hi")
     assert_one_line_error(result, "'micro-other' cannot draft for", "token 1234")
     # `specquant list` offers the micro model for the demo, never the one with another vocabulary
-    listed = json.loads(run_cli("list", "--json").stdout)["models"]
+    listed = json.loads(run_cli_here("list", "--json").stdout)["models"]  # in this process: no interpreter start
     assert {m["name"]: m["can_draft_for"] for m in listed} == {"micro": [DEMO_NAME], "micro-other": [], DEMO_NAME: []}
 
 

@@ -21,7 +21,7 @@ from runtime.mcp import ApprovalAnswer, ApprovalPolicy, McpHost, ServerConfig
 from runtime.mcp.approval import DENIED, TURNED_OFF
 from runtime.mcp.switches import FILE_NAME, ToolSwitches
 from runtime.models.cache import ModelDir
-from tests.conftest import assert_one_line_error, engine_on_copy, run_cli
+from tests.conftest import assert_one_line_error, engine_on_copy, run_cli, run_cli_here
 
 SERVER = str(Path(__file__).with_name("mcp_server.py"))
 ASK = "What is 17 plus 25? Use the tool."
@@ -80,11 +80,13 @@ def test_a_crash_and_a_hang_are_results_and_the_chat_goes_on(demo_cache: Path, t
 
 
 def test_bad_config_and_flags_are_one_line(demo_cache: Path, tmp_path: Path) -> None:
+    # In this process (run_cli_here): `chat` above runs as a child; these refusals need no interpreter start.
     bad = tmp_path / "mcp.json"
     bad.write_text("{oops")
-    assert_one_line_error(run_cli("chat", "--mcp", str(bad), "--prompt", "hi"), "mcp.json")
-    assert_one_line_error(run_cli("chat", "--approve", "all", "--prompt", "hi"), "--approve needs --mcp")
-    assert_one_line_error(run_cli("chat", "--mcp", str(bad), "--max-rounds", "0", "--prompt", "hi"), "--max-rounds")
+    assert_one_line_error(run_cli_here("chat", "--mcp", str(bad), "--prompt", "hi"), "mcp.json")
+    assert_one_line_error(run_cli_here("chat", "--approve", "all", "--prompt", "hi"), "--approve needs --mcp")
+    zero = run_cli_here("chat", "--mcp", str(bad), "--max-rounds", "0", "--prompt", "hi")
+    assert_one_line_error(zero, "--max-rounds")
 
 
 @pytest.fixture(scope="module")

@@ -62,13 +62,14 @@ def test_info_measures_when_missing(micro_model: ModelDir, isolated_cache: Path)
     skipped = run_cli("info", "--model", "micro", "--json", "--no-quality")
     assert skipped.returncode == 0, skipped.stderr
     assert json.loads(skipped.stdout)["quality"] is None and not (model.path / quality.FILE).exists()
-    measured = run_cli("info", "--model", "micro", "--json")
+    # The later calls in this process (run_cli_here): the same output without two more interpreter starts.
+    measured = run_cli_here("info", "--model", "micro", "--json")
     assert measured.returncode == 0, measured.stderr
     [note] = [line for line in measured.stderr.splitlines() if "measuring" in line]  # one line says so
     assert note.startswith("warning: measuring what each tier keeps of F16's words")
     figures = json.loads(measured.stdout)["quality"]
     assert figures == quality.cached(model) and figures["tiers"]["f16"]["top1"] == 1.0
-    again = run_cli("info", "--model", "micro")
+    again = run_cli_here("info", "--model", "micro")
     assert again.returncode == 0, again.stderr
     assert "measuring" not in again.stderr and "Q4_K_M: the same next word as full precision" in again.stdout
 
@@ -79,7 +80,7 @@ def test_info_and_list_show_the_figures_with_the_requant_note(demo_cache: Path) 
     as_json = run_cli("info", "--json")
     assert as_json.returncode == 0, as_json.stderr
     assert json.loads(as_json.stdout)["quality"] == figures and "measuring" not in as_json.stderr
-    shown = run_cli("info").stdout
+    shown = run_cli_here("info").stdout  # in this process: `info --json` above is the child
     q4 = quality.agreement_words(figures["tiers"]["q4_k_m"]["top1"])
     assert f"Q4_K_M: the same next word as its F16 (rebuilt from a quantized file) {q4}" in shown
     assert "note: this model's F16 was rebuilt from a quantized file (--allow-requant)" in shown

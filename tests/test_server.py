@@ -30,7 +30,7 @@ from runtime.engine.engine import ChatOptions, EngineSettings
 from runtime.engine.thread import EngineThread, Failure, Job
 from runtime.models.cache import ModelDir
 from runtime.plan.policy import FRONTIER
-from tests.conftest import REPO, assert_one_line_error, copy_of_demo, run_cli
+from tests.conftest import REPO, assert_one_line_error, copy_of_demo, run_cli, run_cli_here
 
 DEMO = "smollm2-135m-instruct"
 PROMPTS = ["Name three primary colors.", "What is the capital of France?", "Say hello in Spanish.", "What is 2+2?"]
@@ -402,7 +402,9 @@ def test_ctrl_c_while_streaming_cancels_and_exits_0(served_cache: Path) -> None:
 
 
 def test_a_host_beyond_loopback_needs_a_key(demo_cache: Path) -> None:
-    assert_one_line_error(run_cli("serve", "--host", "0.0.0.0"), "--api-key")
+    # In this process (run_cli_here): `serve` refuses before it binds or loads anything, and this module's servers
+    # run it as a child already.
+    assert_one_line_error(run_cli_here("serve", "--host", "0.0.0.0"), "--api-key")
 
 
 def test_a_taken_port_is_one_line(demo_cache: Path) -> None:
@@ -412,7 +414,7 @@ def test_a_taken_port_is_one_line(demo_cache: Path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        assert_one_line_error(run_cli("serve", "--port", str(port)), f"cannot listen on 127.0.0.1:{port}")
+        assert_one_line_error(run_cli_here("serve", "--port", str(port)), f"cannot listen on 127.0.0.1:{port}")
 
 
 # --- the request schema alone (no server) -----------------------------------------------------------------

@@ -10,7 +10,7 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel, Field
 
-from tests.conftest import assert_one_line_error, run_cli
+from tests.conftest import assert_one_line_error, run_cli, run_cli_here
 from tests.test_server import DEMO, Served, greedy
 
 
@@ -81,12 +81,13 @@ def test_chat_answers_in_a_json_schema_from_a_file(demo_cache: Path, tmp_path: P
     Person.model_validate_json(result.stdout)
     assert "tokens" in result.stderr  # the stats line (its "forced by the grammar" depends on the drafts chosen)
 
+    # The refusals in this process (tests/conftest.py run_cli_here): the same exit code and one line, no child.
     bad = tmp_path / "bad.json"
     bad.write_text('{"type": "object", "not": {}}')
-    assert_one_line_error(run_cli("chat", "--prompt", "hi", "--json-schema", str(bad)), str(bad), '"not"')
-    assert_one_line_error(run_cli("chat", "--prompt", "hi", "--json-schema", str(tmp_path / "no.json")), "no.json")
+    assert_one_line_error(run_cli_here("chat", "--prompt", "hi", "--json-schema", str(bad)), str(bad), '"not"')
+    assert_one_line_error(run_cli_here("chat", "--prompt", "hi", "--json-schema", str(tmp_path / "no.json")), "no.json")
     bad.write_text("{not json")
-    assert_one_line_error(run_cli("chat", "--prompt", "hi", "--json-schema", str(bad)), str(bad), "not valid JSON")
+    assert_one_line_error(run_cli_here("chat", "--prompt", "hi", "--json-schema", str(bad)), str(bad), "not valid JSON")
 
 
 @pytest.mark.slow

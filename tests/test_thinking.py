@@ -26,7 +26,7 @@ from runtime.engine.options import ChatOptions
 from runtime.engine.thinking import ThinkSyntax, ThoughtSplitter, budget_for, split_text, syntax_for
 from runtime.errors import UserError
 from runtime.models.cache import ModelDir
-from tests.conftest import run_cli
+from tests.conftest import run_cli, run_cli_here
 from tests.micro_model import MicroSpec, write_micro_gguf
 from tests.test_server import Served
 
@@ -246,12 +246,14 @@ def test_the_cli_shows_thoughts_apart_and_hides_them_when_asked(thinker: ModelDi
     assert as_json.returncode == 0, as_json.stderr
     out: dict[str, Any] = json.loads(as_json.stdout)
     assert out["thinking"] and out["text"] and out["thinking"] not in out["text"]
-    shown = run_cli(*base, env=env)
-    hidden = run_cli(*base, "--hide-thinking", env=env)
+    # The same command's other forms in this process (run_cli_here; its stdout is no terminal, as piped):
+    # the child above is the command as a user runs it.
+    shown = run_cli_here(*base, env=env)
+    hidden = run_cli_here(*base, "--hide-thinking", env=env)
     assert shown.returncode == hidden.returncode == 0, shown.stderr + hidden.stderr
     assert shown.stdout.startswith(out["thinking"]) and "\x1b[" not in shown.stdout  # piped: plain
     assert out["thinking"] not in hidden.stdout and hidden.stdout.strip() == out["text"].strip()
-    info = run_cli("info", "--model", "thinker", "--threads", "2", "--json", env=env)
+    info = run_cli_here("info", "--model", "thinker", "--threads", "2", "--json", env=env)
     assert info.returncode == 0, info.stderr
     assert json.loads(info.stdout)["thinking"] == {"open": "<think>", "close": "</think>", "switchable": True,
                                                    "reads_reasoning": True}
