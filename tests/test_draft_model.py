@@ -167,7 +167,7 @@ def test_the_controller_declines_a_draft_model_that_costs_more_than_it_can_save(
 
 
 def test_the_catalogue_names_the_larger_models_of_a_family() -> None:
-    from runtime.plan.catalog import draft_targets as catalogue_drafts_for
+    from runtime.plan.catalog import can_draft_for as catalogue_drafts_for
     from runtime.plan.catalog import load_catalog
 
     entries = {e.name: e for e in load_catalog()}
