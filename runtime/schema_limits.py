@@ -37,6 +37,15 @@ class SchemaTooLarge(UserError, ValueError):
         self.reason = reason or message
 
 
+def _tally(used: int, more: int, limit: int, what: str) -> int:
+    """`used + more` of a request-wide count, or SchemaTooLarge naming `what` once it passes `limit`."""
+    used += more
+    if used > limit:
+        raise SchemaTooLarge(f"the request's schemas hold more than {limit} {what}",
+                             f"holds more than {limit:,} {what}")
+    return used
+
+
 @dataclass
 class SchemaBudget:
     """What one request's schemas have used of the limits so far."""
@@ -55,10 +64,7 @@ class SchemaBudget:
                 raise SchemaTooLarge(f"the schema is nested more than {MAX_DEPTH} levels deep",
                                      f"is nested more than {MAX_DEPTH} levels deep")
             if isinstance(node, Mapping):
-                self.nodes += 1
-                if self.nodes > MAX_NODES:
-                    raise SchemaTooLarge(f"the request's schemas hold more than {MAX_NODES} objects",
-                                         f"holds more than {MAX_NODES:,} objects")
+                self.nodes = _tally(self.nodes, 1, MAX_NODES, "objects")
                 self._count_keywords(node)
                 stack.extend((v, depth + 1) for v in node.values())
             elif isinstance(node, list):
@@ -67,10 +73,7 @@ class SchemaBudget:
     def _count_keywords(self, node: Mapping[str, Any]) -> None:
         properties = node.get("properties")
         if isinstance(properties, Mapping):
-            self.properties += len(properties)
-            if self.properties > MAX_PROPERTIES:
-                raise SchemaTooLarge(f"the request's schemas hold more than {MAX_PROPERTIES} properties",
-                                     f"holds more than {MAX_PROPERTIES:,} properties")
+            self.properties = _tally(self.properties, len(properties), MAX_PROPERTIES, "properties")
             required = node.get("required")
             named = {r for r in required if isinstance(r, str)} if isinstance(required, list) else set()
             optional = len(properties.keys() - named)
@@ -87,7 +90,4 @@ class SchemaBudget:
                                      f"has an {key} of more than {MAX_BRANCHES} branches")
         enum = node.get("enum")
         if isinstance(enum, list):
-            self.enum_values += len(enum)
-            if self.enum_values > MAX_ENUM:
-                raise SchemaTooLarge(f"the request's schemas hold more than {MAX_ENUM} enum values",
-                                     f"holds more than {MAX_ENUM:,} enum values")
+            self.enum_values = _tally(self.enum_values, len(enum), MAX_ENUM, "enum values")
