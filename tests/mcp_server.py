@@ -142,9 +142,11 @@ def main() -> None:
     parser.add_argument("--grandchild", metavar="FILE", help="start a sleeping child first; its pid goes to FILE")
     args = parser.parse_args()
     if args.grandchild and args.setsid:  # a daemon's double fork: out of the group, and init's child
-        code = ("import os, subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', "
-                "'import os, time; os.setsid(); time.sleep(600)'], stdin=subprocess.DEVNULL, "
-                "stdout=subprocess.DEVNULL); open(sys.argv[1], 'w').write(str(p.pid))")
+        # start_new_session: setsid() runs between fork and exec, so it has happened when Popen returns and the
+        # pid is written (a setsid() in the sleeper's own code raced the test's check on a busy machine).
+        code = ("import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], "
+                "stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True); "
+                "open(sys.argv[1], 'w').write(str(p.pid))")
         subprocess.run([sys.executable, "-c", code, args.grandchild], stdin=subprocess.DEVNULL,
                        stdout=subprocess.DEVNULL, check=True)
     elif args.grandchild:  # outlives this server unless the host ends the server's whole process group
