@@ -28,11 +28,10 @@ def can_think(model: str) -> bool:
 
 @functools.lru_cache(maxsize=16)
 def _template_thinks(path: Path, stamp: int) -> bool:  # `stamp`: a tier converted again is read again
-    import gguf
+    from runtime.decode.llama_backend import file_metadata
 
     try:
-        field = gguf.GGUFReader(path).fields.get("tokenizer.chat_template")
-        template = field.contents() if field is not None else None
+        template = file_metadata(path).get("tokenizer.chat_template")
     except Exception as e:  # a damaged header: the switch is not offered, and the answer says what is wrong
         log.debug("cannot read the chat template of %s: %s", path, e)
         return False

@@ -172,9 +172,8 @@ def _thinking(engine: Any) -> dict[str, Any] | None:
 
 
 def _template(engine: Any) -> str | None:
-    import gguf
+    from runtime.decode.llama_backend import file_metadata
 
     model = ModelDir(engine.model.root, engine.model.name)
     path = model.tier_path(next(iter(engine.manifest["tiers"])))  # every tier carries the same template
-    field = gguf.GGUFReader(path).fields.get("tokenizer.chat_template")
-    return field.contents() if field is not None else None
+    return file_metadata(path).get("tokenizer.chat_template")

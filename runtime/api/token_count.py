@@ -29,13 +29,13 @@ class VocabularyParent:
     def __init__(self, path: Path) -> None:
         import llama_cpp
 
-        from runtime.decode.llama_backend import load_vocabulary
+        from runtime.decode.llama_backend import file_metadata, load_vocabulary
 
         self.path = path
         self.vocabulary = load_vocabulary(path)  # cached per file: the tool grammars load the same one
         ptr = self.vocabulary.vocab_ptr
         self.bos, self.eos = llama_cpp.llama_vocab_bos(ptr), llama_cpp.llama_vocab_eos(ptr)
-        self._metadata = _string_metadata(path)
+        self._metadata = file_metadata(path)  # as a loaded backend reports it
 
     def metadata(self) -> dict[str, str]:
         return self._metadata
@@ -56,18 +56,6 @@ class VocabularyParent:
     def detokenize(self, tokens: list[int], special: bool = False) -> str:
         pieces = self.vocabulary.pieces  # control tokens as their text: only `special` asks for them here
         return b"".join(pieces[t] for t in tokens).decode("utf-8", errors="replace")
-
-
-def _string_metadata(path: Path) -> dict[str, str]:
-    """The GGUF's string metadata (the chat template among it), as llama.cpp's model reports it."""
-    import gguf
-
-    reader = gguf.GGUFReader(path)
-    out = {}
-    for name, f in reader.fields.items():
-        if f.types == [gguf.GGUFValueType.STRING]:
-            out[name] = bytes(f.parts[f.data[0]]).decode("utf-8", errors="replace")
-    return out
 
 
 def parent_of(model: str) -> VocabularyParent:

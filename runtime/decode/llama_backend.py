@@ -337,3 +337,26 @@ def context_failure(path: Path, n_ctx: int, why: str) -> str:
     free = psutil.virtual_memory().available / 1e9
     return (f"llama.cpp cannot create a context of {n_ctx:,} tokens for {path.name} ({free:.1f} GB of RAM "
             f"available): {why}; use a smaller context (--ctx) or free some memory")
+
+
+def file_metadata(path: Path) -> dict[str, str]:
+    """The GGUF's metadata as strings, as a loaded model reports it (`LlamaBackend.metadata`), from a
+    vocab-only load that reads no weights: 0.2 s on the demo, where `gguf.GGUFReader` parses every array (its
+    49,152 tokens and merges) in 4 s. A file llama.cpp cannot read is a one-line error naming it."""
+    import llama_cpp
+
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"model file {path} does not exist")
+    route_llama_log()
+    ensure_backends()  # llama.cpp refuses to load even a vocabulary while no backend is registered
+    params = llama_cpp.llama_model_default_params()
+    params.vocab_only = True
+    try:
+        model = llama_cpp._internals.LlamaModel(path_model=str(path), params=params, verbose=False)
+    except ValueError:
+        raise ModelError(f"llama.cpp cannot read {path}: {route_llama_log().last()}") from None
+    try:
+        return model.metadata()
+    finally:
+        model.close()
