@@ -35,16 +35,19 @@ def config(tmp_path: Path, only: str) -> Path:
     return path
 
 
-def chat(tmp_path: Path, only: str, *flags: str):
+def chat(tmp_path: Path, only: str, *flags: str, child: bool = False):
+    """`specquant chat --mcp` with one tool; in this process (run_cli_here: the same exit code, output and one
+    error line) unless `child`, which the first test asks for: the command as a user runs it, once per file."""
     env = {"SPECQUANT_DATA_DIR": str(tmp_path / "data"), "SPECQUANT_CONFIG_DIR": str(tmp_path / "config")}
-    out = run_cli("chat", "--mcp", str(config(tmp_path, only)), "--tool-choice", "required", "--json",
-                  "--max-tokens", "64", "--temp", "0", "--prompt", ASK, *flags, env=env, timeout=300)
+    args = ("chat", "--mcp", str(config(tmp_path, only)), "--tool-choice", "required", "--json",
+            "--max-tokens", "64", "--temp", "0", "--prompt", ASK, *flags)
+    out = run_cli(*args, env=env, timeout=300) if child else run_cli_here(*args, env=env)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout), out.stderr
 
 
 def test_approve_all_runs_the_call_and_answers_after_its_result(demo_cache: Path, tmp_path: Path) -> None:
-    data, stderr = chat(tmp_path, "add", "--approve", "all")
+    data, stderr = chat(tmp_path, "add", "--approve", "all", child=True)
     call = data["calls"][0]
     assert (call["server"], call["tool"], call["approval"], call["result"]) == ("calc", "add", "allowed", "42")
     assert json.loads(call["arguments"]) == {"a": 17, "b": 25}  # held to the tool's schema by the grammar
