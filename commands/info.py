@@ -148,9 +148,9 @@ def _quality(engine: Any, args: argparse.Namespace) -> dict[str, Any] | None:
 
 
 def _can_draft_for(model: ModelDir) -> list[str]:
-    """The cached models this one can draft for (runtime.models.vocab)."""
+    """The cached models this one can draft for (runtime.decode.vocab)."""
+    from runtime.decode.vocab import draft_targets
     from runtime.models.cache import list_models
-    from runtime.models.vocab import draft_targets
 
     others = [ModelDir(m.path.parent, m.name) for m in list_models(model.root)]
     return draft_targets(others).get(model.name, [])

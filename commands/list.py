@@ -17,7 +17,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from runtime.models.vocab import draft_targets
+    from runtime.decode.vocab import draft_targets
     from runtime.plan import quality
 
     models = list_models()

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -339,10 +340,10 @@ def context_failure(path: Path, n_ctx: int, why: str) -> str:
             f"available): {why}; use a smaller context (--ctx) or free some memory")
 
 
-def file_metadata(path: Path) -> dict[str, str]:
-    """The GGUF's metadata as strings, as a loaded model reports it (`LlamaBackend.metadata`), from a
-    vocab-only load that reads no weights: 0.2 s on the demo, where `gguf.GGUFReader` parses every array (its
-    49,152 tokens and merges) in 4 s. A file llama.cpp cannot read is a one-line error naming it."""
+@contextlib.contextmanager
+def _vocab_only(path: Path) -> Iterator[Any]:
+    """llama.cpp's model of the GGUF at `path` with its vocabulary and metadata only (no weights), freed after;
+    a file llama.cpp cannot read is a one-line error naming it."""
     import llama_cpp
 
     path = Path(path)
@@ -357,6 +358,25 @@ def file_metadata(path: Path) -> dict[str, str]:
     except ValueError:
         raise ModelError(f"llama.cpp cannot read {path}: {route_llama_log().last()}") from None
     try:
-        return model.metadata()
+        yield model
     finally:
         model.close()
+
+
+def file_metadata(path: Path) -> dict[str, str]:
+    """The GGUF's metadata as strings, as a loaded model reports it (`LlamaBackend.metadata`), from a
+    vocab-only load: 0.2 s on the demo, where `gguf.GGUFReader` parses every array (its 49,152 tokens and
+    merges) in 4 s."""
+    with _vocab_only(path) as model:
+        return model.metadata()
+
+
+def file_tokens(path: Path) -> tuple[dict[str, str], list[bytes], list[int]]:
+    """The GGUF's metadata, and each token's text as the file stores it and its llama.cpp attributes
+    (`LLAMA_TOKEN_ATTR_*`, made from the file's token types), from one vocab-only load."""
+    import llama_cpp
+
+    with _vocab_only(path) as model:
+        vocab, n = model.vocab, llama_cpp.llama_vocab_n_tokens(model.vocab)
+        texts = [llama_cpp.llama_vocab_get_text(vocab, t) or b"" for t in range(n)]
+        return model.metadata(), texts, [int(llama_cpp.llama_vocab_get_attr(vocab, t)) for t in range(n)]

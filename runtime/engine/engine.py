@@ -237,7 +237,7 @@ class Engine(ChatEngine):
         this model's token for token (a one-line error naming the first differing token otherwise)."""
         if not name or name == self.model.name:
             return None
-        from runtime.models.vocab import check_draft_model, draft_tier
+        from runtime.decode.vocab import check_draft_model, draft_tier
 
         sibling = resolve_model(name, root)
         manifest = sibling.read_manifest() or {}

@@ -270,7 +270,7 @@ def better_model_line(entry: Entry | None) -> str:
 
 
 # A family's models share one architecture and tokenizer; a larger one may pad its vocabulary by up to this many
-# unused tokens (runtime.models.vocab.MAX_PADDING: Qwen2.5-7B's 152,064 against the 0.5B's 151,936).
+# unused tokens (runtime.decode.vocab.MAX_PADDING: Qwen2.5-7B's 152,064 against the 0.5B's 151,936).
 _VOCAB_PADDING = 128
 
 

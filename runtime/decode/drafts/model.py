@@ -1,5 +1,5 @@
 """A smaller model of the same family as a draft source (llama.cpp's `-md`, LM Studio's draft model): another
-converted model whose vocabulary is the parent's token for token (runtime/models/vocab.py checks it when it is
+converted model whose vocabulary is the parent's token for token (runtime/decode/vocab.py checks it when it is
 chosen), drafting with its cheapest tier. It drafts as a tier does (catch up, then k greedy or sampled steps);
 the controller prices it by its own measured cost c and agreement, as it prices a tier."""
 
@@ -39,7 +39,7 @@ def source_name(model: str) -> str:
 
 class ModelDraft(TierDraft):
     """A draft model and its KV cache. The parent's vocabulary may extend the draft's by unused padding
-    tokens (runtime/models/vocab.py): a sequence holding one cannot be fed to the draft, so from there on
+    tokens (runtime/decode/vocab.py): a sequence holding one cannot be fed to the draft, so from there on
     this answer it offers nothing."""
 
     kind = KIND
