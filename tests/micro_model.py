@@ -5,8 +5,10 @@ They load in milliseconds and their tiers disagree often, so rejection paths rea
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import gguf
 import numpy as np
@@ -38,15 +40,19 @@ class MicroSpec:
     context_length: int = 2048
 
 
-def tokenizer_metadata(demo_gguf: Path) -> list[tuple[str, object, gguf.GGUFValueType, gguf.GGUFValueType | None]]:
+@functools.lru_cache(maxsize=4)
+def tokenizer_metadata(demo_gguf: Path) -> tuple[tuple[str, object, gguf.GGUFValueType, Any], ...]:
+    """The demo's tokenizer fields, read once per run: gguf's reader takes 4 s over its 49,152 tokens and merges,
+    and every micro model copies them (callers build new lists; the values are never changed in place)."""
     reader = gguf.GGUFReader(demo_gguf)
     out = []
     for key in _TOKENIZER_KEYS:
         field = reader.fields[key]
         kind = field.types[0]
         sub = field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
-        out.append((key, field.contents(), kind, sub))
-    return out
+        contents = field.contents()
+        out.append((key, tuple(contents) if isinstance(contents, list) else contents, kind, sub))
+    return tuple(out)
 
 
 def write_micro_gguf(
