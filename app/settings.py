@@ -98,7 +98,7 @@ class AppSettings:
             no_spec=not self.speculation,
             k=self.draft_length or None,
             max_tokens=self.max_tokens,
-            thinking=thinking_option(self.thinking),
+            enable_thinking=thinking_option(self.thinking),
             thinking_budget=self.thinking_budget or None,
             sampling_overrides=(("seed", self.seed),) if self.seed >= 0 else (),
             sampling=None

@@ -131,7 +131,7 @@ def chat_options(args: argparse.Namespace) -> ChatOptions:
         max_tokens=args.max_tokens,
         sampling_overrides=overrides,
         grammar=_grammar(args),
-        thinking=thinking_option(not getattr(args, "no_thinking", False)),
+        enable_thinking=thinking_option(not getattr(args, "no_thinking", False)),
         thinking_budget=getattr(args, "thinking_budget", None),
     )
 

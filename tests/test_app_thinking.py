@@ -73,11 +73,11 @@ def test_the_settings_switch_thinking_and_set_its_budget(qtbot) -> None:
     from app.settings import AppSettings
     from app.settings_dialog import SettingsDialog
 
-    assert AppSettings().chat_options().thinking is None  # the template's default
+    assert AppSettings().chat_options().enable_thinking is None  # the template's default
     dialog = SettingsDialog(AppSettings())
     qtbot.addWidget(dialog)
     dialog.thinking_budget.setValue(256)
     assert dialog.value().chat_options().thinking_budget == 256
     dialog.thinking.setChecked(False)
     assert not dialog.thinking_budget.isEnabled()
-    assert dialog.value().chat_options().thinking is False
+    assert dialog.value().chat_options().enable_thinking is False

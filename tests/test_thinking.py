@@ -115,7 +115,7 @@ def test_the_apis_fields_become_thinking_options_and_bad_values_a_400_naming_the
                              ChatOptions(), 4096)
     assert enabled.options.thinking_budget == 99
     off = parse_messages({"max_tokens": 64, "messages": chat, "thinking": {"type": "disabled"}}, ChatOptions(), 4096)
-    assert off.options.thinking is False
+    assert off.options.enable_thinking is False
     with pytest.raises(ApiError) as e:
         parse_messages({"max_tokens": 64, "messages": chat, "thinking": {"type": "enabled"}}, ChatOptions(), 4096)
     assert e.value.param == "thinking.budget_tokens"
@@ -181,7 +181,7 @@ def test_a_thought_never_closed_is_cut_by_the_default_budget_not_by_the_context(
 
 
 def test_thinking_off_renders_the_templates_empty_thought_and_answers_at_once(engine: Engine) -> None:
-    answer = collect(engine.stream_chat(ASK, ChatOptions(sampling=GREEDY, max_tokens=12, thinking=False)))
+    answer = collect(engine.stream_chat(ASK, ChatOptions(sampling=GREEDY, max_tokens=12, enable_thinking=False)))
     assert answer.thinking == "" and answer.text and answer.last.stats.thinking_tokens == 0
 
 

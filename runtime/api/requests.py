@@ -141,11 +141,11 @@ def thinking_changes(effort: Any, enable: bool | None, where: str) -> dict[str, 
         except UserError as e:
             raise ApiError(400, str(e), where) from None
         if budget == 0:
-            changes["thinking"] = False
+            changes["enable_thinking"] = False
         elif budget is not None:
             changes["thinking_budget"] = budget
     if enable is not None:
-        changes["thinking"] = enable
+        changes["enable_thinking"] = enable
     return changes
 
 

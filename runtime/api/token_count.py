@@ -81,4 +81,4 @@ def count_prompt(model: str, messages: list[Message], options: ChatOptions) -> i
         syntax = tools.syntax_for(parent.metadata().get("tokenizer.chat_template"))
         shown, template_tools = tools.prepare_tools(messages, options.tools, syntax)
     with _lock:
-        return len(_templates.render(parent, shown, template_tools, options.thinking))  # type: ignore[arg-type]
+        return len(_templates.render(parent, shown, template_tools, options.enable_thinking))  # type: ignore[arg-type]

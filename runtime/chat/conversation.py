@@ -90,7 +90,7 @@ class Conversation:
         if self.speed is not None:
             changes["preset"] = self.speed
         if self.thinking is not None:
-            changes["thinking"] = thinking_option(self.thinking)
+            changes["enable_thinking"] = thinking_option(self.thinking)
         if self.thinking_budget is not None:
             changes["thinking_budget"] = self.thinking_budget
         return replace(self.options, **changes)

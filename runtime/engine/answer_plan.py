@@ -135,14 +135,14 @@ def prepare(
         syntax = tools.syntax_for(parent.metadata().get("tokenizer.chat_template"))
         shown, template_tools = tools.prepare_tools(messages, options.tools, syntax)
         prompt, dropped = prompts.fit_context(
-            model.render, parent, shown, reserve, cancel, template_tools, options.trim, options.thinking
+            model.render, parent, shown, reserve, cancel, template_tools, options.trim, options.enable_thinking
         )
         tool_grammar = model.tool_grammar(parent, options.tools, syntax)
         if tool_grammar is not None:  # else (tool_choice none) the answer is all text
             grammar, calls = tool_grammar, call_reader(parent, syntax, options.tools)
     else:
         prompt, dropped = prompts.fit_context(
-            model.render, parent, list(messages), reserve, cancel, trim=options.trim, think=options.thinking
+            model.render, parent, list(messages), reserve, cancel, trim=options.trim, think=options.enable_thinking
         )
         stable = stable_prefix(lambda chat: model.render(parent, chat), messages, prompt)
     # The live or a saved prefix (in RAM; on disk for a long stable one: the documents, a long system prompt)
@@ -193,7 +193,7 @@ def thought_plan(parent: LlamaBackend, prompt: Sequence[int], options: ChatOptio
     opened = options.grammar is None and thinking.opens_thought(parent.detokenize(prompt[-8:], special=True), syntax)
     room = min(options.max_tokens, parent.n_ctx - len(prompt))
     budget = options.thinking_budget if options.thinking_budget is not None else thinking.default_thought_budget(room)
-    if options.thinking is False:  # a template that cannot switch thinking off: the thought closes at once
+    if options.enable_thinking is False:  # a template that cannot switch thinking off: the thought closes at once
         budget = 0
     close = tuple(parent.tokenize(syntax.close + "\n\n", add_bos=False, special=True))
     return thinking.ThoughtPlan(syntax, opened, budget, close)

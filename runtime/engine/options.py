@@ -56,12 +56,12 @@ class ChatOptions:
     # Answer from the user's documents (runtime.documents.grounding): the best passages go into the prompt,
     # numbered, and the last Chunk carries them as citations.
     documents: Grounding | None = None
-    # A thinking model's thought (runtime.engine.thinking): on/off where the template can switch it (Qwen3's
-    # enable_thinking; None: the template's default; off elsewhere closes the thought at once), and its budget
-    # in tokens after which the thought is closed (None: 3/4 of what the answer may use). A front end's own
-    # switch (the window's, a chat's, --no-thinking) becomes this field through `thinking_option` only; True
-    # is an API client's explicit enable_thinking, passed to the template as it was asked.
-    thinking: bool | None = None
+    # A thinking model's thought (runtime.engine.thinking): the template's `enable_thinking`, as named there
+    # (None: not sent, the template's default; False: off, and a template that cannot switch it gets its
+    # thought closed at once), and the budget in tokens after which the thought is closed (None: 3/4 of what
+    # the answer may use). A front end's thinking *switch* (the window's, a chat's, --no-thinking) becomes
+    # this field through `thinking_option` only; True is an API client's explicit enable_thinking.
+    enable_thinking: bool | None = None
     thinking_budget: int | None = None
 
     def __post_init__(self) -> None:
@@ -79,7 +79,7 @@ class ChatOptions:
 
 
 def thinking_option(on: bool) -> bool | None:
-    """A front end's thinking switch as `ChatOptions.thinking`: on leaves the template's default, which thinks
+    """A front end's thinking switch as `ChatOptions.enable_thinking`: on leaves the template's default, which thinks
     (None, so the prompt is rendered as the template renders it unasked); off is False."""
     return None if on else False
 
