@@ -95,7 +95,7 @@ def what_the_engine_was_asked(job: Job) -> tuple[Any, ...]:
     index = lambda d: str(Path(d.index or default_path()).resolve())  # noqa: E731  # None: the user's index
     documents = o.documents and replace(o.documents, index=index(o.documents))
     tools = None if o.tools is None else ([t.name for t in o.tools.tools], o.tools.choice)
-    return (job.messages, documents, tools, o.preset, o.thinking, dict(o.sampling_overrides).get("temperature"))
+    return (job.messages, documents, tools, o.preset, o.enable_thinking, dict(o.sampling_overrides).get("temperature"))
 
 
 @pytest.fixture

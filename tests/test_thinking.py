@@ -103,8 +103,8 @@ def test_the_apis_fields_become_thinking_options_and_bad_values_a_400_naming_the
 
     assert options(reasoning_effort="low").thinking_budget == 512
     assert options(reasoning_effort=300).thinking_budget == 300
-    assert options(reasoning_effort="none").thinking is False
-    assert options(chat_template_kwargs={"enable_thinking": False}).thinking is False
+    assert options(reasoning_effort="none").enable_thinking is False
+    assert options(chat_template_kwargs={"enable_thinking": False}).enable_thinking is False
     for body, param in [({"reasoning_effort": "huge"}, "reasoning_effort"),
                         ({"reasoning_effort": -3}, "reasoning_effort"),
                         ({"chat_template_kwargs": {"add_vision_id": True}}, "chat_template_kwargs.add_vision_id")]:
