@@ -51,8 +51,9 @@ class Vocabulary:
         return hashlib.sha256(raw.encode("utf-8")).hexdigest()
 
 
-# llama.cpp's token attributes (LLAMA_TOKEN_ATTR_*) as the GGUF token types they are made from
-# (llama-vocab.cpp): UNKNOWN, UNUSED, NORMAL, CONTROL, USER_DEFINED, BYTE; none of them is UNDEFINED (0).
+# llama.cpp's token attributes (LLAMA_TOKEN_ATTR_UNKNOWN = 1, UNUSED = 2, NORMAL = 4, CONTROL = 8,
+# USER_DEFINED = 16, BYTE = 32) as the GGUF token types llama-vocab.cpp makes them from; a token with none of
+# these bits is UNDEFINED, type 0.
 _ATTR_TYPES = ((1, gguf.TokenType.UNKNOWN), (2, gguf.TokenType.UNUSED), (4, gguf.TokenType.NORMAL),
                (8, gguf.TokenType.CONTROL), (16, gguf.TokenType.USER_DEFINED), (32, gguf.TokenType.BYTE))
 
@@ -63,8 +64,8 @@ def read_vocabulary(path: Path) -> Vocabulary:
     error naming it."""
     try:
         meta, texts, attrs = file_tokens(path)
-    except SpecQuantError as e:
-        raise UserError(f"cannot read the vocabulary of {path}: {e}") from None
+    except SpecQuantError as e:  # one line naming the file (llama.cpp's own reason, or that it is missing)
+        raise UserError(str(e)) from None
     if not texts:
         raise UserError(f"{path} has no vocabulary (tokenizer.ggml.tokens)")
     special = tuple(
