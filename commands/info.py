@@ -9,7 +9,7 @@ import logging
 from typing import Any
 
 from commands.common import add_engine_flags, gb, load_engine
-from runtime.engine.call_formats import CallFormat, detect
+from runtime.engine.call_formats import detect
 from runtime.models.cache import ModelDir
 
 log = logging.getLogger("specquant.info")
@@ -55,6 +55,9 @@ def main(args: argparse.Namespace) -> int:
     try:
         from runtime.engine.options import ChatOptions
 
+        template = _template(engine)  # read once: how it calls tools and whether it thinks both come from it
+        call_format = detect(template)
+
         # What an answer at each level would run on: the same decision as a chat's (runtime.engine.decision).
         plans = {level: engine.decide("", ChatOptions(level=level)).placement.as_dict() for level in PRESETS["exact"]}
         out = {
@@ -67,8 +70,8 @@ def main(args: argparse.Namespace) -> int:
             "placement": plans,
             "n_ctx": engine.settings.n_ctx,
             "workers": [w.as_dict() for w in engine.workers],
-            "tool_calls": _call_format(engine).name,
-            "thinking": _thinking(engine),
+            "tool_calls": call_format.name,
+            "thinking": _thinking(template),
             "quality": _quality(engine, args),
             "draft_model": engine.sibling[0].name if engine.sibling else None,
             "can_draft_for": _can_draft_for(engine.model),
@@ -97,7 +100,7 @@ def main(args: argparse.Namespace) -> int:
                 f"machine {hw['cpu']}, {hw['physical_cores']} cores, {hw['ram_available_gb']} GB RAM free, GPUs: {gpus}"
             )
             print(f"kernels {ensure_backends().describe()}")
-            print(f"tools   {_call_format(engine).describe()}")
+            print(f"tools   {call_format.describe()}")
             if engine.sibling is not None:
                 model, tier = engine.sibling
                 print(f"drafts  from model {model.name} ({tier.upper()}): the same vocabulary, token for token")
@@ -156,22 +159,18 @@ def _can_draft_for(model: ModelDir) -> list[str]:
     return draft_targets(others).get(model.name, [])
 
 
-def _call_format(engine: Any) -> CallFormat:
-    """How the model writes a tool call, from its chat template (runtime.engine.call_formats)."""
-    return detect(_template(engine))
-
-
-def _thinking(engine: Any) -> dict[str, Any] | None:
+def _thinking(template: str | None) -> dict[str, Any] | None:
     """Whether the model thinks before it answers, from its chat template (runtime.engine.thinking)."""
     from dataclasses import asdict
 
     from runtime.engine.thinking import syntax_for
 
-    syntax = syntax_for(_template(engine))
+    syntax = syntax_for(template)
     return None if syntax is None else asdict(syntax)
 
 
 def _template(engine: Any) -> str | None:
+    """The model's chat template, from its first tier's metadata."""
     from runtime.decode.llama_backend import file_metadata
 
     model = ModelDir(engine.model.root, engine.model.name)
