@@ -302,13 +302,7 @@ def load_vocabulary(path: Path) -> GrammarVocabulary:
     with _vocab_lock:
         if path in _vocabularies:
             return _vocabularies[path]
-        if not path.is_file():
-            raise UserError(f"model file {path} does not exist")
-        route_llama_log()
-        ensure_backends()  # llama.cpp refuses to load even a vocabulary while no backend is registered
-        params = llama_cpp.llama_model_default_params()
-        params.vocab_only = True
-        model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+        model = llama_cpp.llama_model_load_from_file(str(path).encode(), _vocab_only_params(path))
         if not model:
             raise SpecQuantError(f"llama.cpp cannot read the vocabulary of {path}: {route_llama_log().last()}")
         vocab = llama_cpp.llama_model_get_vocab(model)
@@ -340,6 +334,20 @@ def context_failure(path: Path, n_ctx: int, why: str) -> str:
             f"available): {why}; use a smaller context (--ctx) or free some memory")
 
 
+def _vocab_only_params(path: Path) -> Any:
+    """llama.cpp's load parameters for the vocabulary and metadata of the GGUF at `path` (no weights), once it
+    is known to exist and llama.cpp is ready to load."""
+    import llama_cpp
+
+    if not path.is_file():
+        raise UserError(f"model file {path} does not exist")
+    route_llama_log()
+    ensure_backends()  # llama.cpp refuses to load even a vocabulary while no backend is registered
+    params = llama_cpp.llama_model_default_params()
+    params.vocab_only = True
+    return params
+
+
 @contextlib.contextmanager
 def _vocab_only(path: Path) -> Iterator[Any]:
     """llama.cpp's model of the GGUF at `path` with its vocabulary and metadata only (no weights), freed after;
@@ -347,12 +355,7 @@ def _vocab_only(path: Path) -> Iterator[Any]:
     import llama_cpp
 
     path = Path(path)
-    if not path.is_file():
-        raise UserError(f"model file {path} does not exist")
-    route_llama_log()
-    ensure_backends()  # llama.cpp refuses to load even a vocabulary while no backend is registered
-    params = llama_cpp.llama_model_default_params()
-    params.vocab_only = True
+    params = _vocab_only_params(path)
     try:
         model = llama_cpp._internals.LlamaModel(path_model=str(path), params=params, verbose=False)
     except ValueError:
