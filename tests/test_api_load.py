@@ -52,18 +52,26 @@ class Load:
         self.health_s: list[float] = []
         self.errors: list[str] = []
         self.idle_reopened = 0
-        self.resets = 0
+        self.resets = {"stream": 0, "hostile": 0, "health": 0}
 
     def record(self, kind: str, status: int) -> None:
         with self.lock:
             self.statuses[kind].append(status)
 
-    def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
+    def request(self, kind: str, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes] | None:
+        """(status, body); None for a new connection reset before its first byte, counted per kind: a
+        connection whose head has not arrived yet is idle to the server, and the oldest idle one makes room at
+        the connection limit, so under this flood a fresh client's connection now and then goes (clients
+        retry a reset of a new connection; so do this test's, of every kind)."""
         conn = http.client.HTTPConnection(self.host, self.port, timeout=120)
         try:
             conn.request(method, path, body, {"Content-Type": "application/json"} if body else {})
             r = conn.getresponse()
             return r.status, r.read()
+        except ConnectionResetError:
+            with self.lock:
+                self.resets[kind] += 1
+            return None
         finally:
             conn.close()
 
@@ -96,34 +104,34 @@ class Load:
                 "max_tokens": 24, "stream": True}
         while not self.stop.is_set():
             try:
-                status, data = self.request("POST", "/v1/chat/completions", json.dumps(body).encode())
-                self.record("stream", status)
-                if status != 200 or not data.rstrip().endswith(b"data: [DONE]"):
-                    self.errors.append(f"stream {status}: {data[-200:]!r}")
-            except ConnectionResetError:
-                # A connection whose head has not arrived yet is idle to the server, and the oldest idle one
-                # makes room at the connection limit: under this flood a fresh client's connection now and
-                # then goes before its first byte (clients retry a reset of a new connection; so does this).
-                with self.lock:
-                    self.resets += 1
+                answer = self.request("stream", "POST", "/v1/chat/completions", json.dumps(body).encode())
             except OSError as e:
                 self.errors.append(f"stream: {e}")
+                continue
+            if answer is None:
+                continue
+            status, data = answer
+            self.record("stream", status)
+            if status != 200 or not data.rstrip().endswith(b"data: [DONE]"):
+                self.errors.append(f"stream {status}: {data[-200:]!r}")
 
     def hostile(self) -> None:
         n = 0
         while not self.stop.is_set():
-            status, _ = self.request("POST", "/v1/chat/completions", HOSTILE[n % len(HOSTILE)])
-            self.record("hostile", status)
-            n += 1
+            answer = self.request("hostile", "POST", "/v1/chat/completions", HOSTILE[n % len(HOSTILE)])
+            if answer is not None:
+                self.record("hostile", answer[0])
+                n += 1
             self.stop.wait(0.5)
 
     def health(self) -> None:
         while not self.stop.is_set():
             started = time.perf_counter()
-            status, _ = self.request("GET", "/health")
-            with self.lock:
-                self.health_s.append(time.perf_counter() - started)
-            self.record("health", status)
+            answer = self.request("health", "GET", "/health")
+            if answer is not None:
+                with self.lock:
+                    self.health_s.append(time.perf_counter() - started)
+                self.record("health", answer[0])
             self.stop.wait(0.2)
 
 
@@ -156,7 +164,7 @@ def test_idle_sockets_streams_and_hostile_schemas_together(server: Served) -> No
         "health_p99_ms": round(1000 * sorted(load.health_s)[int(0.99 * (len(load.health_s) - 1))], 1),
         "health_max_ms": round(1000 * max(load.health_s), 1),
         "idle_closed_by_server": load.idle_reopened,
-        "stream_resets": load.resets,
+        "resets": load.resets,
         "rss_mb": [round(rss_start / 2**20), round(rss_end / 2**20)],
     }
     print("load figures:", json.dumps(figures))
@@ -164,7 +172,8 @@ def test_idle_sockets_streams_and_hostile_schemas_together(server: Served) -> No
     assert set(load.statuses["stream"]) == {200} and set(load.statuses["health"]) == {200}
     assert set(load.statuses["hostile"]) == {400}, load.statuses["hostile"]
     assert len(load.statuses["stream"]) >= STREAMS and len(load.statuses["hostile"]) >= len(HOSTILE)
-    assert load.resets <= max(2, len(load.statuses["stream"]) // 100), figures  # rare, and retried
+    for kind, resets in load.resets.items():  # rare, and retried: the streams' rule, for every kind of client
+        assert resets <= max(2, len(load.statuses[kind]) // 100), figures
     # /health within 100 ms: 99 of 100 probes, and every one within a second (a 2-core machine running the
     # engine and this test's clients saw one probe of 590 at 152 ms).
     assert figures["health_p99_ms"] < 100 and figures["health_max_ms"] < 1000, figures
